@@ -1,0 +1,249 @@
+"""Reading the authors' checkpoints (and our own) safely, and fitting them to our backbones.
+
+The InLine release stores ``{'model', 'optimizer', 'lr_scheduler', 'max_accuracy', 'epoch', 'config'}``
+where ``config`` is a yacs ``CfgNode``; the MALA release stores ``{'model', 'model_ema', 'optimizer',
+'lr_scheduler', 'epoch', 'scaler', 'max_accuracy', 'args'}`` with ``args`` an ``argparse.Namespace``.
+Both are read with ``torch.load(weights_only=True)``: the foreign objects are rebuilt as inert
+stand-ins (no yacs needed, no pickled code run). Only if that fails and the caller explicitly allows it
+is a full unpickle used, and the log says so.
+"""
+import logging
+import os
+import os.path as osp
+import pickle
+from collections import OrderedDict
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+Tensor = torch.Tensor
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, unreadable or does not fit the model."""
+
+
+class ForeignObject(dict):
+    """Inert stand-in for a non-weight object pickled in a checkpoint (a yacs CfgNode, a Namespace...).
+
+    It keeps whatever the pickle hands it as plain data and runs no code of its own. ``foreign_name``
+    says which global it replaced.
+    """
+    foreign_name = '?'
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        if args or kwargs:
+            self['__args__'] = (args, kwargs)
+
+    def __setstate__(self, state):
+        if isinstance(state, dict):
+            self.update(state)
+        else:
+            self['__state__'] = state
+
+    def __reduce__(self):  # saved again as a plain dict
+        return (dict, (dict(self),))
+
+    def __repr__(self):
+        return f'<{self.foreign_name} (inert stand-in)> {dict.__repr__(self)}'
+
+
+def _stand_in(qualname: str) -> type:
+    return type(qualname.rsplit('.', 1)[-1], (ForeignObject,), {'foreign_name': qualname})
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Resolves only the globals of torch's weights-only allow-list (tensor/storage rebuilding,
+    containers) and numpy data types; every other global becomes an inert :class:`ForeignObject`
+    subclass, so no code from the file can run."""
+
+    def find_class(self, module, name):
+        key = f'{module}.{name}'
+        allowed = _allowed_globals()
+        if key in allowed:
+            return allowed[key]
+        self.replaced.add(key)
+        return _stand_in(key)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.replaced = set()
+        _RestrictedUnpickler.last_replaced = self.replaced
+
+
+class _RestrictedPickleModule:
+    __name__ = 'mmlinattn_restricted_pickle'
+    Unpickler = _RestrictedUnpickler
+
+    @staticmethod
+    def load(f, **kwargs):
+        return _RestrictedUnpickler(f, **kwargs).load()
+
+
+def _allowed_globals() -> dict:
+    from torch import _weights_only_unpickler as wou
+    from .compat import numpy_safe_globals
+    allowed = dict(wou._get_allowed_globals())
+    for obj in numpy_safe_globals():
+        name = f'{obj.__module__}.{obj.__qualname__}'
+        allowed[name] = obj
+        allowed[name.replace('numpy._core', 'numpy.core')] = obj  # pickled under numpy 1.x
+    allowed['copyreg._reconstructor'] = _safe_reconstructor
+    return allowed
+
+
+def _safe_reconstructor(cls, base, state):
+    """``copyreg._reconstructor`` limited to stand-ins built on object/dict/list."""
+    if not (isinstance(cls, type) and issubclass(cls, ForeignObject)):
+        raise pickle.UnpicklingError(f'refusing to rebuild {cls!r}')
+    return cls()
+
+
+def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
+                    logger: Optional[logging.Logger] = None) -> dict:
+    """Load a checkpoint file without running code from it; :class:`CheckpointError` names the path.
+
+    1. ``torch.load(weights_only=True)`` (with numpy data types allowed);
+    2. if the file also pickles foreign objects (the InLine release's yacs ``CfgNode``, the MALA
+       release's ``argparse.Namespace``), a restricted unpickler replaces them with inert
+       :class:`ForeignObject` stand-ins - no yacs needed, nothing executed - and says so in the log;
+    3. only with ``allow_unsafe=True`` (files you trust) a full unpickle, logged as a warning.
+    """
+    logger = logger or logging.getLogger('mmlinattn')
+    if not isinstance(path, (str, os.PathLike)):
+        raise CheckpointError(f'checkpoint must be a file path, got {type(path).__name__}')
+    path = os.fspath(path)
+    if path.startswith(('http://', 'https://')):
+        raise CheckpointError(
+            f'{path} is a URL: download it first (see checkpoints/README.md) and point the config at '
+            'the local file; nothing is downloaded at run time')
+    if not osp.isfile(path):
+        raise CheckpointError(f'checkpoint file not found: {path}')
+    from .compat import numpy_safe_globals
+    try:
+        with torch.serialization.safe_globals(numpy_safe_globals()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - classified below
+        first_err = err
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=False,
+                         pickle_module=_RestrictedPickleModule)
+        replaced = sorted(getattr(_RestrictedUnpickler, 'last_replaced', ()))
+        logger.info(f'{path}: holds non-weight objects ({", ".join(replaced) or "?"}); read with a '
+                    'restricted unpickler that replaces them by inert stand-ins (no code executed)')
+        return obj
+    except Exception as err:  # noqa: BLE001
+        restricted_err = err
+    if allow_unsafe:
+        logger.warning(f'{path}: safe loading failed ({type(restricted_err).__name__}); falling back '
+                       'to a FULL unpickle because allow_unsafe=True')
+        return torch.load(path, map_location=map_location, weights_only=False)
+    msg = str(restricted_err).strip().splitlines()
+    raise CheckpointError(
+        f'{path} is not a readable torch checkpoint ({type(restricted_err).__name__}: '
+        f'{msg[0][:200] if msg else ""}). A truncated download or a non-checkpoint file gives this '
+        'error: re-download it. Only for a file from a source you trust, allow_unsafe=True permits a '
+        'full unpickle.') from restricted_err
+
+
+def extract_state_dict(obj, use_ema: bool = False, path: str = '<checkpoint>') -> Dict[str, Tensor]:
+    """Pick the weights out of a checkpoint dict: ``model_ema`` (if asked) / ``model`` /
+    ``state_dict`` / the dict itself; strip ``module.`` prefixes."""
+    if not isinstance(obj, dict):
+        raise CheckpointError(f'{path} holds a {type(obj).__name__}, not a checkpoint dict')
+    if use_ema:
+        if 'model_ema' not in obj:
+            raise CheckpointError(f'{path} has no "model_ema" (keys: {sorted(obj)[:10]}); '
+                                  'set use_ema=False')
+        sd = obj['model_ema']
+    elif 'model' in obj and isinstance(obj['model'], dict):
+        sd = obj['model']
+    elif 'state_dict' in obj and isinstance(obj['state_dict'], dict):
+        sd = obj['state_dict']
+    else:
+        sd = obj
+    if isinstance(sd, dict) and 'module' in sd and isinstance(sd['module'], dict):
+        sd = sd['module']
+    tensors = OrderedDict()
+    for k, v in sd.items():
+        if isinstance(v, Tensor):
+            tensors[k[7:] if k.startswith('module.') else k] = v
+    if not tensors:
+        raise CheckpointError(f'{path} contains no tensors (top-level keys: {sorted(obj)[:10]})')
+    return tensors
+
+
+def resize_pos_embed(pos: Tensor, src_hw: Tuple[int, int], dst_hw: Tuple[int, int]) -> Tensor:
+    """Bilinearly resize a (1, H*W, C) position table (align_corners=False, as the authors do)."""
+    if tuple(src_hw) == tuple(dst_hw):
+        return pos
+    c = pos.shape[-1]
+    grid = pos.reshape(1, *src_hw, c).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid.float(), size=tuple(dst_hw), mode='bilinear', align_corners=False)
+    return grid.permute(0, 2, 3, 1).reshape(1, dst_hw[0] * dst_hw[1], c).to(pos.dtype)
+
+
+def _fmt(keys: Sequence[str], limit: int = 12) -> str:
+    keys = list(keys)
+    more = f' ... (+{len(keys) - limit} more)' if len(keys) > limit else ''
+    return ', '.join(keys[:limit]) + more
+
+
+def fit_state_dict(model: torch.nn.Module, state: Dict[str, Tensor], *,
+                   drop_prefixes: Iterable[str] = (), tolerated: Iterable[str] = (),
+                   new_prefixes: Iterable[str] = (), prefix: str = '',
+                   path: str = '<checkpoint>', logger: Optional[logging.Logger] = None
+                   ) -> Dict[str, List[str]]:
+    """Load ``state`` into ``model`` with an exact report.
+
+    * keys starting with one of ``drop_prefixes`` (classification parts) are dropped and listed;
+    * keys whose last name is in ``tolerated`` (buffers such as ``relative_position_index``,
+      ``attn_mask``) are ignored when the model has no such entry;
+    * model keys starting with ``new_prefixes`` (output norms) may be missing and are listed as new;
+    * anything else missing, unexpected or of a different shape raises :class:`CheckpointError` naming
+      the first keys and shapes - a checkpoint of another architecture never loads half-way.
+    """
+    logger = logger or logging.getLogger('mmlinattn')
+    if prefix:
+        state = OrderedDict((k[len(prefix):], v) for k, v in state.items() if k.startswith(prefix))
+        if not state:
+            raise CheckpointError(f'{path}: no key starts with prefix {prefix!r}')
+    own = model.state_dict()
+    tolerated, drop_prefixes, new_prefixes = set(tolerated), tuple(drop_prefixes), tuple(new_prefixes)
+    dropped, ignored, unexpected, mismatched = [], [], [], []
+    to_load = OrderedDict()
+    for k, v in state.items():
+        if drop_prefixes and k.startswith(drop_prefixes):
+            dropped.append(k)
+        elif k not in own:
+            (ignored if k.rsplit('.', 1)[-1] in tolerated else unexpected).append(k)
+        elif own[k].shape != v.shape:
+            mismatched.append(f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}')
+        else:
+            to_load[k] = v
+    missing = [k for k in own if k not in to_load and k.rsplit('.', 1)[-1] not in tolerated]
+    new = [k for k in missing if new_prefixes and k.startswith(new_prefixes)]
+    missing = [k for k in missing if k not in new]
+    if mismatched or unexpected or missing:
+        parts = []
+        if mismatched:
+            parts.append(f'shape mismatches: {_fmt(mismatched, 6)}')
+        if missing:
+            parts.append(f'missing from the checkpoint: {_fmt(missing)}')
+        if unexpected:
+            parts.append(f'not in the model: {_fmt(unexpected)}')
+        raise CheckpointError(
+            f'{path} does not fit {type(model).__name__}'
+            f'{" (" + model.arch_name + ")" if hasattr(model, "arch_name") else ""} - is it the '
+            f'checkpoint of another architecture/size? ' + '; '.join(parts))
+    model.load_state_dict(to_load, strict=False)
+    logger.info(f'loaded {len(to_load)} tensors from {path} into {type(model).__name__}')
+    if dropped:
+        logger.info(f'dropped {len(dropped)} classification keys: {_fmt(dropped, 50)}')
+    if ignored:
+        logger.info(f'ignored {len(ignored)} recomputed buffers: {_fmt(ignored, 8)}')
+    if new:
+        logger.info(f'newly initialised (not in the checkpoint): {_fmt(new, 50)}')
+    return dict(loaded=list(to_load), dropped=dropped, ignored=ignored, new=new)

@@ -1,0 +1,3 @@
+from .backbones import InLinePVT, InLineSwin, MAViT  # noqa: F401  (registers them)
+
+__all__ = ['InLinePVT', 'InLineSwin', 'MAViT']

@@ -1,0 +1,213 @@
+"""MAViT: the MALA backbone (DESIGN.md section 2.3).
+
+Parameter names equal the authors' (``patch_embed.proj.{0,1,3,4,6,7,9,10}``,
+``layers.{s}.blocks.{b}.{pos,norm1.norm,attn.qkvo,attn.lepe,attn.proj,norm2.norm,ffn.*,gamma_1,gamma_2}``,
+``layers.{s}.RoPE.angle``, ``layers.{s}.downsample.{reduction,norm}``), so their ImageNet checkpoints
+load by dropping the classification parts (``proj``, ``norm``, ``head``). Downstream outputs are each
+stage's features *before* its downsampling, each through a new LayerNorm ``extra_norms.{i}``.
+"""
+from typing import Optional, Sequence
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+
+from mmlinattn.models.layers import DropPath, LayerNorm2d, QKVOAttention, RoPE
+from mmlinattn.registry import MODELS
+
+from .base import LinAttnBackbone
+from .utils import parse_stage_attn
+
+_CORE_LETTERS = {'M': 'mala', 'S': 'softmax', 'L': 'linear', 'I': 'inline'}
+
+
+class ConvFFN(nn.Module):
+    """1x1 -> GELU -> (t + DWConv3x3(t)) -> 1x1 (names ``fc1``, ``dwconv``, ``fc2``)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Conv2d(dim, hidden, 1)
+        self.act = nn.GELU()
+        self.dwconv = nn.Conv2d(hidden, hidden, 3, 1, 1, groups=hidden)
+        self.fc2 = nn.Conv2d(hidden, dim, 1)
+
+    def forward(self, x):
+        x = self.act(self.fc1(x))
+        return self.fc2(x + self.dwconv(x))
+
+
+class MAViTBlock(nn.Module):
+    """CPE -> x + gamma_1 * attn(LN(x)) -> x + gamma_2 * FFN(LN(x))."""
+
+    def __init__(self, dim: int, num_heads: int, core: str, ffn_ratio: float = 3.5,
+                 drop_path: float = 0., layer_scale: Optional[float] = 1.0, attn_cfg=None):
+        super().__init__()
+        self.pos = nn.Conv2d(dim, dim, 3, 1, 1, groups=dim)
+        self.norm1 = LayerNorm2d(dim, eps=1e-6)
+        self.attn = QKVOAttention(dim, num_heads, core=core, **(attn_cfg or {}))
+        self.drop_path = DropPath(drop_path)
+        self.norm2 = LayerNorm2d(dim, eps=1e-6)
+        self.ffn = ConvFFN(dim, int(ffn_ratio * dim))
+        self.layer_scale = layer_scale
+        if layer_scale is not None:
+            self.gamma_1 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_scale)))
+            self.gamma_2 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_scale)))
+
+    def forward(self, x, rope):
+        x = x + self.pos(x)
+        a = self.attn(self.norm1(x), rope)
+        if self.layer_scale is not None:
+            a = self.gamma_1 * a
+        x = x + self.drop_path(a)
+        f = self.ffn(self.norm2(x))
+        if self.layer_scale is not None:
+            f = self.gamma_2 * f
+        return x + self.drop_path(f)
+
+
+class Downsample(nn.Module):
+    """Conv3x3 stride 2 + norm (names ``reduction``, ``norm``)."""
+
+    def __init__(self, dim: int, out_dim: int, norm_cfg: dict):
+        super().__init__()
+        self.reduction = nn.Conv2d(dim, out_dim, 3, 2, 1)
+        self.norm = build_norm_layer(norm_cfg, out_dim)[1]
+
+    def forward(self, x):
+        return self.norm(self.reduction(x))
+
+
+class MAViTStage(nn.Module):
+    def __init__(self, dim, out_dim, depth, num_heads, cores, dprs, layer_scale, norm_cfg,
+                 ffn_ratio, attn_cfg):
+        super().__init__()
+        self.RoPE = RoPE(dim, num_heads)
+        self.blocks = nn.ModuleList([
+            MAViTBlock(dim, num_heads, cores[i], ffn_ratio, dprs[i], layer_scale, attn_cfg)
+            for i in range(depth)])
+        self.downsample = Downsample(dim, out_dim, norm_cfg) if out_dim else None
+
+
+class Stem(nn.Module):
+    """Four 3x3 convs, stride 4 in total (names ``proj.{0,1,3,4,6,7,9,10}``)."""
+
+    def __init__(self, in_channels: int, dim: int, norm_cfg: dict):
+        super().__init__()
+        half = dim // 2
+        layers = []
+        for cin, cout, stride, act in [(in_channels, half, 2, True), (half, half, 1, True),
+                                       (half, half, 1, True), (half, dim, 2, False)]:
+            layers += [nn.Conv2d(cin, cout, 3, stride, 1), build_norm_layer(norm_cfg, cout)[1]]
+            if act:
+                layers.append(nn.GELU())
+        self.proj = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+@MODELS.register_module()
+class MAViT(LinAttnBackbone):
+    """MAViT backbone with MALA attention (Fan et al., "Rectifying Magnitude Neglect in Linear
+    Attention").
+
+    Args:
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'``, ``'large'`` (or t/s/b/l), or a dict with
+            ``embed_dims, depths, num_heads, drop_path_rate, layer_scale``.
+        attn_type (str | None): one letter per stage, ``M`` MALA, ``S`` softmax, ``L`` plain linear,
+            ``I`` InLine. Default ``'MMSS'`` as the released models; ``'MMMM'`` is all-MALA.
+        attn_cfg (dict | None): options of the attention module (``kernel``, ``use_rope``, ``beta``,
+            ``gamma``) for ablations.
+        out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate, init_cfg: as in mmdet.
+            ``init_cfg=dict(type='Pretrained', checkpoint=PATH, use_ema=False)`` loads the authors'
+            ``MAViT_*.pth`` directly (``use_ema=True`` picks ``model_ema``).
+        norm_cfg (dict): norm of stem and downsampling (``BN``; ``SyncBN`` for multi-GPU).
+        out_norm (bool): add the LayerNorm on each output (the authors' downstream setup).
+    """
+    arch_zoo = {
+        'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 6, 2], num_heads=[1, 2, 4, 8],
+                     drop_path_rate=0.1, layer_scale=[1., 1., 1., 1.], projection=2048),
+        'small': dict(embed_dims=[64, 128, 320, 512], depths=[3, 5, 9, 3], num_heads=[1, 2, 5, 8],
+                      drop_path_rate=0.15, layer_scale=[1., 1., 1., 1.], projection=2048),
+        'base': dict(embed_dims=[96, 192, 384, 512], depths=[4, 6, 12, 6], num_heads=[1, 2, 6, 8],
+                     drop_path_rate=0.4, layer_scale=[1., 1., 1e-6, 1e-6], projection=2048),
+        'large': dict(embed_dims=[96, 192, 448, 640], depths=[4, 7, 19, 8], num_heads=[1, 2, 7, 10],
+                      drop_path_rate=0.55, layer_scale=[1e-6] * 4, projection=2560),
+    }
+    arch_keys = ('embed_dims', 'depths', 'num_heads')
+    default_attn_type = 'MMSS'
+    _ckpt_drop_prefixes = ('head.', 'proj.', 'norm.')
+    _ckpt_tolerated = ('angle',)
+    _new_prefixes = ('extra_norms.',)
+
+    def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
+                 attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
+                 drop_path_rate: Optional[float] = None, ffn_ratio: float = 3.5,
+                 norm_cfg: dict = dict(type='BN', requires_grad=True), out_norm: bool = True,
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        arch = self.resolve_arch(arch)
+        self.arch_name = arch['name']
+        dims, depths, heads = arch['embed_dims'], arch['depths'], arch['num_heads']
+        num_stages = len(depths)
+        layer_scale = arch.get('layer_scale', [None] * num_stages)
+        dpr_max = arch.get('drop_path_rate', 0.1) if drop_path_rate is None else drop_path_rate
+        cores = parse_stage_attn(attn_type or self.default_attn_type, depths, _CORE_LETTERS,
+                                 type(self).__name__)
+        self.embed_dims, self.depths, self.num_heads = list(dims), list(depths), list(heads)
+        self.out_indices = tuple(out_indices)
+        for i in self.out_indices:
+            if not 0 <= i < num_stages:
+                raise ValueError(f'out_indices {out_indices} must lie in [0, {num_stages})')
+        self.frozen_stages, self.norm_eval, self.with_cp = frozen_stages, norm_eval, with_cp
+        self.num_features = [dims[i] for i in self.out_indices]
+
+        self.patch_embed = Stem(in_channels, dims[0], norm_cfg)
+        dpr = torch.linspace(0, dpr_max, sum(depths)).tolist()
+        self.layers = nn.ModuleList()
+        for i in range(num_stages):
+            start = sum(depths[:i])
+            self.layers.append(MAViTStage(
+                dims[i], dims[i + 1] if i < num_stages - 1 else None, depths[i], heads[i], cores[i],
+                dpr[start:start + depths[i]], layer_scale[i], norm_cfg, ffn_ratio, attn_cfg))
+        self.out_norm = out_norm
+        if out_norm:
+            self.extra_norms = nn.ModuleList(
+                [LayerNorm2d(dims[i]) if i in self.out_indices else nn.Identity()
+                 for i in range(num_stages)])
+        self._freeze_stages()
+
+    def _post_init(self):
+        for layer in self.layers:
+            for blk in layer.blocks:
+                if blk.layer_scale is not None:
+                    nn.init.constant_(blk.gamma_1, blk.layer_scale)
+                    nn.init.constant_(blk.gamma_2, blk.layer_scale)
+
+    def _frozen_modules(self, i):
+        if i == 0:
+            return [self.patch_embed]
+        mods = [self.layers[i - 1]]
+        if self.out_norm and (i - 1) in self.out_indices:
+            mods.append(self.extra_norms[i - 1])
+        return mods
+
+    def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Blocks of stage i (no downsampling)."""
+        layer = self.layers[i]
+        rope = layer.RoPE(x.shape[-2:])
+        for blk in layer.blocks:
+            x = self.run_block(blk, self.with_cp, x, rope)
+        return x
+
+    def forward(self, x):
+        x = self.patch_embed(x)
+        outs = []
+        for i, layer in enumerate(self.layers):
+            x = self.forward_stage(i, x)
+            if i in self.out_indices:
+                outs.append(self.extra_norms[i](x) if self.out_norm else x)
+            if layer.downsample is not None and i < max(self.out_indices):
+                x = layer.downsample(x)
+        return tuple(outs)

@@ -1,0 +1,291 @@
+"""Attention modules that wrap the pure functions of :mod:`mmlinattn.ops`.
+
+``TokenAttention`` works on token sequences (B, N, C) of an H x W map (the InLine-Swin and InLine-PVT
+families); ``WindowSoftmaxAttention`` is Swin's W-MSA with relative position bias; ``QKVOAttention``
+is MAViT's channels-first module (qkvo projection, LePE, output gate, 2-D RoPE).
+
+The attention itself is chosen by a *core* name, so the papers' ablations are config switches:
+``'inline'``, ``'linear'``, ``'softmax'`` and ``'mala'`` (plus kernel / residual / beta / gamma options).
+Every module can also return its explicit attention matrix (``attention_matrix``), computed from the
+same weights and inputs as the linear-time path, for the analysis tools.
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mmlinattn.ops import (apply_rope, dynamic_depthwise_conv3x3, inline_attention,
+                           inline_attention_matrix, linear_attention, linear_attention_matrix,
+                           mala_attention, mala_attention_matrix, rope_sin_cos, softmax_attention,
+                           softmax_attention_matrix)
+from mmlinattn.ops.kernels import KERNELS, rope_angles
+
+CORES = ('inline', 'linear', 'softmax', 'mala')
+
+
+def check_core(core: str, allowed=CORES) -> str:
+    if core not in allowed:
+        raise ValueError(f'unknown attention core {core!r}; choose one of {list(allowed)}')
+    return core
+
+
+def run_core(core: str, q, k, v, scale: float, kernel: Optional[str] = None, rope=None,
+             beta: bool = True, gamma: bool = True, attn_bias=None):
+    """Dispatch (B, h, N, d) q, k, v to the attention function named ``core``.
+
+    ``rope`` (sin, cos) tables rotate q and k for the ``mala`` (numerator only) and ``softmax`` cores;
+    the ``inline`` and ``linear`` cores take none (their authors use none)."""
+    if core == 'inline':
+        return inline_attention(q, k, v, kernel=kernel or 'identity', scale=scale)
+    if core == 'mala':
+        return mala_attention(q, k, v, scale=scale, rope=rope, beta=beta, gamma=gamma)
+    if core == 'linear':  # RoPE is used by the mala and softmax cores only
+        return linear_attention(q, k, v, kernel=kernel or 'relu')
+    if rope is not None:
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    return softmax_attention(q, k, v, scale=scale, attn_bias=attn_bias)
+
+
+def core_matrix(core: str, q, k, scale: float, kernel: Optional[str] = None, rope=None,
+                beta: bool = True, gamma: bool = True, attn_bias=None):
+    """The explicit (B, h, N, N) attention matrix of ``core`` (quadratic; analysis only)."""
+    if core == 'inline':
+        return inline_attention_matrix(q, k, kernel=kernel or 'identity', scale=scale)
+    if core == 'mala':
+        return mala_attention_matrix(q, k, scale=scale, rope=rope, beta=beta, gamma=gamma)
+    if core == 'linear':
+        return linear_attention_matrix(q, k, kernel=kernel or 'relu')
+    if rope is not None:
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    return softmax_attention_matrix(q, k, scale=scale, attn_bias=attn_bias)
+
+
+class LocalResidual(nn.Sequential):
+    """InLine's local attention residual weights: mean token -> per-channel 3x3 kernels.
+
+    ``Conv1d(C, C, 1, groups=h) -> GELU -> Conv1d(C, 9C, 1, groups=h)`` (parameter names ``0`` and
+    ``2`` as in the authors' ``residual`` Sequential).
+    """
+
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__(nn.Conv1d(dim, dim, 1, groups=num_heads), nn.GELU(),
+                         nn.Conv1d(dim, dim * 9, 1, groups=num_heads))
+
+    def forward(self, x: torch.Tensor, v_map: torch.Tensor) -> torch.Tensor:
+        """x: (B, N, C) attention input; v_map: (B, C, H, W) values. Returns (B, C, H, W)."""
+        weight = super().forward(x.mean(dim=1).unsqueeze(-1))  # (B, 9C, 1)
+        return dynamic_depthwise_conv3x3(v_map, weight)
+
+
+class TokenAttention(nn.Module):
+    """Global multi-head attention over the N = H*W tokens of a map, any core.
+
+    Args:
+        dim, num_heads: channels and heads.
+        core: ``'inline'`` (default), ``'linear'`` or ``'softmax'``.
+        qkv_layout: ``'qkv'`` (one ``qkv`` Linear, the Swin family) or ``'q_kv'`` (``q`` and ``kv``
+            Linears, the PVT family) - the authors' parameter names.
+        local_residual: add InLine's local attention residual (default: on for ``inline``).
+        kernel: feature map phi for the linear cores (``identity`` for InLine, ``relu`` for linear).
+        sr_ratio: spatial reduction of keys/values (PVT softmax blocks only).
+    """
+
+    def __init__(self, dim: int, num_heads: int, core: str = 'inline', qkv_bias: bool = True,
+                 qkv_layout: str = 'qkv', local_residual: Optional[bool] = None,
+                 kernel: Optional[str] = None, sr_ratio: int = 1, attn_drop: float = 0.,
+                 proj_drop: float = 0., norm_eps: float = 1e-6):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
+        self.core = check_core(core, ('inline', 'linear', 'softmax'))
+        self.dim, self.num_heads = dim, num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.kernel = kernel
+        if kernel is not None and kernel not in KERNELS:
+            raise ValueError(f'unknown kernel {kernel!r}; choose one of {sorted(KERNELS)}')
+        if qkv_layout == 'qkv':
+            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        elif qkv_layout == 'q_kv':
+            self.q = nn.Linear(dim, dim, bias=qkv_bias)
+            self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
+        else:
+            raise ValueError(f"qkv_layout must be 'qkv' or 'q_kv', got {qkv_layout!r}")
+        self.qkv_layout = qkv_layout
+        self.sr_ratio = sr_ratio
+        if sr_ratio > 1:
+            if core != 'softmax':
+                raise ValueError('spatial reduction (sr_ratio > 1) is only supported with softmax')
+            self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
+            self.norm = nn.LayerNorm(dim, eps=norm_eps)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        if local_residual is None:
+            local_residual = core == 'inline'
+        self.residual = LocalResidual(dim, num_heads) if local_residual else None
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        b, n, _ = t.shape
+        return t.reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def _qkv(self, x: torch.Tensor, hw: Tuple[int, int]):
+        b, n, c = x.shape
+        if self.qkv_layout == 'qkv':
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            return self._heads(q), self._heads(k), self._heads(v), v
+        q = self.q(x)
+        kv_in = x
+        if self.sr_ratio > 1:
+            kv_in = self.sr(x.transpose(1, 2).reshape(b, c, *hw)).flatten(2).transpose(1, 2)
+            kv_in = self.norm(kv_in)
+        k, v = self.kv(kv_in).chunk(2, dim=-1)
+        return self._heads(q), self._heads(k), self._heads(v), v
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        b, n, c = x.shape
+        if hw[0] * hw[1] != n:
+            raise ValueError(f'{n} tokens do not form a {hw[0]}x{hw[1]} map')
+        q, k, v, v_tokens = self._qkv(x, hw)
+        if self.core == 'softmax' and self.attn_drop > 0 and self.training:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop, scale=self.scale)
+        else:
+            out = run_core(self.core, q, k, v, self.scale, kernel=self.kernel)
+        out = out.transpose(1, 2).reshape(b, n, c)
+        if self.residual is not None:
+            v_map = v_tokens.transpose(1, 2).reshape(b, c, *hw)
+            out = out + self.residual(x, v_map).flatten(2).transpose(1, 2)
+        return self.proj_drop(self.proj(out))
+
+    @torch.no_grad()
+    def attention_matrix(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        q, k, _, _ = self._qkv(x, hw)
+        return core_matrix(self.core, q, k, self.scale, kernel=self.kernel)
+
+
+def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+    """Swin's (Wh*Ww, Wh*Ww) index into a (2*window-1)^2 bias table; ``size`` (h, w) <= window
+    gives the index for a smaller window, reusing the same table entries for the same offsets."""
+    h, w = size or (window, window)
+    coords = torch.stack(torch.meshgrid(torch.arange(h), torch.arange(w), indexing='ij')).flatten(1)
+    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (window - 1)
+    return rel[..., 0] * (2 * window - 1) + rel[..., 1]
+
+
+class WindowSoftmaxAttention(nn.Module):
+    """Swin's window multi-head self-attention with relative position bias (softmax, via SDPA).
+
+    Input (B, nW, N, C) windows of ``window_hw`` tokens; ``mask`` (nW, N, N) with 0 / -100 entries.
+    Parameter names follow Swin: ``qkv``, ``proj``, ``relative_position_bias_table``.
+    """
+
+    def __init__(self, dim: int, num_heads: int, window_size: int = 7, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.):
+        super().__init__()
+        self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size - 1) ** 2, num_heads))
+        self.register_buffer('relative_position_index', relative_position_index(window_size),
+                             persistent=False)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=.02)
+
+    def bias(self, window_hw: Tuple[int, int]) -> torch.Tensor:
+        if tuple(window_hw) == (self.window_size, self.window_size):
+            index = self.relative_position_index
+        else:
+            index = relative_position_index(self.window_size, window_hw).to(
+                self.relative_position_bias_table.device)
+        n = window_hw[0] * window_hw[1]
+        return self.relative_position_bias_table[index.reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
+
+    def _qkv(self, x):
+        b, nw, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, nw, n, 3, self.num_heads, self.head_dim).permute(3, 0, 1, 4, 2, 5)
+        return qkv[0], qkv[1], qkv[2]  # (B, nW, h, N, d)
+
+    def _attn_bias(self, window_hw, mask, dtype):
+        bias = self.bias(window_hw)  # (h, N, N)
+        if mask is not None:
+            bias = bias[None] + mask[:, None]  # (nW, h, N, N)
+        return bias.to(dtype)
+
+    def forward(self, x: torch.Tensor, window_hw: Tuple[int, int],
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        b, nw, n, c = x.shape
+        q, k, v = self._qkv(x)
+        attn_bias = self._attn_bias(window_hw, mask, q.dtype)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_bias, scale=self.scale,
+            dropout_p=self.attn_drop if self.training else 0.)
+        out = out.transpose(2, 3).reshape(b, nw, n, c)
+        return self.proj_drop(self.proj(out))
+
+    @torch.no_grad()
+    def attention_matrix(self, x, window_hw, mask=None):
+        q, k, _ = self._qkv(x)
+        return softmax_attention_matrix(q, k, scale=self.scale,
+                                        attn_bias=self._attn_bias(window_hw, mask, q.dtype))
+
+
+class RoPE(nn.Module):
+    """MAViT's 2-D rotary position embedding; the buffer ``angle`` matches the authors' checkpoints."""
+
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.register_buffer('angle', rope_angles(dim // num_heads))
+
+    def forward(self, hw: Tuple[int, int]):
+        return rope_sin_cos(hw, self.angle)
+
+
+class QKVOAttention(nn.Module):
+    """MAViT's attention module on channels-first maps (B, C, H, W).
+
+    ``q, k, v, o = split(Conv1x1(C -> 4C)(x))``; ``out = proj((core(q, k, v) + lepe(v)) * o)`` with
+    ``lepe`` a depthwise 5x5 conv. Core ``'mala'`` (stages 1-2 of MAViT) or ``'softmax'`` (stages 3-4),
+    both with 2-D RoPE as in the authors' code; ``'linear'`` / ``'inline'`` for ablations.
+    """
+
+    def __init__(self, dim: int, num_heads: int, core: str = 'mala', kernel: Optional[str] = None,
+                 use_rope: bool = True, beta: bool = True, gamma: bool = True):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
+        self.core = check_core(core)
+        self.dim, self.num_heads = dim, num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.kernel, self.use_rope, self.beta, self.gamma = kernel, use_rope, beta, gamma
+        self.qkvo = nn.Conv2d(dim, dim * 4, 1)
+        self.lepe = nn.Conv2d(dim, dim, 5, 1, 2, groups=dim)
+        self.proj = nn.Conv2d(dim, dim, 1)
+
+    def _split(self, x):
+        b, c, h, w = x.shape
+        qkvo = self.qkvo(x)
+        qkv, o = qkvo[:, :3 * c], qkvo[:, 3 * c:]
+        lepe = self.lepe(qkv[:, 2 * c:])
+        q, k, v = qkv.reshape(b, 3, self.num_heads, self.head_dim, h * w).transpose(-2, -1).unbind(1)
+        return q, k, v, o, lepe
+
+    def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:
+        b, c, h, w = x.shape
+        q, k, v, o, lepe = self._split(x)
+        rope = rope if self.use_rope else None
+        out = run_core(self.core, q, k, v, self.scale, kernel=self.kernel, rope=rope,
+                       beta=self.beta, gamma=self.gamma)
+        out = out.transpose(-2, -1).reshape(b, c, h, w)
+        return self.proj((out + lepe) * o)
+
+    @torch.no_grad()
+    def attention_matrix(self, x, rope=None):
+        q, k, _, _, _ = self._split(x)
+        return core_matrix(self.core, q, k, self.scale, kernel=self.kernel,
+                           rope=rope if self.use_rope else None, beta=self.beta, gamma=self.gamma)

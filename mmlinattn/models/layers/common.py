@@ -1,0 +1,60 @@
+"""Small building blocks shared by the backbones."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    if p == 0. or not training:
+        return x
+    keep = 1 - p
+    mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+    return x * mask / keep
+
+
+class DropPath(nn.Module):
+    """Stochastic depth per sample."""
+
+    def __init__(self, p: float = 0.):
+        super().__init__()
+        self.p = float(p)
+
+    def forward(self, x):
+        return drop_path(x, self.p, self.training)
+
+    def extra_repr(self):
+        return f'p={self.p}'
+
+
+class Mlp(nn.Module):
+    """Linear -> GELU -> Linear on tokens (names ``fc1``, ``fc2`` as in timm)."""
+
+    def __init__(self, dim: int, hidden: int, drop: float = 0.):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x):
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class LayerNorm2d(nn.Module):
+    """LayerNorm over the channels of an NCHW map (the LayerNorm is ``.norm``, the authors' name)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim, eps=eps)
+
+    def forward(self, x):
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def pad_to_multiple(x: torch.Tensor, multiple: int, channels_last: bool = True) -> torch.Tensor:
+    """Zero-pad the bottom/right of a (B, H, W, C) (or (B, C, H, W)) map to a multiple of ``multiple``."""
+    h, w = (x.shape[1], x.shape[2]) if channels_last else (x.shape[2], x.shape[3])
+    ph, pw = (-h) % multiple, (-w) % multiple
+    if not ph and not pw:
+        return x
+    return F.pad(x, (0, 0, 0, pw, 0, ph) if channels_last else (0, pw, 0, ph))

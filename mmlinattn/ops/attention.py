@@ -1,0 +1,204 @@
+"""Attention as pure functions on (B, h, N, d) tensors.
+
+Every attention has three forms:
+
+* ``<name>_attention(q, k, v, ...)``: what the models run (linear time for the linear attentions),
+* ``<name>_attention_matrix(q, k, ...)``: the explicit (B, h, N, N) score matrix A, quadratic,
+* ``<name>_attention_reference(q, k, v, ...)``: ``A @ v`` from that matrix, the test oracle.
+
+The formulas are DESIGN.md section 1. ``scale`` defaults to ``d ** -0.5``.
+
+Low precision: the linear attentions accumulate their d x d state and normalisers in float32 (autocast
+is switched off inside and half inputs are promoted); the result comes back in the input dtype.
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .kernels import apply_rope, get_kernel
+
+Tensor = torch.Tensor
+RopeTables = Optional[Tuple[Tensor, Tensor]]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Optional[Tensor] = None) -> None:
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(f'q and k must be (B, h, N, d), got {tuple(q.shape)} and {tuple(k.shape)}')
+    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f'q {tuple(q.shape)} and k {tuple(k.shape)} disagree on B, h or d')
+    if v is not None and (v.dim() != 4 or v.shape[:3] != k.shape[:3]):
+        raise ValueError(f'v {tuple(v.shape)} must be (B, h, N, d_v) with the B, h, N of k {tuple(k.shape)}')
+
+
+def _scale(q: Tensor, scale: Optional[float]) -> float:
+    return q.shape[-1] ** -0.5 if scale is None else float(scale)
+
+
+class _Float32Math:
+    """Context that switches autocast off and promotes half inputs to float32."""
+
+    def __init__(self, *tensors: Tensor):
+        self.tensors = [t.float() if t.dtype in _LOW_PRECISION else t for t in tensors]
+        self._ctx = torch.autocast(device_type=tensors[0].device.type, enabled=False)
+
+    def __enter__(self):
+        self._ctx.__enter__()
+        return self.tensors
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)
+
+
+# --------------------------------------------------------------------------------------------------
+# InLine attention
+# --------------------------------------------------------------------------------------------------
+def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
+                     scale: Optional[float] = None) -> Tensor:
+    """Injective linear attention, linear time, O(N d^2).
+
+    ``out = phi(Q) [ (s/N) phi(K)^T V - s mean(phi(K))^T mean(V) ] + mean(V)`` with ``s = scale``,
+    which is DESIGN's ``phi(Q) kv + (1 - s phi(Q) mean(phi(K))^T) mean(V)`` with the rank-one term
+    folded into the d x d state, so the whole output is one batched GEMM plus a broadcast add.
+    """
+    _check_qkv(q, k, v)
+    s = _scale(q, scale)
+    phi = get_kernel(kernel)
+    out_dtype = v.dtype
+    with _Float32Math(q, k, v) as (q, k, v):
+        b, h, n, d = q.shape
+        phq, phk = phi(q), phi(k)
+        mean_k = phk.mean(dim=-2, keepdim=True)  # (B, h, 1, d)
+        mean_v = v.mean(dim=-2, keepdim=True)    # (B, h, 1, dv)
+        state = torch.matmul(phk.transpose(-2, -1), v) * (s / n)
+        state = state - (s * mean_k.transpose(-2, -1)) * mean_v  # rank-one correction
+        out = torch.baddbmm(mean_v.reshape(b * h, 1, -1), phq.reshape(b * h, n, d),
+                            state.reshape(b * h, d, -1))
+        return out.reshape(b, h, n, -1).to(out_dtype)
+
+
+def inline_attention_matrix(q: Tensor, k: Tensor, kernel: str = 'identity',
+                            scale: Optional[float] = None) -> Tensor:
+    """A_ij = s_ij - mean_j(s_ij) + 1/N with s_ij = (scale/N) phi(q_i).phi(k_j)."""
+    _check_qkv(q, k)
+    phi = get_kernel(kernel)
+    n = k.shape[-2]
+    s = torch.matmul(phi(q), phi(k).transpose(-2, -1)) * (_scale(q, scale) / n)
+    return s - s.mean(dim=-1, keepdim=True) + 1.0 / n
+
+
+def inline_attention_reference(q, k, v, kernel='identity', scale=None):
+    return torch.matmul(inline_attention_matrix(q, k, kernel, scale), v)
+
+
+# --------------------------------------------------------------------------------------------------
+# MALA: magnitude-aware linear attention
+# --------------------------------------------------------------------------------------------------
+def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = None,
+                   rope: RopeTables = None, eps: float = 1e-6, beta: bool = True,
+                   gamma: bool = True) -> Tensor:
+    """Magnitude-aware linear attention with phi = ELU + 1, linear time.
+
+    ``z = s phi(q) mean(phi(K))^T``; ``out = (phi~(q) (s/N) phi~(K)^T V) * beta - gamma``-term, with
+    ``beta = 1 + 1/(z + eps)`` and the gamma term ``z * mean(V)``. ``phi~`` is phi followed by the 2-D
+    RoPE given as ``rope=(sin, cos)`` tables of shape (N, d); z always uses the un-rotated features,
+    as the authors' released code does. ``beta=False`` / ``gamma=False`` give the paper's ablations
+    (beta = 1, gamma = 0).
+    """
+    _check_qkv(q, k, v)
+    s = _scale(q, scale)
+    out_dtype = v.dtype
+    with _Float32Math(q, k, v) as (q, k, v):
+        b, h, n, d = q.shape
+        phq = F.elu(q) + 1.0
+        phk = F.elu(k) + 1.0
+        mean_k = phk.mean(dim=-2, keepdim=True)
+        mean_v = v.mean(dim=-2, keepdim=True)
+        if rope is not None:
+            sin, cos = (t.to(q.dtype) for t in rope)
+            z = torch.matmul(phq, mean_k.transpose(-2, -1)) * s  # (B, h, N, 1)
+            rq, rk = apply_rope(phq, sin, cos), apply_rope(phk, sin, cos)
+            num = torch.matmul(rq, torch.matmul(rk.transpose(-2, -1), v) * (s / n))
+        else:
+            # one GEMM gives the numerator and z: phi(Q) [ (s/N) phi(K)^T V | s mean(phi(K))^T ]
+            state = torch.cat([torch.matmul(phk.transpose(-2, -1), v) * (s / n),
+                               mean_k.transpose(-2, -1) * s], dim=-1)
+            num_z = torch.matmul(phq, state)
+            num, z = num_z[..., :-1], num_z[..., -1:]
+        out = num * (1.0 + 1.0 / (z + eps)) if beta else num
+        if gamma:
+            out = out - z * mean_v
+        return out.to(out_dtype)
+
+
+def mala_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,
+                          rope: RopeTables = None, eps: float = 1e-6, beta: bool = True,
+                          gamma: bool = True) -> Tensor:
+    """A_ij = beta_i (s/N) phi~(q_i).phi~(k_j) - z_i / N (DESIGN 1.2)."""
+    _check_qkv(q, k)
+    s = _scale(q, scale)
+    n = k.shape[-2]
+    phq, phk = F.elu(q) + 1.0, F.elu(k) + 1.0
+    z = torch.matmul(phq, phk.mean(dim=-2, keepdim=True).transpose(-2, -1)) * s
+    if rope is not None:
+        phq, phk = apply_rope(phq, *rope), apply_rope(phk, *rope)
+    a = torch.matmul(phq, phk.transpose(-2, -1)) * (s / n)
+    if beta:
+        a = a * (1.0 + 1.0 / (z + eps))
+    if gamma:
+        a = a - z / n
+    return a
+
+
+def mala_attention_reference(q, k, v, scale=None, rope=None, eps=1e-6, beta=True, gamma=True):
+    return torch.matmul(mala_attention_matrix(q, k, scale, rope, eps, beta, gamma), v)
+
+
+# --------------------------------------------------------------------------------------------------
+# Baselines: plain linear attention and softmax attention
+# --------------------------------------------------------------------------------------------------
+def linear_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'relu',
+                     eps: float = 1e-6) -> Tensor:
+    """Classic linear attention: phi(q_i) phi(K)^T V / (phi(q_i) sum_j phi(k_j) + eps)."""
+    _check_qkv(q, k, v)
+    phi = get_kernel(kernel)
+    out_dtype = v.dtype
+    with _Float32Math(q, k, v) as (q, k, v):
+        phq, phk = phi(q), phi(k)
+        state = torch.cat([torch.matmul(phk.transpose(-2, -1), v),
+                           phk.sum(dim=-2, keepdim=True).transpose(-2, -1)], dim=-1)
+        num_z = torch.matmul(phq, state)
+        return (num_z[..., :-1] / (num_z[..., -1:] + eps)).to(out_dtype)
+
+
+def linear_attention_matrix(q: Tensor, k: Tensor, kernel: str = 'relu', eps: float = 1e-6) -> Tensor:
+    _check_qkv(q, k)
+    phi = get_kernel(kernel)
+    a = torch.matmul(phi(q), phi(k).transpose(-2, -1))
+    return a / (a.sum(dim=-1, keepdim=True) + eps)
+
+
+def linear_attention_reference(q, k, v, kernel='relu', eps=1e-6):
+    return torch.matmul(linear_attention_matrix(q, k, kernel, eps), v)
+
+
+def softmax_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = None,
+                      attn_bias: Optional[Tensor] = None) -> Tensor:
+    """Softmax attention through ``torch.nn.functional.scaled_dot_product_attention``."""
+    _check_qkv(q, k, v)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, scale=_scale(q, scale))
+
+
+def softmax_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,
+                             attn_bias: Optional[Tensor] = None) -> Tensor:
+    _check_qkv(q, k)
+    logits = torch.matmul(q, k.transpose(-2, -1)) * _scale(q, scale)
+    if attn_bias is not None:
+        logits = logits + attn_bias
+    return logits.softmax(dim=-1)
+
+
+def softmax_attention_reference(q, k, v, scale=None, attn_bias=None):
+    return torch.matmul(softmax_attention_matrix(q, k, scale, attn_bias), v)

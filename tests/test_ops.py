@@ -1,0 +1,198 @@
+"""The attention math (DESIGN.md section 1): linear-time forms vs their quadratic references."""
+import pytest
+import torch
+
+from mmlinattn.ops import (dynamic_depthwise_conv3x3, dynamic_depthwise_conv3x3_reference,
+                           inline_attention, inline_attention_matrix, inline_attention_reference,
+                           linear_attention, linear_attention_matrix, linear_attention_reference,
+                           mala_attention, mala_attention_matrix, mala_attention_reference,
+                           rope_angles, rope_sin_cos, softmax_attention,
+                           softmax_attention_matrix, softmax_attention_reference)
+
+SHAPES = [(1, 1, 1, 1), (2, 3, 1, 8), (1, 2, 7, 1), (2, 1, 13, 4), (1, 4, 97, 16), (3, 2, 50, 32)]
+D64 = dict(dtype=torch.float64)
+
+
+def rand(shape, scale=1.0):
+    return torch.randn(*shape, **D64) * scale
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('kernel', ['identity', 'relu', 'leakyrelu', 'exp'])
+def test_inline_linear_equals_quadratic(shape, kernel):
+    q, k, v = rand(shape), rand(shape), rand(shape)
+    out = inline_attention(q, k, v, kernel=kernel)
+    ref = inline_attention_reference(q, k, v, kernel=kernel)
+    assert out.shape == shape
+    assert torch.allclose(out, ref, rtol=0, atol=1e-10), (out - ref).abs().max()
+
+
+def test_inline_matches_design_formula_literally():
+    """A_ij = s_ij - mean_j s_ij + 1/N written out element by element."""
+    q, k, v = rand((1, 1, 5, 3)), rand((1, 1, 5, 3)), rand((1, 1, 5, 3))
+    n, scale = 5, 3 ** -0.5
+    out = torch.zeros(5, 3, **D64)
+    for i in range(n):
+        s = [(scale / n) * float(q[0, 0, i] @ k[0, 0, j]) for j in range(n)]
+        m = sum(s) / n
+        for j in range(n):
+            out[i] += (s[j] - m + 1 / n) * v[0, 0, j]
+    assert torch.allclose(inline_attention(q, k, v)[0, 0], out, atol=1e-12)
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('beta,gamma', [(True, True), (False, True), (True, False)])
+def test_mala_linear_equals_quadratic(shape, beta, gamma):
+    q, k, v = rand(shape), rand(shape), rand(shape)
+    out = mala_attention(q, k, v, beta=beta, gamma=gamma)
+    ref = mala_attention_reference(q, k, v, beta=beta, gamma=gamma)
+    assert torch.allclose(out, ref, rtol=0, atol=1e-10), (out - ref).abs().max()
+
+
+@pytest.mark.parametrize('hw,d', [((1, 1), 4), ((3, 5), 8), ((7, 4), 16)])
+def test_mala_with_rope_equals_quadratic(hw, d):
+    n = hw[0] * hw[1]
+    q, k, v = rand((2, 2, n, d)), rand((2, 2, n, d)), rand((2, 2, n, d))
+    rope = rope_sin_cos(hw, rope_angles(d, dtype=torch.float64))
+    out = mala_attention(q, k, v, rope=rope)
+    ref = mala_attention_reference(q, k, v, rope=rope)
+    assert torch.allclose(out, ref, rtol=0, atol=1e-10)
+    # RoPE changes the numerator only: without it the result differs
+    assert not torch.allclose(out, mala_attention(q, k, v)) or n == 1
+
+
+def test_mala_matches_paper_form():
+    """A_ij = beta_i phi(q_i) phi(k_j)^T - gamma_i with the paper's beta, gamma (phi absorbs s/N)."""
+    q, k = rand((1, 1, 9, 4)), rand((1, 1, 9, 4))
+    n, s = 9, 4 ** -0.5
+    phq = (torch.nn.functional.elu(q) + 1) * (s / n) ** 0.5
+    phk = (torch.nn.functional.elu(k) + 1) * (s / n) ** 0.5
+    dot = phq @ phk.transpose(-2, -1)
+    total = dot.sum(-1, keepdim=True)           # phi(q_i) sum_m phi(k_m)^T
+    beta, gamma = 1 + 1 / total, total / n
+    paper = beta * dot - gamma
+    assert torch.allclose(mala_attention_matrix(q, k, eps=0.0), paper, atol=1e-12)
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('kernel', ['relu', 'elu'])
+def test_linear_equals_quadratic(shape, kernel):
+    q, k, v = rand(shape), rand(shape), rand(shape)
+    out = linear_attention(q, k, v, kernel=kernel)
+    ref = linear_attention_reference(q, k, v, kernel=kernel)
+    assert torch.allclose(out, ref, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+def test_softmax_equals_quadratic(shape):
+    q, k, v = rand(shape), rand(shape), rand(shape)
+    assert torch.allclose(softmax_attention(q, k, v), softmax_attention_reference(q, k, v),
+                          rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize('matrix', [
+    lambda q, k: inline_attention_matrix(q, k),
+    lambda q, k: mala_attention_matrix(q, k, eps=0.0),
+    lambda q, k: linear_attention_matrix(q, k, kernel='elu', eps=0.0),
+    lambda q, k: softmax_attention_matrix(q, k)])
+def test_rows_sum_to_one(matrix):
+    q, k = rand((2, 3, 31, 8), 3.0), rand((2, 3, 31, 8), 3.0)
+    a = matrix(q, k)
+    assert torch.allclose(a.sum(-1), torch.ones_like(a.sum(-1)), atol=1e-10)
+
+
+def test_inline_and_mala_weights_can_be_negative():
+    q, k = rand((1, 1, 64, 8), 3.0), rand((1, 1, 64, 8), 3.0)
+    assert (inline_attention_matrix(q, k) < 0).any()
+    assert (mala_attention_matrix(q, k) < 0).any()
+
+
+def test_injectivity_collinear_queries():
+    """Plain linear attention gives collinear queries q and 3q the same distribution; InLine not."""
+    k = rand((1, 1, 20, 8))
+    base = torch.rand(1, 1, 1, 8, **D64) + 0.1  # positive, so ReLU keeps the direction
+    q = torch.cat([base, 3 * base], dim=2)
+    lin = linear_attention_matrix(q, k, kernel='relu', eps=0.0)
+    assert torch.allclose(lin[..., 0, :], lin[..., 1, :], atol=1e-12)
+    inl = inline_attention_matrix(q, k)
+    assert (inl[..., 0, :] - inl[..., 1, :]).abs().max() > 1e-3
+
+
+def test_mala_gets_spikier_with_query_magnitude_linear_does_not():
+    """Scaling phi(q) by a > 1 raises the ratio between a higher and a lower positive score (MALA
+    paper eq. 10-12) and leaves plain linear attention's distribution unchanged."""
+    k = rand((1, 1, 16, 8))
+    phq = torch.rand(1, 1, 1, 8, **D64) + 0.5   # the wanted phi(q) > 0
+
+    def inv_elu1(p):  # q with elu(q) + 1 == p
+        return torch.where(p <= 1, torch.log(p), p - 1)
+    q1, q2 = inv_elu1(phq), inv_elu1(3 * phq)
+    a1 = mala_attention_matrix(q1, k, eps=0.0)[0, 0, 0]
+    a2 = mala_attention_matrix(q2, k, eps=0.0)[0, 0, 0]
+    pos = (a1 > 0) & (a2 > 0)
+    hi, lo = torch.argmax(torch.where(pos, a1, -1e9)), torch.argmin(torch.where(pos, a1, 1e9))
+    assert a2[hi] / a2[lo] > a1[hi] / a1[lo]
+    assert a2.max() > a1.max()
+    l1 = linear_attention_matrix(q1, k, kernel='elu', eps=0.0)
+    l2 = linear_attention_matrix(q2, k, kernel='elu', eps=0.0)
+    assert torch.allclose(l1, l2, atol=1e-12)
+
+
+@pytest.mark.parametrize('fn', [
+    lambda q, k, v: inline_attention(q, k, v),
+    lambda q, k, v: mala_attention(q, k, v),
+    lambda q, k, v: linear_attention(q, k, v, kernel='elu'),
+    lambda q, k, v: softmax_attention(q, k, v)])
+def test_gradcheck(fn):
+    q, k, v = (rand((1, 2, 6, 4)).requires_grad_() for _ in range(3))
+    assert torch.autograd.gradcheck(fn, (q, k, v), eps=1e-6, atol=1e-6)
+
+
+def test_local_residual_equals_neighbourhood_sum():
+    x = rand((2, 5, 7, 6))
+    w = rand((2, 5 * 9))
+    out = dynamic_depthwise_conv3x3(x, w)
+    ref = dynamic_depthwise_conv3x3_reference(x, w)
+    assert torch.allclose(out, ref, atol=1e-12)
+    # one pixel by hand: channel 3 of sample 1 at (0, 0) sees only the bottom-right 2x2 of its kernel
+    kern = w[1, 27:36].reshape(3, 3)
+    manual = (kern[1:, 1:] * x[1, 3, :2, :2]).sum()
+    assert torch.allclose(out[1, 3, 0, 0], manual)
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize('name', ['inline', 'mala', 'linear'])
+def test_low_precision_autocast_is_finite(dtype, name):
+    fn = dict(inline=inline_attention, mala=mala_attention,
+              linear=lambda q, k, v: linear_attention(q, k, v, kernel='elu'))[name]
+    q, k, v = (torch.empty(1, 2, 512, 32).uniform_(-50, 50) for _ in range(3))
+    with torch.autocast('cpu', dtype=dtype):
+        out = fn(q, k, v)
+    assert torch.isfinite(out).all()
+    # half inputs too: state accumulated in float32, result returned in the input dtype
+    out_h = fn(q.to(dtype), k.to(dtype), v.to(dtype))
+    assert out_h.dtype == dtype and torch.isfinite(out_h).all()
+    ref = fn(q.double(), k.double(), v.double())
+    rel = (out_h.double() - ref).norm() / ref.norm()
+    assert rel < 2e-2
+
+
+def test_mala_normaliser_near_zero_stays_finite():
+    """Very negative q, k drive phi towards 0 and z towards 0: 1/z must stay finite."""
+    q = torch.full((1, 1, 64, 32), -50.0)
+    k = torch.full((1, 1, 64, 32), -50.0)
+    v = torch.randn(1, 1, 64, 32)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        out = mala_attention(q.to(dtype), k.to(dtype), v.to(dtype))
+        assert torch.isfinite(out).all()
+
+
+def test_bad_shapes_are_reported():
+    with pytest.raises(ValueError, match='B, h, N, d'):
+        inline_attention(torch.randn(3, 4, 5), torch.randn(3, 4, 5), torch.randn(3, 4, 5))
+    with pytest.raises(ValueError, match='disagree'):
+        mala_attention(torch.randn(1, 2, 5, 4), torch.randn(1, 3, 5, 4), torch.randn(1, 3, 5, 4))
+    with pytest.raises(ValueError, match='unknown attention kernel'):
+        inline_attention(*(torch.randn(1, 1, 3, 4) for _ in range(3)), kernel='gelu')
+    with pytest.raises(ValueError, match='divisible by 4'):
+        rope_angles(6)
