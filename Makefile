@@ -1,0 +1,30 @@
+# The two entry commands (both install ./.venv on first use):
+#   make demo   - the main job: toy data -> train a detector and a segmentor -> COCO AP / mIoU
+#   make test   - the test suite (what CI runs)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-all bench clean-venv
+
+install:
+	@bash tools/install.sh
+
+demo: install
+	$(PY) tools/demo.py
+
+# Default suite: everything except tests marked `heavy` (large-arch forwards, long trainings).
+# pytest's exit code 5 ("no tests collected") is turned into a failure.
+test: install
+	@$(PY) -m pytest -m "not heavy" $(PYTEST_ARGS) tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests - failing" >&2; exit 1; fi; \
+	exit $$rc
+
+test-all: install
+	@$(PY) -m pytest $(PYTEST_ARGS) tests; rc=$$?; [ $$rc -ne 5 ] || exit 1; exit $$rc
+
+bench: install
+	$(PY) tools/analysis_tools/benchmark_attention.py --out docs/benchmarks
+
+clean-venv:
+	rm -rf $(VENV)
