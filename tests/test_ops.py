@@ -196,3 +196,28 @@ def test_bad_shapes_are_reported():
         inline_attention(*(torch.randn(1, 1, 3, 4) for _ in range(3)), kernel='gelu')
     with pytest.raises(ValueError, match='divisible by 4'):
         rope_angles(6)
+
+
+@pytest.mark.parametrize('grad', [False, True])
+def test_chunked_inference_path_equals_reference(monkeypatch, grad):
+    """Without autograd the ops stream over N in chunks (and work in place): same results."""
+    from mmlinattn.ops import attention
+    monkeypatch.setattr(attention, 'CHUNK_TOKENS', 7)
+    hw, d = (5, 6), 8
+    q, k, v = (rand((2, 3, 30, d)).requires_grad_(grad) for _ in range(3))
+    rope = rope_sin_cos(hw, rope_angles(d, dtype=torch.float64))
+    with torch.set_grad_enabled(grad):
+        pairs = [
+            (inline_attention(q, k, v), inline_attention_reference(q, k, v)),
+            (mala_attention(q, k, v), mala_attention_reference(q, k, v)),
+            (mala_attention(q, k, v, rope=rope), mala_attention_reference(q, k, v, rope=rope)),
+            (mala_attention(q, k, v, beta=False), mala_attention_reference(q, k, v, beta=False)),
+            (linear_attention(q, k, v, kernel='elu'),
+             linear_attention_reference(q, k, v, kernel='elu')),
+        ]
+    for out, ref in pairs:
+        assert torch.allclose(out, ref, rtol=0, atol=1e-10)
+    q0 = q.detach().clone()
+    if not grad:  # the in-place passes must not touch the inputs
+        mala_attention(q, k, v)
+        assert torch.equal(q, q0)

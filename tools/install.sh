@@ -74,7 +74,7 @@ if ! mmcv_ok; then
   if [[ -z "$wheel" ]]; then
     log "building mmcv $MMCV_VERSION with ops against torch $TORCH_VERSION (about 14 min on 2 cores)"
     # mmcv's setup.py imports mmengine-free helpers, opencv and torch at build time
-    pipi -q "opencv-python" "addict" "yapf" "packaging" "pyyaml" "Pillow"
+    pipi -q "opencv-python>=4.10,<5" "addict" "yapf" "packaging" "pyyaml" "Pillow"
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     "$VPY" -m pip download -q -c "$ROOT/requirements/constraints.txt" --no-deps --no-binary mmcv --no-build-isolation \
@@ -86,7 +86,7 @@ if ! mmcv_ok; then
     sed -i 's/-std=c++17/-std=c++20/g' "$src/setup.py"
     mkdir -p "$WHEEL_DIR"
     MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
-      "$VPY" -m pip wheel --no-deps --no-build-isolation -w "$work/dist" "$src"
+      "$VPY" -m pip wheel --no-cache-dir --no-deps --no-build-isolation -w "$work/dist" "$src"
     # write-then-rename so an interrupted build never leaves a half wheel in the cache
     built=$(ls "$work"/dist/mmcv-*.whl)
     cp "$built" "$WHEEL_DIR/.tmp-$(basename "$built")"
@@ -96,7 +96,7 @@ if ! mmcv_ok; then
     log "using cached mmcv wheel $wheel"
   fi
   pipi -q --no-deps --force-reinstall "$wheel"
-  pipi -q "addict" "yapf" "packaging" "pyyaml" "Pillow" "opencv-python"
+  pipi -q "addict" "yapf" "packaging" "pyyaml" "Pillow" "opencv-python>=4.10,<5"
 fi
 
 log "OpenMMLab packages and their undeclared dependencies"

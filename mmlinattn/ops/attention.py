@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .kernels import apply_rope, get_kernel
+from .kernels import apply_rope, elu_plus_one, get_kernel
 
 Tensor = torch.Tensor
 RopeTables = Optional[Tuple[Tensor, Tensor]]
@@ -52,6 +52,47 @@ class _Float32Math:
         return self._ctx.__exit__(*exc)
 
 
+# Tokens per chunk on the no-autograd path: the per-chunk intermediates of (B, h, chunk, d) stay in
+# cache instead of streaming N x d tensors through memory once per elementwise pass.
+CHUNK_TOKENS = 4096
+
+
+def _needs_grad(*tensors: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _key_pass(k: Tensor, v: Tensor, phi, step: int, rope: RopeTables = None):
+    """Pass 1 over the keys: sum_j phi~(k_j)^T v_j (d x dv), sum_j phi(k_j), sum_j v_j."""
+    n = k.shape[-2]
+    kv = sum_k = sum_v = None
+    for i in range(0, n, step):
+        phk, vc = phi(k[..., i:i + step, :]), v[..., i:i + step, :]
+        sk, sv = phk.sum(dim=-2, keepdim=True), vc.sum(dim=-2, keepdim=True)
+        if rope is not None:
+            phk = apply_rope(phk, rope[0][i:i + step], rope[1][i:i + step])
+        kvc = torch.matmul(phk.transpose(-2, -1), vc)
+        if kv is None:
+            kv, sum_k, sum_v = kvc, sk, sv
+        else:
+            kv, sum_k, sum_v = kv + kvc, sum_k + sk, sum_v + sv
+    return kv, sum_k, sum_v
+
+
+def _query_pass(q: Tensor, step: int, dv: int, fn) -> Tensor:
+    """Pass 2 over the queries: ``fn(q_chunk, start) -> out_chunk``, concatenated along N."""
+    n = q.shape[-2]
+    if step >= n:
+        return fn(q, 0)
+    out = q.new_empty(q.shape[:-1] + (dv,))
+    for i in range(0, n, step):
+        out[..., i:i + step, :] = fn(q[..., i:i + step, :], i)
+    return out
+
+
+def _step(n: int, *tensors: Tensor) -> int:
+    return n if _needs_grad(*tensors) else CHUNK_TOKENS
+
+
 # --------------------------------------------------------------------------------------------------
 # InLine attention
 # --------------------------------------------------------------------------------------------------
@@ -69,14 +110,18 @@ def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
     out_dtype = v.dtype
     with _Float32Math(q, k, v) as (q, k, v):
         b, h, n, d = q.shape
-        phq, phk = phi(q), phi(k)
-        mean_k = phk.mean(dim=-2, keepdim=True)  # (B, h, 1, d)
-        mean_v = v.mean(dim=-2, keepdim=True)    # (B, h, 1, dv)
-        state = torch.matmul(phk.transpose(-2, -1), v) * (s / n)
-        state = state - (s * mean_k.transpose(-2, -1)) * mean_v  # rank-one correction
-        out = torch.baddbmm(mean_v.reshape(b * h, 1, -1), phq.reshape(b * h, n, d),
-                            state.reshape(b * h, d, -1))
-        return out.reshape(b, h, n, -1).to(out_dtype)
+        step = _step(n, q, k, v)
+        kv, sum_k, sum_v = _key_pass(k, v, phi, step)
+        mean_v = sum_v / n
+        # state = (s/N) phi(K)^T V - s mean(phi(K))^T mean(V)   (d x dv)
+        state = (kv - sum_k.transpose(-2, -1) * mean_v) * (s / n)
+
+        def chunk(qc, _):
+            nc = qc.shape[-2]
+            out = torch.baddbmm(mean_v.reshape(b * h, 1, -1), phi(qc).reshape(b * h, nc, d),
+                                state.reshape(b * h, d, -1))
+            return out.reshape(b, h, nc, -1)
+        return _query_pass(q, step, v.shape[-1], chunk).to(out_dtype)
 
 
 def inline_attention_matrix(q: Tensor, k: Tensor, kernel: str = 'identity',
@@ -112,25 +157,35 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
     out_dtype = v.dtype
     with _Float32Math(q, k, v) as (q, k, v):
         b, h, n, d = q.shape
-        phq = F.elu(q) + 1.0
-        phk = F.elu(k) + 1.0
-        mean_k = phk.mean(dim=-2, keepdim=True)
-        mean_v = v.mean(dim=-2, keepdim=True)
+        grad = _needs_grad(q, k, v)
+        step = _step(n, q, k, v)
         if rope is not None:
-            sin, cos = (t.to(q.dtype) for t in rope)
-            z = torch.matmul(phq, mean_k.transpose(-2, -1)) * s  # (B, h, N, 1)
-            rq, rk = apply_rope(phq, sin, cos), apply_rope(phk, sin, cos)
-            num = torch.matmul(rq, torch.matmul(rk.transpose(-2, -1), v) * (s / n))
-        else:
-            # one GEMM gives the numerator and z: phi(Q) [ (s/N) phi(K)^T V | s mean(phi(K))^T ]
-            state = torch.cat([torch.matmul(phk.transpose(-2, -1), v) * (s / n),
-                               mean_k.transpose(-2, -1) * s], dim=-1)
-            num_z = torch.matmul(phq, state)
-            num, z = num_z[..., :-1], num_z[..., -1:]
-        out = num * (1.0 + 1.0 / (z + eps)) if beta else num
-        if gamma:
-            out = out - z * mean_v
-        return out.to(out_dtype)
+            rope = tuple(t.to(q.dtype) for t in rope)
+        kv, sum_k, sum_v = _key_pass(k, v, elu_plus_one, step, rope)
+        mean_v = sum_v / n
+        kv = kv * (s / n)
+        zvec = sum_k.transpose(-2, -1) * (s / n)  # s mean(phi(K))^T, (d x 1)
+        # without RoPE one GEMM gives numerator and z: phi(Q) [ kv | s mean(phi(K))^T ]
+        state = torch.cat([kv, zvec], dim=-1) if rope is None else None
+
+        def chunk(qc, i):
+            phq = elu_plus_one(qc)
+            if rope is None:
+                num_z = torch.matmul(phq, state)
+                num, z = num_z[..., :-1], num_z[..., -1:]
+            else:
+                z = torch.matmul(phq, zvec)  # un-rotated phi(q)
+                rq = apply_rope(phq, rope[0][i:i + qc.shape[-2]], rope[1][i:i + qc.shape[-2]])
+                num = torch.matmul(rq, kv)
+            if not grad:  # same math, in place: fewer passes over the (chunk x d) tensors
+                if beta:
+                    num = num.mul_(z.add(eps).reciprocal_().add_(1.0))
+                return num.addcmul_(z, mean_v, value=-1.0) if gamma else num
+            out = num * (1.0 + 1.0 / (z + eps)) if beta else num
+            if gamma:
+                out = torch.addcmul(out, z, mean_v, value=-1.0)
+            return out
+        return _query_pass(q, step, v.shape[-1], chunk).to(out_dtype)
 
 
 def mala_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,
@@ -140,7 +195,7 @@ def mala_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,
     _check_qkv(q, k)
     s = _scale(q, scale)
     n = k.shape[-2]
-    phq, phk = F.elu(q) + 1.0, F.elu(k) + 1.0
+    phq, phk = elu_plus_one(q), elu_plus_one(k)
     z = torch.matmul(phq, phk.mean(dim=-2, keepdim=True).transpose(-2, -1)) * s
     if rope is not None:
         phq, phk = apply_rope(phq, *rope), apply_rope(phk, *rope)
@@ -166,11 +221,15 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'relu',
     phi = get_kernel(kernel)
     out_dtype = v.dtype
     with _Float32Math(q, k, v) as (q, k, v):
-        phq, phk = phi(q), phi(k)
-        state = torch.cat([torch.matmul(phk.transpose(-2, -1), v),
-                           phk.sum(dim=-2, keepdim=True).transpose(-2, -1)], dim=-1)
-        num_z = torch.matmul(phq, state)
-        return (num_z[..., :-1] / (num_z[..., -1:] + eps)).to(out_dtype)
+        n = q.shape[-2]
+        step = _step(n, q, k, v)
+        kv, sum_k, _ = _key_pass(k, v, phi, step)
+        state = torch.cat([kv, sum_k.transpose(-2, -1)], dim=-1)
+
+        def chunk(qc, _):
+            num_z = torch.matmul(phi(qc), state)
+            return num_z[..., :-1] / (num_z[..., -1:] + eps)
+        return _query_pass(q, step, v.shape[-1], chunk).to(out_dtype)
 
 
 def linear_attention_matrix(q: Tensor, k: Tensor, kernel: str = 'relu', eps: float = 1e-6) -> Tensor:
