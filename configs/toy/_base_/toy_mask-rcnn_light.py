@@ -1,0 +1,14 @@
+# Mask R-CNN heads slimmed for CPU toy runs (FPN/heads 64 channels, fewer sampled RoIs); the real
+# configs use mmdet's standard heads.
+_base_ = '../../_base_/models/mask-rcnn_fpn.py'
+model = dict(
+    neck=dict(out_channels=64),
+    rpn_head=dict(in_channels=64, feat_channels=64),
+    roi_head=dict(
+        bbox_roi_extractor=dict(out_channels=64),
+        bbox_head=dict(in_channels=64, fc_out_channels=256, num_classes=3),
+        mask_roi_extractor=dict(out_channels=64),
+        mask_head=dict(num_convs=2, in_channels=64, conv_out_channels=64, num_classes=3)),
+    train_cfg=dict(
+        rpn=dict(sampler=dict(num=128)),
+        rcnn=dict(sampler=dict(num=128))))

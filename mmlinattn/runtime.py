@@ -1,0 +1,99 @@
+"""What tools/train.py and tools/test.py share: config loading, pre-flight checks, runner setup."""
+import os
+import os.path as osp
+from typing import List, Optional
+
+import torch
+from mmengine.config import Config, DictAction  # noqa: F401  (re-exported for the tools)
+
+
+class ConfigError(ValueError):
+    """A config that cannot run as given; the message names the key to set."""
+
+
+def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
+    if not osp.isfile(path):
+        raise ConfigError(f'config file not found: {path}')
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    if 'default_scope' not in cfg:
+        raise ConfigError(f'{path}: no default_scope; inherit one of configs/_base_/default_runtime_*.py '
+                          "or set default_scope='mmdet' / 'mmseg' / 'mmpretrain'")
+    return cfg
+
+
+def _dataset_cfgs(cfg: Config, which: List[str]):
+    for name in which:
+        loader = cfg.get(name)
+        if not loader:
+            continue
+        ds = loader.get('dataset')
+        key = f'{name}.dataset'
+        # unwrap RepeatDataset / ClassBalancedDataset / ConcatDataset
+        while isinstance(ds, dict) and 'dataset' in ds and 'data_root' not in ds:
+            ds, key = ds['dataset'], key + '.dataset'
+        if isinstance(ds, dict) and 'datasets' in ds:
+            for i, sub in enumerate(ds['datasets']):
+                yield f'{key}.datasets.{i}', sub
+        elif isinstance(ds, dict):
+            yield key, ds
+
+
+def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', 'test_dataloader')):
+    """Fail before any model is built if a dataset root, annotation file or image folder is missing,
+    naming the path and the config key that sets it."""
+    problems = []
+    for key, ds in _dataset_cfgs(cfg, list(which)):
+        root = ds.get('data_root') or ''
+        if root and not osp.isdir(root):
+            problems.append(f'{key}.data_root = {root!r}: directory not found')
+            continue
+        ann = ds.get('ann_file')
+        if ann:
+            path = ann if osp.isabs(ann) or not root else osp.join(root, ann)
+            if not osp.isfile(path):
+                problems.append(f'{key}.ann_file = {ann!r}: file not found ({path})')
+        for sub, folder in (ds.get('data_prefix') or {}).items():
+            if not folder or not isinstance(folder, str):
+                continue
+            path = folder if osp.isabs(folder) or not root else osp.join(root, folder)
+            if not osp.isdir(path):
+                problems.append(f'{key}.data_prefix.{sub} = {folder!r}: directory not found ({path})')
+    if problems:
+        raise ConfigError(
+            'dataset paths do not exist:\n  ' + '\n  '.join(problems) +
+            '\nFix them with --cfg-options (e.g. --cfg-options '
+            'train_dataloader.dataset.data_root=/path/to/data/), or see README.md "Data" for the '
+            'expected layout (python tools/misc/make_toy_datasets.py writes a small one).')
+
+
+def set_work_dir(cfg: Config, config_path: str, work_dir: Optional[str]) -> None:
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(config_path))[0])
+
+
+def prepare_env(cfg: Config, launcher: str) -> None:
+    """Launcher, distributed backend (gloo without CUDA), dataloader workers on small machines."""
+    cfg.launcher = launcher
+    if launcher != 'none' and not torch.cuda.is_available():
+        cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
+
+
+def enable_amp(cfg: Config) -> None:
+    """--amp: mixed precision through mmengine's AmpOptimWrapper (needs a GPU)."""
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            '--amp needs a CUDA GPU: mmengine\'s AmpOptimWrapper refuses to run on the CPU. '
+            'Train in fp32 on the CPU (drop --amp).')
+    ow = cfg.optim_wrapper
+    if ow.get('type', 'OptimWrapper') == 'AmpOptimWrapper':
+        return
+    ow.type = 'AmpOptimWrapper'
+    ow.setdefault('loss_scale', 'dynamic')
+
+
+def num_workers_hint():
+    return min(2, os.cpu_count() or 1)

@@ -1,0 +1,167 @@
+"""The config matrix (DESIGN.md section 4): every cell builds; whole-model sizes match the papers;
+one training step and one prediction per (model family x backbone family) on CPU at <= 128 px."""
+import glob
+import os.path as osp
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from tools.misc import generate_configs
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', '*', '*.py')))
+MATRIX_CONFIGS = [c for c in CONFIGS if '/toy/' not in c]
+
+
+def load(path):
+    cfg = Config.fromfile(path)
+    init_default_scope(cfg.default_scope)
+    return cfg
+
+
+def registry(cfg):
+    if cfg.default_scope == 'mmdet':
+        from mmdet.registry import MODELS
+    elif cfg.default_scope == 'mmseg':
+        from mmseg.registry import MODELS
+    else:
+        from mmpretrain.registry import MODELS
+    return MODELS
+
+
+def test_generated_configs_are_up_to_date():
+    assert generate_configs.main(['--check']) == 0
+
+
+def test_matrix_is_complete():
+    names = {osp.basename(c)[:-3] for c in MATRIX_CONFIGS}
+    want = {generate_configs.RECIPES[r]['name'].format(
+        bb=f"{generate_configs.FAMILIES[f]['prefix']}-{a}")
+        for r, fams in generate_configs.MATRIX.items() for f, archs in fams.items() for a in archs}
+    assert want <= names
+    assert len(want) == 47
+
+
+@pytest.mark.parametrize('path', MATRIX_CONFIGS, ids=lambda p: osp.basename(p))
+def test_config_builds(path):
+    cfg = load(path)
+    assert cfg.custom_imports['imports'] == ['mmlinattn']
+    model = registry(cfg).build(cfg.model)
+    assert type(model.backbone).__name__ in ('InLinePVT', 'InLineSwin', 'MAViT')
+    ckpt = cfg.model.backbone.init_cfg['checkpoint']
+    assert ckpt.startswith('checkpoints/') and ckpt.endswith('.pth')
+    assert cfg.auto_scale_lr == dict(enable=True, base_batch_size=16)
+
+
+# DESIGN 4: whole-model parameters from the papers (millions); ours must be within 3 %.
+PAPER_PARAMS = {
+    'mask-rcnn_mavit-t_fpn_1x_coco': 33, 'mask-rcnn_mavit-s_fpn_1x_coco': 44,
+    'mask-rcnn_mavit-b_fpn_1x_coco': 67, 'mask-rcnn_mavit-l_fpn_1x_coco': 114,
+    'retinanet_mavit-t_fpn_1x_coco': 24, 'retinanet_mavit-s_fpn_1x_coco': 34,
+    'retinanet_mavit-b_fpn_1x_coco': 57, 'retinanet_mavit-l_fpn_1x_coco': 104,
+    'cascade-mask-rcnn_mavit-s_fpn_ms-3x_coco': 82, 'cascade-mask-rcnn_mavit-b_fpn_ms-3x_coco': 105,
+    'cascade-mask-rcnn_mavit-l_fpn_ms-3x_coco': 152,
+    'fpn_mavit-t_80k_ade20k-512x512': 18, 'fpn_mavit-s_80k_ade20k-512x512': 28,
+    'fpn_mavit-b_80k_ade20k-512x512': 51, 'fpn_mavit-l_80k_ade20k-512x512': 98,
+    'fpn_inline-pvt-t_80k_ade20k-512x512': 16, 'fpn_inline-pvt-s_80k_ade20k-512x512': 25,
+    'fpn_inline-pvt-m_80k_ade20k-512x512': 41, 'fpn_inline-pvt-l_80k_ade20k-512x512': 55,
+    'upernet_mavit-t_160k_ade20k-512x512': 44, 'upernet_mavit-s_160k_ade20k-512x512': 55,
+    'upernet_mavit-b_160k_ade20k-512x512': 77, 'upernet_mavit-l_160k_ade20k-512x512': 125,
+    'upernet_inline-swin-t_160k_ade20k-512x512': 61, 'upernet_inline-swin-s_160k_ade20k-512x512': 81,
+    'upernet_inline-swin-b_160k_ade20k-512x512': 122,
+}
+
+
+@pytest.mark.parametrize('name', sorted(PAPER_PARAMS))
+def test_whole_model_params_match_papers(name):
+    family = 'mavit' if 'mavit' in name else ('inline_pvt' if 'pvt' in name else 'inline_swin')
+    cfg = load(osp.join(ROOT, 'configs', family, name + '.py'))
+    model = registry(cfg).build(cfg.model)
+    n = sum(p.numel() for p in model.parameters()) / 1e6
+    assert abs(n - PAPER_PARAMS[name]) / PAPER_PARAMS[name] < 0.03, n
+
+
+# one per (model family x backbone family), smallest arch, at small size
+STEP_CASES = [
+    ('inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco', None),
+    ('inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco', None),
+    ('mavit/mask-rcnn_mavit-t_fpn_1x_coco', None),
+    ('inline_swin/cascade-mask-rcnn_inline-swin-t_fpn_ms-3x_coco', None),
+    ('mavit/cascade-mask-rcnn_mavit-s_fpn_ms-3x_coco', 'tiny'),
+    ('inline_pvt/retinanet_inline-pvt-t_fpn_1x_coco', None),
+    ('inline_swin/retinanet_inline-swin-t_fpn_1x_coco', None),
+    ('mavit/retinanet_mavit-t_fpn_1x_coco', None),
+    ('inline_pvt/fpn_inline-pvt-t_80k_ade20k-512x512', None),
+    ('mavit/fpn_mavit-t_80k_ade20k-512x512', None),
+    ('inline_swin/upernet_inline-swin-t_160k_ade20k-512x512', None),
+    ('mavit/upernet_mavit-t_160k_ade20k-512x512', None),
+]
+TINY_CHANNELS = {'MAViT': [64, 128, 256, 512]}
+
+
+def _det_batch(n=2, hw=(96, 128)):
+    from mmdet.structures import DetDataSample
+    from mmengine.structures import InstanceData
+    from mmdet.structures.mask import BitmapMasks
+    inputs, samples = [], []
+    for i in range(n):
+        img = torch.randint(0, 255, (3, *hw), dtype=torch.uint8)
+        s = DetDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw,
+                                        scale_factor=(1.0, 1.0), batch_input_shape=hw))
+        boxes = torch.tensor([[10., 12., 60., 70.], [40., 30., 90., 88.]])
+        masks = torch.zeros(2, *hw, dtype=torch.uint8)
+        for j, (x0, y0, x1, y1) in enumerate(boxes.int().tolist()):
+            masks[j, y0:y1, x0:x1] = 1
+        s.gt_instances = InstanceData(bboxes=boxes, labels=torch.tensor([1, 5]),
+                                      masks=BitmapMasks(masks.numpy(), *hw))
+        inputs.append(img)
+        samples.append(s)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def _seg_batch(n=2, hw=(128, 128)):
+    from mmseg.structures import SegDataSample
+    from mmengine.structures import PixelData
+    inputs, samples = [], []
+    for i in range(n):
+        s = SegDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw))
+        s.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, *hw)))
+        inputs.append(torch.randint(0, 255, (3, *hw), dtype=torch.uint8))
+        samples.append(s)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name,arch', STEP_CASES, ids=[c[0].split('/')[1] for c in STEP_CASES])
+def test_train_step_and_predict(name, arch):
+    cfg = load(osp.join(ROOT, 'configs', name + '.py'))
+    cfg.model.backbone.init_cfg = None
+    if arch:
+        cfg.model.backbone.arch = arch
+        cfg.model.neck.in_channels = TINY_CHANNELS[cfg.model.backbone.type]
+    if cfg.default_scope == 'mmseg':
+        cfg.model.data_preprocessor.size = (128, 128)
+    model = registry(cfg).build(cfg.model)
+    model.init_weights()
+    from mmengine.model import revert_sync_batchnorm
+    model = revert_sync_batchnorm(model)  # single process, as mmengine's Runner does
+    model.train()
+    batch = _det_batch() if cfg.default_scope == 'mmdet' else _seg_batch()
+    data = model.data_preprocessor(batch, True)
+    losses = model(**data, mode='loss')
+    loss, _ = model.parse_losses(losses)
+    assert torch.isfinite(loss)
+    loss.backward()
+    grads = [p.grad for p in model.backbone.parameters() if p.requires_grad]
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    model.eval()
+    with torch.no_grad():
+        data = model.data_preprocessor(batch, False)
+        preds = model(**data, mode='predict')
+    assert len(preds) == 2
+    if cfg.default_scope == 'mmdet':
+        assert 'pred_instances' in preds[0]
+    else:
+        assert preds[0].pred_sem_seg.data.shape[-2:] == (128, 128)

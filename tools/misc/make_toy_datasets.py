@@ -1,0 +1,232 @@
+"""Write small, learnable toy datasets in COCO and ADE20K layout, deterministically from a seed.
+
+    python tools/misc/make_toy_datasets.py                 # -> data/toy_coco, data/toy_ade
+    python tools/misc/make_toy_datasets.py --out DIR --seed 0 --train 160 --val 40 --size 128
+
+* ``toy_coco/``: ``train/*.jpg``, ``val/*.jpg``, ``annotations/instances_{train,val}.json`` with
+  polygon masks; three categories (circle, square, triangle; each with its own colour range) on
+  noisy, textured backgrounds, 1-4 instances per image, some cut by the image border.
+* ``toy_ade/``: ``images/{training,validation}/*.jpg`` and ``annotations/{training,validation}/*.png``
+  in ADE20K's layout: label 1 = background, 2-4 = the shapes, 0 = a thin unlabelled rim around each
+  shape ("ignore" after ``reduce_zero_label``, as ADE20K's 0).
+
+Each dataset is written to a temporary folder and renamed into place only when complete, so an
+interrupted run leaves no partial dataset and a rerun writes the identical files.
+"""
+import argparse
+import json
+import math
+import os
+import os.path as osp
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+
+CLASSES = ('circle', 'square', 'triangle')
+# base colour per class (RGB); each instance jitters it
+COLOURS = ((220, 60, 50), (50, 170, 70), (60, 90, 220))
+
+
+def _background(rng, size):
+    """Grey, low-contrast texture (smooth blobs + stripes + a little colour noise): the shapes stand
+    out by colour and outline, the texture keeps it from being trivial."""
+    h = w = size
+    base = rng.uniform(95, 150)
+    coarse = rng.normal(0, 14, size=(h // 8 + 1, w // 8 + 1, 1))
+    coarse = np.kron(coarse, np.ones((8, 8, 1)))[:h, :w]
+    yy, xx = np.mgrid[0:h, 0:w]
+    ang, freq = rng.uniform(0, math.pi), rng.uniform(0.1, 0.4)
+    stripes = 8 * np.sin(freq * (xx * math.cos(ang) + yy * math.sin(ang)))[..., None]
+    img = base + coarse + stripes + rng.normal(0, 5, size=(h, w, 3))
+    img = Image.fromarray(np.clip(img, 0, 255).astype(np.uint8))
+    return img.filter(ImageFilter.GaussianBlur(0.6))
+
+
+def _shape_polygon(rng, cls, size):
+    """A polygon (list of (x, y)) of class ``cls``; centres may lie near or on the border."""
+    r = rng.uniform(0.14, 0.28) * size
+    cx, cy = rng.uniform(-0.05, 1.05, size=2) * size
+    rot = rng.uniform(0, 2 * math.pi)
+    n = {0: 24, 1: 4, 2: 3}[cls]
+    pts = [(cx + r * math.cos(rot + 2 * math.pi * i / n), cy + r * math.sin(rot + 2 * math.pi * i / n))
+           for i in range(n)]
+    # clamp to the image so that the drawn shape and the stored polygon are the same region
+    return [(min(max(x, 0.0), size - 1.0), min(max(y, 0.0), size - 1.0)) for x, y in pts]
+
+
+def _area(poly):
+    xs, ys = np.array(poly).T
+    return 0.5 * abs(np.dot(xs, np.roll(ys, 1)) - np.dot(ys, np.roll(xs, 1)))
+
+
+def _colour(rng, cls):
+    return tuple(int(np.clip(c + rng.normal(0, 15), 0, 255)) for c in COLOURS[cls])
+
+
+def _sample_scene(rng, size, max_tries=30):
+    """1-3 shapes with at least 60 px^2 each; later shapes may occlude earlier ones."""
+    shapes = []
+    for _ in range(int(rng.integers(1, 4))):
+        for _ in range(max_tries):
+            cls = int(rng.integers(0, 3))
+            poly = _shape_polygon(rng, cls, size)
+            if _area(poly) >= 60:
+                shapes.append((cls, poly, _colour(rng, cls)))
+                break
+    return shapes
+
+
+def _write_coco(root, split, n, size, rng, start_id):
+    img_dir = osp.join(root, split)
+    os.makedirs(img_dir)
+    images, anns = [], []
+    ann_id = start_id
+    for i in range(n):
+        img = _background(rng, size)
+        draw = ImageDraw.Draw(img)
+        shapes = _sample_scene(rng, size)
+        masks = []
+        for cls, poly, col in shapes:
+            draw.polygon(poly, fill=col)
+            m = Image.new('L', (size, size), 0)
+            ImageDraw.Draw(m).polygon(poly, fill=1)
+            masks.append(np.array(m, dtype=bool))
+        # visible part of each shape after later ones are drawn on top of it
+        visible = []
+        for j, m in enumerate(masks):
+            v = m.copy()
+            for later in masks[j + 1:]:
+                v &= ~later
+            visible.append(v)
+        name = f'{split}_{i:05d}.jpg'
+        img.save(osp.join(img_dir, name), quality=92)
+        image_id = start_id + i
+        images.append(dict(id=image_id, file_name=name, width=size, height=size))
+        for (cls, poly, _), m, v in zip(shapes, masks, visible):
+            if v.sum() < 0.5 * m.sum() or v.sum() < 40:
+                continue  # mostly hidden: unlabelled (COCO annotates visible objects)
+            ys, xs = np.nonzero(v)
+            x0, y0, x1, y1 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
+            if not (v.sum() == m.sum()):
+                # partly occluded: store the visible region's outline as a polygon via its mask rle
+                from pycocotools import mask as mask_utils
+                rle = mask_utils.encode(np.asfortranarray(v.astype(np.uint8)))
+                seg = dict(size=[size, size], counts=rle['counts'].decode('ascii'))
+            else:
+                seg = [[round(c, 2) for xy in poly for c in xy]]
+            anns.append(dict(id=ann_id, image_id=image_id, category_id=cls + 1,
+                             bbox=[float(x0), float(y0), float(x1 - x0), float(y1 - y0)],
+                             area=float(v.sum()), segmentation=seg, iscrowd=0))
+            ann_id += 1
+    cats = [dict(id=i + 1, name=c, supercategory='shape') for i, c in enumerate(CLASSES)]
+    os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
+    with open(osp.join(root, 'annotations', f'instances_{split}.json'), 'w') as f:
+        json.dump(dict(images=images, annotations=anns, categories=cats,
+                       info=dict(description='mmlinattn toy COCO')), f)
+    return ann_id
+
+
+def _write_ade(root, split, n, size, rng):
+    img_dir = osp.join(root, 'images', split)
+    ann_dir = osp.join(root, 'annotations', split)
+    os.makedirs(img_dir)
+    os.makedirs(ann_dir)
+    for i in range(n):
+        img = _background(rng, size)
+        label = Image.new('L', (size, size), 1)  # 1 = background class
+        draw, ldraw = ImageDraw.Draw(img), ImageDraw.Draw(label)
+        for cls, poly, col in _sample_scene(rng, size):
+            draw.polygon(poly, fill=col)
+            ldraw.polygon(poly, fill=0, outline=0, width=1)  # unlabelled rim
+            inner = Image.new('L', (size, size), 0)
+            ImageDraw.Draw(inner).polygon(poly, fill=1)
+            inner = np.array(inner.filter(ImageFilter.MinFilter(3)), dtype=bool)
+            lab = np.array(label)
+            lab[inner] = cls + 2
+            label = Image.fromarray(lab)
+            ldraw = ImageDraw.Draw(label)
+        name = f'ADE_toy_{split}_{i:05d}'
+        img.save(osp.join(img_dir, name + '.jpg'), quality=92)
+        label.save(osp.join(ann_dir, name + '.png'))
+
+
+def _atomic_dataset(final_dir, writer, params):
+    """Write with ``writer(tmp_dir)`` then rename into ``final_dir`` (replacing an older copy)."""
+    parent = osp.dirname(osp.abspath(final_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix='.' + osp.basename(final_dir) + '.tmp-', dir=parent)
+    try:
+        writer(tmp)
+        with open(osp.join(tmp, 'COMPLETE'), 'w') as f:
+            json.dump(params, f, sort_keys=True)
+        if osp.exists(final_dir):
+            shutil.rmtree(final_dir)
+        os.replace(tmp, final_dir)
+    finally:
+        if osp.exists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def is_complete(path, params=None):
+    """True if ``path`` holds a finished dataset (made with ``params``, if given)."""
+    marker = osp.join(path, 'COMPLETE')
+    if not osp.isfile(marker):
+        return False
+    if params is None:
+        return True
+    try:
+        with open(marker) as f:
+            return json.load(f) == params
+    except ValueError:
+        return False
+
+
+def make_toy_coco(out, seed=0, train=160, val=40, size=128):
+    params = dict(kind='coco', seed=seed, train=train, val=val, size=size)
+
+    def write(tmp):
+        rng = np.random.default_rng(seed)
+        nxt = _write_coco(tmp, 'train', train, size, rng, 1)
+        _write_coco(tmp, 'val', val, size, np.random.default_rng(seed + 1), 100000 + nxt)
+    _atomic_dataset(out, write, params)
+    return params
+
+
+def make_toy_ade(out, seed=0, train=160, val=40, size=128):
+    params = dict(kind='ade', seed=seed, train=train, val=val, size=size)
+
+    def write(tmp):
+        _write_ade(tmp, 'training', train, size, np.random.default_rng(seed + 10))
+        _write_ade(tmp, 'validation', val, size, np.random.default_rng(seed + 11))
+    _atomic_dataset(out, write, params)
+    return params
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--out', default='data', help='parent folder of toy_coco/ and toy_ade/')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--train', type=int, default=160)
+    p.add_argument('--val', type=int, default=40)
+    p.add_argument('--size', type=int, default=128)
+    p.add_argument('--force', action='store_true', help='rewrite even if complete')
+    p.add_argument('--only', choices=['coco', 'ade'], help='write one of the two')
+    args = p.parse_args(argv)
+    for name, fn in (('coco', make_toy_coco), ('ade', make_toy_ade)):
+        if args.only and args.only != name:
+            continue
+        path = osp.join(args.out, f'toy_{name}')
+        params = dict(kind=name, seed=args.seed, train=args.train, val=args.val, size=args.size)
+        if is_complete(path, params) and not args.force:
+            print(f'{path}: complete, kept (use --force to rewrite)')
+            continue
+        fn(path, seed=args.seed, train=args.train, val=args.val, size=args.size)
+        print(f'{path}: written')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Convert an authors' ImageNet checkpoint (InLine / MALA release) to a clean mmengine checkpoint.
+
+    python tools/model_converters/convert_authors_checkpoint.py FAMILY ARCH SRC DST [--use-ema]
+
+FAMILY is inline_pvt, inline_swin or mavit; ARCH the size (tiny, small, ...). The source is read
+safely (weights-only, foreign objects as inert placeholders) and fitted to our backbone exactly as
+``init_cfg=dict(type='Pretrained')`` would, so a file of the wrong size fails here with the first
+mismatched keys. DST holds ``{'state_dict': ..., 'meta': {...}}`` with our key names (output norms
+excluded); it is written to a temporary file and renamed, so it is never left half-written.
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+
+import torch  # noqa: E402
+
+from mmlinattn.checkpoint import CheckpointError  # noqa: E402
+from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
+
+FAMILIES = {'inline_pvt': InLinePVT, 'inline_swin': InLineSwin, 'mavit': MAViT}
+
+
+def convert(family, arch, src, dst, use_ema=False, allow_unsafe=False):
+    cls = FAMILIES[family]
+    model = cls(arch=arch)
+    report = model.load_pretrained(src, use_ema=use_ema, allow_unsafe=allow_unsafe)
+    new = set(report['new'])
+    state = {k: v for k, v in model.state_dict().items() if k not in new}
+    meta = dict(source=osp.basename(src), family=family, arch=arch, use_ema=use_ema,
+                dropped=report['dropped'], converter='mmlinattn')
+    tmp = dst + '.tmp'
+    os.makedirs(osp.dirname(osp.abspath(dst)), exist_ok=True)
+    torch.save({'state_dict': state, 'meta': meta}, tmp)
+    os.replace(tmp, dst)
+    return report
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('family', choices=sorted(FAMILIES))
+    p.add_argument('arch')
+    p.add_argument('src')
+    p.add_argument('dst')
+    p.add_argument('--use-ema', action='store_true', help='MALA files: take model_ema')
+    p.add_argument('--allow-unsafe', action='store_true',
+                   help='permit a full unpickle if safe reading fails (trusted files only)')
+    args = p.parse_args(argv)
+    try:
+        report = convert(args.family, args.arch, args.src, args.dst, args.use_ema,
+                         args.allow_unsafe)
+    except (CheckpointError, ValueError) as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 1
+    print(f'{args.dst}: {len(report["loaded"])} tensors; dropped {len(report["dropped"])} '
+          f'classification keys')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
