@@ -12,7 +12,12 @@ So instead of switching weights-only loading off:
    its statistics methods on load: checkpoints written after ``import mmlinattn`` carry no callables;
 2. only *data* types are allow-listed for the weights-only unpickler: ``HistoryBuffer`` itself, numpy
    arrays, dtypes and scalars.
+
+And so that a run killed while saving never leaves a truncated checkpoint behind, the Runner's
+checkpoints are written to a temporary file and renamed into place (local paths).
 """
+import os
+
 import numpy as np
 import torch
 
@@ -39,6 +44,21 @@ def numpy_safe_globals():
     return types
 
 
+def _atomic(save_checkpoint):
+    def atomic_save_checkpoint(checkpoint, filename, *args, **kwargs):
+        if '://' in str(filename):  # remote backends write in one request
+            return save_checkpoint(checkpoint, filename, *args, **kwargs)
+        tmp = f'{filename}.tmp-{os.getpid()}'
+        try:
+            save_checkpoint(checkpoint, tmp, *args, **kwargs)
+            os.replace(tmp, filename)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    atomic_save_checkpoint.__wrapped__ = save_checkpoint
+    return atomic_save_checkpoint
+
+
 def apply() -> None:
     """Idempotently apply the fixes."""
     global _APPLIED
@@ -48,4 +68,6 @@ def apply() -> None:
     HistoryBuffer.__getstate__ = _history_buffer_getstate
     HistoryBuffer.__setstate__ = _history_buffer_setstate
     torch.serialization.add_safe_globals([HistoryBuffer] + numpy_safe_globals())
+    import mmengine.runner.runner as runner_module
+    runner_module.save_checkpoint = _atomic(runner_module.save_checkpoint)
     _APPLIED = True

@@ -40,6 +40,59 @@ def _dataset_cfgs(cfg: Config, which: List[str]):
             yield key, ds
 
 
+# COCO files above this size are not pre-checked (real COCO train is ~450 MB; mmdet parses it anyway).
+COCO_CHECK_MAX_BYTES = 100 * 2 ** 20
+
+
+def check_coco_annotations(path: str, logger=None) -> List[str]:
+    """Validate a COCO-format annotation file before training.
+
+    Structural problems (not JSON, truncated, no ``images``/``annotations``/``categories`` list, an
+    annotation without ``image_id``/``bbox``) raise :class:`ConfigError` naming the file and record.
+    Records mmdet would silently drop or ignore - a box of zero area, a polygon with fewer than 3
+    points - are reported as warnings (returned, and logged) naming the annotation id.
+    """
+    import json
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f'{path}: not valid JSON (truncated or corrupt?) at line {e.lineno} '
+                          f'column {e.colno}: {e.msg}') from None
+    if not isinstance(data, dict):
+        raise ConfigError(f'{path}: a COCO annotation file must hold a JSON object')
+    for key in ('images', 'annotations', 'categories'):
+        if not isinstance(data.get(key), list):
+            raise ConfigError(f'{path}: no "{key}" list - not a COCO instances file')
+    image_ids = set()
+    for i, img in enumerate(data['images']):
+        for key in ('id', 'file_name', 'width', 'height'):
+            if key not in img:
+                raise ConfigError(f'{path}: images[{i}] has no "{key}"')
+        image_ids.add(img['id'])
+    warnings = []
+    for i, ann in enumerate(data['annotations']):
+        rid = ann.get('id', f'index {i}')
+        for key in ('image_id', 'bbox', 'category_id'):
+            if key not in ann:
+                raise ConfigError(f'{path}: annotation {rid} has no "{key}"')
+        if ann['image_id'] not in image_ids:
+            warnings.append(f'annotation {rid}: image_id {ann["image_id"]} is not in "images" (dropped)')
+        bbox = ann['bbox']
+        if len(bbox) != 4 or bbox[2] < 1 or bbox[3] < 1 or ann.get('area', 1) <= 0:
+            warnings.append(f'annotation {rid}: box {bbox} has zero area (skipped)')
+        seg = ann.get('segmentation')
+        if isinstance(seg, list):
+            bad = [p for p in seg if len(p) < 6 or len(p) % 2]
+            if bad:
+                warnings.append(f'annotation {rid}: {len(bad)} polygon(s) with fewer than 3 points '
+                                f'(dropped; the instance is ignored if none is left)')
+    if warnings and logger is not None:
+        logger.warning(f'{path}: {len(warnings)} annotation record(s) will be skipped:\n  ' +
+                       '\n  '.join(warnings[:20]) + ('\n  ...' if len(warnings) > 20 else ''))
+    return warnings
+
+
 def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', 'test_dataloader')):
     """Fail before any model is built if a dataset root, annotation file or image folder is missing,
     naming the path and the config key that sets it."""
@@ -54,6 +107,10 @@ def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', '
             path = ann if osp.isabs(ann) or not root else osp.join(root, ann)
             if not osp.isfile(path):
                 problems.append(f'{key}.ann_file = {ann!r}: file not found ({path})')
+            elif 'Coco' in str(ds.get('type', '')) and path.endswith('.json') and \
+                    osp.getsize(path) <= COCO_CHECK_MAX_BYTES:
+                from mmengine.logging import MMLogger
+                check_coco_annotations(path, MMLogger.get_current_instance())
         for sub, folder in (ds.get('data_prefix') or {}).items():
             if not folder or not isinstance(folder, str):
                 continue

@@ -1,3 +1,4 @@
 from .backbones import InLinePVT, InLineSwin, MAViT  # noqa: F401  (registers them)
+from .classification import MAViTClsNeck, authors_to_classifier  # noqa: F401
 
-__all__ = ['InLinePVT', 'InLineSwin', 'MAViT']
+__all__ = ['InLinePVT', 'InLineSwin', 'MAViT', 'MAViTClsNeck', 'authors_to_classifier']

@@ -23,6 +23,19 @@ from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
 FAMILIES = {'inline_pvt': InLinePVT, 'inline_swin': InLineSwin, 'mavit': MAViT}
 
 
+def convert_classifier(family, src, dst, use_ema=False, allow_unsafe=False):
+    """The whole classifier (backbone + neck + head) for configs/classification/."""
+    from mmlinattn.checkpoint import extract_state_dict, read_checkpoint
+    from mmlinattn.models import authors_to_classifier
+    state = extract_state_dict(read_checkpoint(src, allow_unsafe=allow_unsafe), use_ema, src)
+    out = authors_to_classifier(state, family)
+    tmp = dst + '.tmp'
+    os.makedirs(osp.dirname(osp.abspath(dst)), exist_ok=True)
+    torch.save({'state_dict': out, 'meta': dict(source=osp.basename(src), family=family)}, tmp)
+    os.replace(tmp, dst)
+    return out
+
+
 def convert(family, arch, src, dst, use_ema=False, allow_unsafe=False):
     cls = FAMILIES[family]
     model = cls(arch=arch)
@@ -45,9 +58,15 @@ def main(argv=None):
     p.add_argument('src')
     p.add_argument('dst')
     p.add_argument('--use-ema', action='store_true', help='MALA files: take model_ema')
+    p.add_argument('--classifier', action='store_true',
+                   help='keep the classification parts, renamed for configs/classification/')
     p.add_argument('--allow-unsafe', action='store_true',
                    help='permit a full unpickle if safe reading fails (trusted files only)')
     args = p.parse_args(argv)
+    if args.classifier:
+        out = convert_classifier(args.family, args.src, args.dst, args.use_ema, args.allow_unsafe)
+        print(f'{args.dst}: {len(out)} tensors (mmpretrain ImageClassifier layout)')
+        return 0
     try:
         report = convert(args.family, args.arch, args.src, args.dst, args.use_ema,
                          args.allow_unsafe)

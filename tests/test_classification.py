@@ -1,0 +1,55 @@
+"""mmpretrain: each backbone under an ImageClassifier with the authors' heads, loading their file."""
+import os.path as osp
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from helpers import authors_state, save_inline_style, save_mala_style
+from mmlinattn.models import InLinePVT, InLineSwin, MAViT
+from tools.model_converters import convert_authors_checkpoint as conv
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CASES = [('inline_swin', InLineSwin, 'inline-swin-t', 'swin'),
+         ('inline_pvt', InLinePVT, 'inline-pvt-t', 'pvt'),
+         ('mavit', MAViT, 'mavit-t', 'mavit')]
+
+
+@pytest.mark.parametrize('family,cls,name,kind', CASES, ids=[c[0] for c in CASES])
+def test_classifier_loads_authors_file_and_classifies(tmp_path, family, cls, name, kind):
+    torch.manual_seed(0)
+    src = cls(arch='tiny')
+    src.init_weights()
+    state = authors_state(src, kind)
+    path = tmp_path / 'authors.pth'
+    (save_mala_style if kind == 'mavit' else save_inline_style)(path, state)
+    out = tmp_path / 'cls.pth'
+    conv.main([family, 'tiny', str(path), str(out), '--classifier'])
+
+    cfg = Config.fromfile(osp.join(ROOT, 'configs/classification', f'{name}_in1k.py'))
+    init_default_scope('mmpretrain')
+    from mmpretrain.registry import MODELS
+    model = MODELS.build(cfg.model).eval()
+    ck = torch.load(out, map_location='cpu', weights_only=True)
+    missing, unexpected = model.load_state_dict(ck['state_dict'], strict=False)
+    assert not unexpected
+    assert not [k for k in missing if not k.endswith('num_batches_tracked')], missing
+
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        logits = model(x, mode='tensor')
+        feat = model.backbone(x)[-1]                  # (B, C, 7, 7)
+        if kind == 'swin':
+            ref = feat.mean((2, 3))                   # norm3 == the authors' final norm
+        elif kind == 'pvt':
+            ref = feat.mean((2, 3))
+        else:
+            y = torch.nn.functional.conv2d(feat, state['proj.weight'], state['proj.bias'])
+            y = torch.nn.functional.batch_norm(y, state['norm.running_mean'], state['norm.running_var'],
+                                               state['norm.weight'], state['norm.bias'], eps=1e-5)
+            ref = (y * torch.sigmoid(y)).mean((2, 3))
+        w = state['head.weight'].flatten(1)
+        ref = ref @ w.t() + state['head.bias']
+    assert logits.shape == (2, 1000)
+    assert torch.allclose(logits, ref, atol=1e-4, rtol=1e-4)

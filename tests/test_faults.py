@@ -1,0 +1,277 @@
+"""Bad input and faults (issue 7): clear errors, nothing lost."""
+import hashlib
+import json
+import os
+import os.path as osp
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from mmlinattn.checkpoint import CheckpointError, read_checkpoint
+from mmlinattn.runtime import ConfigError, check_coco_annotations
+from tools import test as test_tool
+from tools import train as train_tool
+from tools.misc import make_toy_datasets as toy
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
+
+
+@pytest.fixture(scope='module')
+def toy_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp('toy')
+    toy.make_toy_coco(str(root / 'toy_coco'), seed=3, train=8, val=4, size=64)
+    toy.make_toy_ade(str(root / 'toy_ade'), seed=3, train=8, val=4, size=64)
+    return root
+
+
+def _det_overrides(root):
+    return [f'train_dataloader.dataset.data_root={root}/toy_coco/',
+            f'val_dataloader.dataset.data_root={root}/toy_coco/',
+            f'test_dataloader.dataset.data_root={root}/toy_coco/',
+            f'val_evaluator.ann_file={root}/toy_coco/annotations/instances_val.json',
+            f'test_evaluator.ann_file={root}/toy_coco/annotations/instances_val.json']
+
+
+# --------------------------------------------------------------------------- dataset paths
+def test_missing_dataset_root_is_named_with_its_config_key(tmp_path, capsys):
+    rc = train_tool.main([SEG_CFG, '--work-dir', str(tmp_path),
+                          '--cfg-options', 'train_dataloader.dataset.data_root=/nonexistent/ade'])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert 'train_dataloader.dataset.data_root' in err and '/nonexistent/ade' in err
+    assert not os.listdir(tmp_path)  # stopped before the runner (and any model) was built
+
+
+def test_missing_annotation_file_is_named(toy_data, tmp_path):
+    args = train_tool.parse_args([DET_CFG, '--work-dir', str(tmp_path), '--cfg-options'] +
+                                 _det_overrides(toy_data) +
+                                 ['train_dataloader.dataset.ann_file=annotations/nope.json'])
+    with pytest.raises(ConfigError, match=r'train_dataloader\.dataset\.ann_file.*nope\.json'):
+        train_tool.build_cfg(args)
+
+
+# --------------------------------------------------------------------------- malformed COCO
+def _coco(tmp_path, data, name='ann.json', raw=None):
+    path = tmp_path / name
+    path.write_text(raw if raw is not None else json.dumps(data))
+    return str(path)
+
+
+def test_truncated_coco_json(toy_data, tmp_path):
+    text = open(toy_data / 'toy_coco/annotations/instances_train.json').read()
+    path = _coco(tmp_path, None, raw=text[:len(text) // 2])
+    with pytest.raises(ConfigError, match=r'ann\.json: not valid JSON .*line 1'):
+        check_coco_annotations(path)
+
+
+def test_coco_without_images(tmp_path):
+    path = _coco(tmp_path, dict(annotations=[], categories=[]))
+    with pytest.raises(ConfigError, match='no "images" list'):
+        check_coco_annotations(path)
+
+
+def test_bad_records_are_reported_and_skipped(tmp_path):
+    data = dict(images=[dict(id=1, file_name='a.jpg', width=64, height=64)],
+                categories=[dict(id=1, name='x')],
+                annotations=[
+                    dict(id=7, image_id=1, category_id=1, bbox=[1, 1, 10, 10], area=100,
+                         segmentation=[[1, 1, 5, 5]]),                      # 2-point polygon
+                    dict(id=8, image_id=1, category_id=1, bbox=[3, 3, 0, 5], area=0,
+                         segmentation=[[3, 3, 3, 8, 3, 3]]),                # zero-area box
+                    dict(id=9, image_id=1, category_id=1, bbox=[1, 1, 10, 10], area=100,
+                         segmentation=[[1, 1, 11, 1, 11, 11]])])            # fine
+    warnings = check_coco_annotations(_coco(tmp_path, data))
+    assert len(warnings) == 2
+    assert 'annotation 7' in warnings[0] and 'fewer than 3 points' in warnings[0]
+    assert 'annotation 8' in warnings[1] and 'zero area' in warnings[1]
+
+
+def test_annotation_without_bbox_is_an_error(tmp_path):
+    data = dict(images=[dict(id=1, file_name='a.jpg', width=64, height=64)],
+                categories=[dict(id=1, name='x')],
+                annotations=[dict(id=5, image_id=1, category_id=1)])
+    with pytest.raises(ConfigError, match='annotation 5 has no "bbox"'):
+        check_coco_annotations(_coco(tmp_path, data))
+
+
+# --------------------------------------------------------------------------- images
+@pytest.mark.parametrize('kind', ['missing', 'corrupt'])
+def test_unreadable_image_names_the_file(toy_data, tmp_path, kind):
+    import shutil
+
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    root = tmp_path / 'toy_coco'
+    shutil.copytree(toy_data / 'toy_coco', root)
+    victim = root / 'train' / 'train_00000.jpg'
+    if kind == 'missing':
+        victim.unlink()
+    else:
+        victim.write_bytes(b'not a jpeg at all')
+    cfg = Config.fromfile(DET_CFG)
+    init_default_scope('mmdet')
+    from mmdet.registry import DATASETS
+    ds_cfg = cfg.train_dataloader.dataset
+    ds_cfg.data_root = str(root) + '/'
+    ds = DATASETS.build(ds_cfg)
+    idx = next(i for i in range(len(ds)) if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
+    with pytest.raises(Exception, match='train_00000.jpg'):
+        ds.prepare_data(idx)
+
+
+# --------------------------------------------------------------------------- checkpoints
+def test_test_tool_missing_checkpoint(toy_data, tmp_path, capsys):
+    rc = test_tool.main([DET_CFG, str(tmp_path / 'nope.pth'), '--cfg-options'] + _det_overrides(toy_data))
+    assert rc == 2 and 'nope.pth' in capsys.readouterr().err
+
+
+def test_untrusted_checkpoint_runs_no_code(tmp_path):
+    marker = tmp_path / 'pwned'
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f'touch {marker}',))
+    path = tmp_path / 'evil.pth'
+    torch.save({'model': {'w': torch.ones(1)}, 'payload': Evil()}, path)
+    obj = read_checkpoint(str(path))
+    assert not marker.exists()
+    assert torch.equal(obj['model']['w'], torch.ones(1))
+    assert 'system' in repr(obj['payload'])  # kept as an inert placeholder
+
+
+def test_not_a_checkpoint(tmp_path):
+    path = tmp_path / 'x.pth'
+    path.write_text('<html>403 Forbidden</html>')
+    with pytest.raises(CheckpointError, match='x.pth is not a readable torch checkpoint'):
+        read_checkpoint(str(path))
+
+
+# --------------------------------------------------------------------------- sizes
+@pytest.mark.parametrize('hw', [(16, 16), (8, 24), (31, 9)])
+def test_tiny_inputs_work(hw):
+    from mmlinattn.models import InLinePVT, InLineSwin, MAViT
+    for cls in (InLinePVT, InLineSwin, MAViT):
+        m = cls(arch='tiny').eval()
+        with torch.no_grad():
+            outs = m(torch.randn(1, 3, *hw))
+        assert all(torch.isfinite(o).all() and min(o.shape[-2:]) >= 1 for o in outs)
+
+
+# --------------------------------------------------------------------------- low precision
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_mala_training_with_vanishing_normaliser_stays_finite(dtype):
+    """50 steps of an all-MALA MAViT under autocast on inputs that drive phi(q), phi(k) and the
+    normaliser z towards 0 (very negative activations). --amp itself needs a GPU; this is the CPU
+    equivalent of its numerics."""
+    from mmlinattn.models import MAViT
+    torch.manual_seed(0)
+    m = MAViT(arch=dict(embed_dims=[32, 64, 64, 64], depths=[1, 1, 1, 1], num_heads=[1, 1, 1, 1]),
+              attn_type='MMMM', out_norm=True)
+    m.init_weights()
+    with torch.no_grad():  # push q and k far negative: ELU+1 -> ~exp(-40)
+        for layer in m.layers:
+            for blk in layer.blocks:
+                c = blk.attn.dim
+                blk.attn.qkvo.bias[:2 * c] = -40.0
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    m.train()
+    for _ in range(50):
+        x = torch.randn(2, 3, 32, 32) * 5
+        with torch.autocast('cpu', dtype=dtype):
+            loss = sum(o.float().square().mean() for o in m(x))
+        assert torch.isfinite(loss)
+        opt.zero_grad()
+        loss.backward()
+        assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
+        opt.step()
+
+
+# --------------------------------------------------------------------------- dataset generation
+def _tree_hash(root):
+    h = hashlib.sha256()
+    for dirpath, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            p = osp.join(dirpath, f)
+            h.update(osp.relpath(p, root).encode())
+            with open(p, 'rb') as fh:
+                h.update(fh.read())
+    return h.hexdigest()
+
+
+def test_interrupted_generation_rerun_is_complete_and_identical(tmp_path, monkeypatch):
+    clean = tmp_path / 'clean'
+    toy.make_toy_ade(str(clean), seed=5, train=6, val=3, size=48)
+    calls = {'n': 0}
+    real = toy._write_ade
+
+    def crash_on_second_split(*a, **k):
+        calls['n'] += 1
+        if calls['n'] == 2:
+            raise KeyboardInterrupt('simulated interrupt')
+        return real(*a, **k)
+    monkeypatch.setattr(toy, '_write_ade', crash_on_second_split)
+    target = tmp_path / 'interrupted'
+    with pytest.raises(KeyboardInterrupt):
+        toy.make_toy_ade(str(target), seed=5, train=6, val=3, size=48)
+    assert not target.exists()  # nothing half-written in place
+    assert not [p for p in os.listdir(tmp_path) if p.startswith('.interrupted')]
+    monkeypatch.setattr(toy, '_write_ade', real)
+    toy.make_toy_ade(str(target), seed=5, train=6, val=3, size=48)
+    assert toy.is_complete(str(target))
+    assert _tree_hash(target) == _tree_hash(clean)
+
+
+# --------------------------------------------------------------------------- kill and resume
+@pytest.mark.slow
+def test_sigkill_then_resume(toy_data, tmp_path):
+    work = tmp_path / 'work'
+    opts = [f'train_dataloader.dataset.data_root={toy_data}/toy_ade',
+            f'val_dataloader.dataset.data_root={toy_data}/toy_ade',
+            f'test_dataloader.dataset.data_root={toy_data}/toy_ade',
+            'train_cfg.max_iters=200', 'train_cfg.val_interval=1000',
+            'default_hooks.checkpoint.interval=2', 'default_hooks.checkpoint.max_keep_ckpts=100',
+            'train_dataloader.batch_size=2']
+    cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
+           '--cfg-options'] + opts
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    try:
+        while time.time() < deadline and not (work / 'iter_4.pth').exists():
+            time.sleep(0.2)
+        assert (work / 'iter_4.pth').exists(), 'no checkpoint appeared'
+        time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # every checkpoint left behind is complete; no temporary file remains
+    pths = sorted(p for p in os.listdir(work) if p.endswith('.pth'))
+    assert not [p for p in os.listdir(work) if '.tmp' in p]
+    for p in pths:
+        torch.load(work / p, map_location='cpu', weights_only=True)
+    last = int(max(pths, key=lambda p: int(p[5:-4]))[5:-4])
+    saved = torch.load(work / f'iter_{last}.pth', map_location='cpu', weights_only=True)
+
+    # resume in-process to compare the optimizer state it starts from
+    from mmengine.runner import Runner
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options'] +
+                                 opts[:-4] + ['train_cfg.max_iters=%d' % (last + 2),
+                                              'default_hooks.checkpoint.interval=2',
+                                              'train_dataloader.batch_size=2'])
+    cfg = train_tool.build_cfg(args)
+    runner = Runner.from_cfg(cfg)
+    runner._train_loop = runner.build_train_loop(runner._train_loop)
+    runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    runner.load_or_resume()
+    assert runner.iter == last
+    state = runner.optim_wrapper.state_dict()['state']
+    for k, v in saved['optimizer']['state'].items():
+        assert torch.equal(state[k]['exp_avg'], v['exp_avg'])
+    runner.train()
+    assert (work / f'iter_{last + 2}.pth').exists()
