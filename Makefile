@@ -25,6 +25,8 @@ test-all: install
 
 bench: install
 	$(PY) tools/analysis_tools/benchmark_attention.py --out docs/benchmarks
+	$(PY) tools/analysis_tools/benchmark.py --out docs/benchmarks
+	$(PY) tools/analysis_tools/get_flops.py --all-backbones
 
 clean-venv:
 	rm -rf $(VENV)

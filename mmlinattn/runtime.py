@@ -152,5 +152,22 @@ def enable_amp(cfg: Config) -> None:
     ow.setdefault('loss_scale', 'dynamic')
 
 
-def num_workers_hint():
-    return min(2, os.cpu_count() or 1)
+def add_common_args(parser) -> None:
+    """--cfg-options, --launcher and --local_rank, as every OpenMMLab tool has them."""
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value (e.g. train_dataloader.batch_size=4)')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def parse_with_common_args(parser, argv=None):
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def build_runner(cfg: Config):
+    """mmengine's Runner, or the config's own ``runner_type``."""
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+    return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)

@@ -9,14 +9,14 @@
 test-time augmentation (ADE20K: multi-scale 0.5-1.75 + flip). Checkpoints are loaded weights-only.
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 import mmlinattn  # noqa: E402,F401
-from mmlinattn.runtime import (ConfigError, DictAction, check_data_paths, load_config,  # noqa: E402
+from mmlinattn.runtime import (ConfigError, add_common_args, build_runner,  # noqa: E402
+                               check_data_paths, load_config, parse_with_common_args,
                                prepare_env, set_work_dir)
 
 
@@ -29,12 +29,8 @@ def parse_args(argv=None):
     p.add_argument('--json-prefix', help='detection: also write COCO-format json results')
     p.add_argument('--show-dir', help='save visualised predictions here (under work-dir)')
     p.add_argument('--tta', action='store_true', help='test-time augmentation of the config')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config settings')
-    p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
-    p.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = p.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    add_common_args(p)
+    return parse_with_common_args(p, argv)
 
 
 def build_cfg(args):
@@ -88,9 +84,7 @@ def main(argv=None):
     except ConfigError as e:
         print(f'tools/test.py: error: {e}', file=sys.stderr)
         return 2
-    from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
-    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    runner = build_runner(cfg)
     metrics = runner.test()
     print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in (metrics or {}).items()})
     return 0

@@ -8,15 +8,15 @@ upstream configs work too). Multi-GPU / multi-node: tools/dist_train.sh and tool
 which start this script through torchrun / srun (mmengine does the distribution).
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # repo root, for a plain checkout
 
 import mmlinattn  # noqa: E402,F401  (registers our modules, applies the stack fixes)
-from mmlinattn.runtime import (ConfigError, DictAction, check_data_paths, enable_amp,  # noqa: E402
-                               load_config, prepare_env, set_work_dir)
+from mmlinattn.runtime import (ConfigError, add_common_args, build_runner,  # noqa: E402
+                               check_data_paths, enable_amp, load_config,
+                               parse_with_common_args, prepare_env, set_work_dir)
 
 
 def parse_args(argv=None):
@@ -27,13 +27,8 @@ def parse_args(argv=None):
                    help='resume from this checkpoint, or (no value) from the latest one in work-dir')
     p.add_argument('--amp', action='store_true', help='automatic mixed precision (GPU only)')
     p.add_argument('--no-validate', action='store_true', help='skip validation during training')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction,
-                   help='override config settings, key=value (e.g. train_dataloader.batch_size=4)')
-    p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
-    p.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = p.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    add_common_args(p)
+    return parse_with_common_args(p, argv)
 
 
 def build_cfg(args):
@@ -63,9 +58,7 @@ def main(argv=None):
     except ConfigError as e:
         print(f'tools/train.py: error: {e}', file=sys.stderr)
         return 2
-    from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
-    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    runner = build_runner(cfg)
     runner.train()
     return 0
 

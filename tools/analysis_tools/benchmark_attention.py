@@ -14,39 +14,16 @@ import json
 import os
 import os.path as osp
 import platform
-import time
+import sys
+
+os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chatter
+sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 import torch
 import torch.nn.functional as F
 
+from mmlinattn.benchmark_utils import peak_memory, timeit
 from mmlinattn.ops import inline_attention, linear_attention, mala_attention
-
-
-def timeit(fn, min_time=0.3, max_reps=50):
-    fn()  # warm up
-    reps, total, best = 0, 0.0, float('inf')
-    while reps < max_reps and (total < min_time or reps < 3):
-        t = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t
-        best, total, reps = min(best, dt), total + dt, reps + 1
-        if dt > 2.0 and reps >= 1:
-            break
-    return best
-
-
-def peak_memory(fn):
-    """Peak bytes allocated by fn beyond what existed when it started (CPU, via the profiler)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:
-        fn()
-    events = sorted((e for e in prof.events() if e.cpu_memory_usage),
-                    key=lambda e: e.time_range.start)
-    cur = peak = 0
-    for e in events:
-        cur += e.cpu_memory_usage
-        peak = max(peak, cur)
-    return peak
 
 
 def gemm_gflops(n=2048):

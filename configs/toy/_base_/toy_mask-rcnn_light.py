@@ -1,4 +1,5 @@
-# Mask R-CNN heads slimmed for CPU toy runs (FPN/heads 64 channels, fewer sampled RoIs); the real
+# Mask R-CNN heads slimmed for CPU toy runs (FPN/heads 64 channels, fewer proposals and sampled
+# RoIs, half of them positive); the real
 # configs use mmdet's standard heads.
 _base_ = '../../_base_/models/mask-rcnn_fpn.py'
 model = dict(
@@ -11,4 +12,6 @@ model = dict(
         mask_head=dict(num_convs=2, in_channels=64, conv_out_channels=64, num_classes=3)),
     train_cfg=dict(
         rpn=dict(sampler=dict(num=128)),
-        rcnn=dict(sampler=dict(num=128))))
+        rpn_proposal=dict(nms_pre=500, max_per_img=300),
+        rcnn=dict(sampler=dict(num=64, pos_fraction=0.5))),
+    test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=300)))

@@ -123,6 +123,8 @@ class MAViT(LinAttnBackbone):
             ``MAViT_*.pth`` directly (``use_ema=True`` picks ``model_ema``).
         norm_cfg (dict): norm of stem and downsampling (``BN``; ``SyncBN`` for multi-GPU).
         out_norm (bool): add the LayerNorm on each output (the authors' downstream setup).
+        layer_scale_init (float | list | None): override the arch's initial LayerScale values
+            (e.g. a small value to start the blocks near identity when training from scratch).
     """
     arch_zoo = {
         'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 6, 2], num_heads=[1, 2, 4, 8],
@@ -145,13 +147,16 @@ class MAViT(LinAttnBackbone):
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
                  drop_path_rate: Optional[float] = None, ffn_ratio: float = 3.5,
                  norm_cfg: dict = dict(type='BN', requires_grad=True), out_norm: bool = True,
-                 init_cfg=None):
+                 layer_scale_init=None, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         arch = self.resolve_arch(arch)
         self.arch_name = arch['name']
         dims, depths, heads = arch['embed_dims'], arch['depths'], arch['num_heads']
         num_stages = len(depths)
         layer_scale = arch.get('layer_scale', [None] * num_stages)
+        if layer_scale_init is not None:
+            layer_scale = (list(layer_scale_init) if isinstance(layer_scale_init, (list, tuple))
+                           else [layer_scale_init] * num_stages)
         dpr_max = arch.get('drop_path_rate', 0.1) if drop_path_rate is None else drop_path_rate
         cores = parse_stage_attn(attn_type or self.default_attn_type, depths, _CORE_LETTERS,
                                  type(self).__name__)

@@ -1,0 +1,84 @@
+"""The pinned stack and its known pitfalls (DESIGN.md section 7), each handled on purpose."""
+import io
+
+import pytest
+import torch
+
+
+def test_versions_are_the_measured_stack():
+    import mmcv
+    import mmdet
+    import mmengine
+    import mmpretrain
+    import mmseg
+    import numpy
+    import torchvision
+    assert torch.__version__.startswith('2.14.1')
+    assert torchvision.__version__.startswith('0.29.1')
+    assert (mmcv.__version__, mmengine.__version__, mmdet.__version__, mmseg.__version__,
+            mmpretrain.__version__) == ('2.1.0', '0.10.7', '3.3.0', '1.2.2', '1.2.0')
+    assert int(numpy.__version__.split('.')[0]) >= 2
+
+
+def test_mmcv_has_its_compiled_ops():
+    from mmcv.ops import RoIAlign, nms
+    boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]])
+    dets, keep = nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5)
+    assert keep.tolist() == [0, 2]
+    out = RoIAlign((2, 2), 1.0, 0)(torch.ones(1, 1, 8, 8), torch.tensor([[0., 0., 0., 4., 4.]]))
+    assert torch.allclose(out, torch.ones(1, 1, 2, 2))
+
+
+def test_setuptools_keeps_pkg_resources_for_base_config_inheritance():
+    import setuptools
+    assert int(setuptools.__version__.split('.')[0]) < 82
+    import pkg_resources  # noqa: F401  (mmengine's `mmdet::` resolution imports it)
+    from mmengine.config import Config
+    cfg = Config.fromstring("_base_ = 'mmdet::_base_/models/mask-rcnn_r50_fpn.py'\n", '.py')
+    assert cfg.model.type == 'MaskRCNN'
+
+
+@pytest.mark.parametrize('scope', ['mmdet', 'mmseg', 'mmpretrain'])
+def test_one_registration_three_scopes(scope):
+    import importlib
+
+    import torch.nn as nn
+    from mmengine.registry import MODELS as ROOT
+    import mmlinattn  # noqa: F401
+
+    name = f'_DummyFor{scope}'
+    if name not in ROOT.module_dict:
+        ROOT.register_module(name=name, module=type(name, (nn.Module,), {}))
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    assert registry.get(name) is ROOT.get(name)
+    assert type(registry.build(dict(type='MAViT', arch='tiny'))).__name__ == 'MAViT'
+    assert registry.get('InLineSwin') is not None and registry.get('InLinePVT') is not None
+
+
+def test_mmengine_history_buffer_checkpoints_load_weights_only():
+    """torch >= 2.6 loads weights-only by default; mmengine's message hub pickles HistoryBuffers
+    (and, unpatched, their bound methods via builtins.getattr)."""
+    import mmlinattn  # noqa: F401  (applies the fix)
+    from mmengine.logging import HistoryBuffer
+    buf = HistoryBuffer()
+    for v in (1.0, 2.0, 4.0):
+        buf.update(v)
+    f = io.BytesIO()
+    torch.save({'message_hub': {'log_scalars': {'loss': buf}}, 'w': torch.ones(2)}, f)
+    f.seek(0)
+    unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(f.getvalue()))
+    assert 'builtins.getattr' not in unsafe
+    obj = torch.load(f, weights_only=True)
+    loaded = obj['message_hub']['log_scalars']['loss']
+    assert loaded.mean() == pytest.approx(7 / 3) and loaded.current() == 4.0
+    assert loaded.statistics('max') == 4.0
+
+
+def test_amp_on_cpu_is_refused_clearly():
+    from mmengine.config import Config
+
+    from mmlinattn.runtime import ConfigError, enable_amp
+    if torch.cuda.is_available():
+        pytest.skip('a GPU is present: --amp is allowed')
+    with pytest.raises(ConfigError, match='--amp needs a CUDA GPU'):
+        enable_amp(Config(dict(optim_wrapper=dict(type='OptimWrapper'))))
