@@ -121,10 +121,11 @@ def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
             'the local file; nothing is downloaded at run time')
     if not osp.isfile(path):
         raise CheckpointError(f'checkpoint file not found: {path}')
-    from .compat import numpy_safe_globals
+    from . import compat
+    compat.apply()  # numpy data types and HistoryBuffer allowed process-wide (idempotent); no
+    # `safe_globals` context here: on exit it would remove them again, also for mmengine's loads
     try:
-        with torch.serialization.safe_globals(numpy_safe_globals()):
-            return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 - classified below
         first_err = err
     try:

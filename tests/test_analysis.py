@@ -65,8 +65,11 @@ def test_mavit_records_mala_and_softmax(tmp_path):
     recs = collect_attention(model.eval(), torch.randn(1, 3, 64, 64))
     assert {r['core'] for r in recs} == {'mala', 'softmax'}
     for r in recs:
-        rows = r['attn'].sum(-1)
-        assert torch.allclose(rows, torch.ones_like(rows), atol=1e-3)
+        assert torch.isfinite(r['attn']).all()
+        if r['core'] == 'softmax':
+            rows = r['attn'].sum(-1)
+            assert torch.allclose(rows, torch.ones_like(rows), atol=1e-4)
+        # MALA rows sum to 1 only without RoPE: the authors rotate the numerator, not z
 
 
 def test_analyze_attention_tool_writes_png(tmp_path, capsys):

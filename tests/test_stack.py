@@ -82,3 +82,17 @@ def test_amp_on_cpu_is_refused_clearly():
         pytest.skip('a GPU is present: --amp is allowed')
     with pytest.raises(ConfigError, match='--amp needs a CUDA GPU'):
         enable_amp(Config(dict(optim_wrapper=dict(type='OptimWrapper'))))
+
+
+def test_reading_an_authors_file_keeps_the_allow_list(tmp_path):
+    """Regression: torch's ``safe_globals`` context removes its globals on exit - also ones that
+    were allow-listed process-wide - which broke mmengine's later weights-only loads."""
+    import numpy as np
+
+    from mmlinattn.checkpoint import read_checkpoint
+    a = tmp_path / 'a.pth'
+    torch.save({'model': {'w': torch.ones(1)}, 'acc': np.float64(81.2)}, a)
+    read_checkpoint(str(a))
+    b = tmp_path / 'b.pth'
+    torch.save({'meta': {'arr': np.arange(3), 'x': np.float32(1.5)}}, b)
+    assert torch.load(b, weights_only=True)['meta']['x'] == np.float32(1.5)
