@@ -38,7 +38,10 @@ def build_models(names):
     unknown = set(names) - set(zoo)
     if unknown:
         raise SystemExit(f'unknown models {sorted(unknown)}; choose from {list(zoo)}')
-    return {n: zoo[n]().eval() for n in names}
+    models = {n: zoo[n]() for n in names}
+    for m in models.values():
+        m.eval()  # (mmdet's backbones' train() returns None, so no chaining)
+    return models
 
 
 def parse_size(s):
