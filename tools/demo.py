@@ -108,6 +108,19 @@ def main(argv=None):
               f'{after.get(key, float("nan")):10.3f}')
     print(f'wall time: {wall / 60:.1f} min (logs and checkpoints in work_dirs/demo_det, demo_seg)')
     print('=' * 72)
+    if args.quick:
+        return 0
+    # learning checks, set from measured runs (README): far above the untrained models
+    problems = []
+    if not seg[1].get('mIoU', 0) >= 50:
+        problems.append(f'toy mIoU {seg[1].get("mIoU")} < 50')
+    ap50, ap50_0 = det[1].get('coco/bbox_mAP_50', 0), det[0].get('coco/bbox_mAP_50', 0)
+    if not (ap50 >= 0.02 and ap50 >= 3 * ap50_0):
+        problems.append(f'toy bbox AP50 {ap50} not >= max(0.02, 3 x untrained {ap50_0})')
+    if problems:
+        print('demo: the models did not learn as expected: ' + '; '.join(problems))
+        return 1
+    print('demo: both models learned (mIoU >= 50; bbox AP50 >= 0.02 and >= 3x untrained)')
     return 0
 
 
