@@ -9,6 +9,7 @@
 test-time augmentation (ADE20K: multi-scale 0.5-1.75 + flip). Checkpoints are loaded weights-only.
 """
 import argparse
+import numbers
 import os.path as osp
 import sys
 
@@ -86,7 +87,10 @@ def main(argv=None):
         return 2
     runner = build_runner(cfg)
     metrics = runner.test()
-    print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in (metrics or {}).items()})
+    def plain(v):  # numpy scalars printed as plain numbers
+        real = isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
+        return round(float(v), 4) if real else v
+    print({k: plain(v) for k, v in (metrics or {}).items()})
     return 0
 
 
