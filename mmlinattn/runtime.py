@@ -111,7 +111,10 @@ def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', '
                     osp.getsize(path) <= COCO_CHECK_MAX_BYTES:
                 from mmengine.logging import MMLogger
                 check_coco_annotations(path, MMLogger.get_current_instance())
-        for sub, folder in (ds.get('data_prefix') or {}).items():
+        prefix = ds.get('data_prefix') or {}
+        if isinstance(prefix, str):  # mmpretrain: data_prefix='train'
+            prefix = dict(img_path=prefix)
+        for sub, folder in prefix.items():
             if not folder or not isinstance(folder, str):
                 continue
             path = folder if osp.isabs(folder) or not root else osp.join(root, folder)

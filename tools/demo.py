@@ -114,13 +114,12 @@ def main(argv=None):
     problems = []
     if not seg[1].get('mIoU', 0) >= 50:
         problems.append(f'toy mIoU {seg[1].get("mIoU")} < 50')
-    ap50, ap50_0 = det[1].get('coco/bbox_mAP_50', 0), det[0].get('coco/bbox_mAP_50', 0)
-    if not (ap50 >= 0.02 and ap50 >= 3 * ap50_0):
-        problems.append(f'toy bbox AP50 {ap50} not >= max(0.02, 3 x untrained {ap50_0})')
+    if not det[1].get('coco/bbox_mAP_50', 0) >= 0.5:
+        problems.append(f'toy bbox AP50 {det[1].get("coco/bbox_mAP_50")} < 0.5')
     if problems:
         print('demo: the models did not learn as expected: ' + '; '.join(problems))
         return 1
-    print('demo: both models learned (mIoU >= 50; bbox AP50 >= 0.02 and >= 3x untrained)')
+    print('demo: both models learned (bbox AP50 >= 0.5, mIoU >= 50; untrained: ~0.01 and ~22)')
     return 0
 
 
