@@ -126,8 +126,8 @@ def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
     # `safe_globals` context here: on exit it would remove them again, also for mmengine's loads
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - classified below
-        first_err = err
+    except Exception:  # noqa: BLE001 - not weights-only: try the restricted reader below
+        pass
     try:
         obj = torch.load(path, map_location=map_location, weights_only=False,
                          pickle_module=_RestrictedPickleModule)

@@ -59,7 +59,6 @@ def main():
     rows = []
     for n in args.tokens:
         q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
-        kv = k.transpose(-2, -1) @ v
 
         def floor():
             s = torch.matmul(k.transpose(-2, -1), v)
@@ -102,7 +101,6 @@ def plot(rows, path):
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    ns = [r['N'] for r in rows]
     for name, style in [('sdpa', 'k-o'), ('linear', 'b-s'), ('inline', 'g-^'), ('mala', 'r-v'),
                         ('floor', 'c--')]:
         pts = [(r['N'], r['time_s'][name] * 1e3) for r in rows if name in r['time_s']]

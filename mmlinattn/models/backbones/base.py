@@ -1,6 +1,6 @@
 """What the three backbone families share: arch tables, init / pretrained loading, freezing."""
 import copy
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Dict, Iterable, Sequence
 
 import torch
 import torch.nn as nn
