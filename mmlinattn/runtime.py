@@ -169,6 +169,15 @@ def parse_with_common_args(parser, argv=None):
     return args
 
 
+def model_registry(cfg: Config):
+    """The ``MODELS`` registry of the config's toolbox (``default_scope``), with that scope set."""
+    import importlib
+
+    from mmengine.registry import init_default_scope
+    init_default_scope(cfg.default_scope)
+    return importlib.import_module(cfg.default_scope + '.registry').MODELS
+
+
 def build_runner(cfg: Config):
     """mmengine's Runner, or the config's own ``runner_type``."""
     from mmengine.registry import RUNNERS

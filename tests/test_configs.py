@@ -6,8 +6,8 @@ import os.path as osp
 import pytest
 import torch
 from mmengine.config import Config
-from mmengine.registry import init_default_scope
 
+from mmlinattn.runtime import model_registry as registry
 from tools.misc import generate_configs
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -17,19 +17,7 @@ TOY_CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'toy', '*.py')))
 
 
 def load(path):
-    cfg = Config.fromfile(path)
-    init_default_scope(cfg.default_scope)
-    return cfg
-
-
-def registry(cfg):
-    if cfg.default_scope == 'mmdet':
-        from mmdet.registry import MODELS
-    elif cfg.default_scope == 'mmseg':
-        from mmseg.registry import MODELS
-    else:
-        from mmpretrain.registry import MODELS
-    return MODELS
+    return Config.fromfile(path)
 
 
 def test_generated_configs_are_up_to_date():

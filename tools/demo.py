@@ -53,16 +53,12 @@ def metrics(text):
 
 def untrained_checkpoint(config, path):
     """Save the randomly initialised model: the 'chance level' is measured on it."""
-    import importlib
-
     import torch
     from mmengine.config import Config
-    from mmengine.registry import init_default_scope
     sys.path.insert(0, ROOT)
-    import mmlinattn  # noqa: F401
+    from mmlinattn.runtime import model_registry
     cfg = Config.fromfile(osp.join(ROOT, config))
-    init_default_scope(cfg.default_scope)
-    models = importlib.import_module(cfg.default_scope + '.registry').MODELS
+    models = model_registry(cfg)
     torch.manual_seed(0)
     model = models.build(cfg.model)
     model.init_weights()

@@ -89,11 +89,10 @@ class _DenseForward(torch.nn.Module):
 
 def config_flops(path, shape=None):
     from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-    import importlib
+
+    from mmlinattn.runtime import model_registry
     cfg = Config.fromfile(path)
-    init_default_scope(cfg.default_scope)
-    models = importlib.import_module(cfg.default_scope + '.registry').MODELS
+    models = model_registry(cfg)
     cfg.model.backbone.init_cfg = None
     model = models.build(cfg.model).eval()
     if shape is None:

@@ -19,7 +19,7 @@ from mmlinattn.ops import (apply_rope, dynamic_depthwise_conv3x3, inline_attenti
                            inline_attention_matrix, linear_attention, linear_attention_matrix,
                            mala_attention, mala_attention_matrix, rope_sin_cos, softmax_attention,
                            softmax_attention_matrix)
-from mmlinattn.ops.kernels import KERNELS, rope_angles
+from mmlinattn.ops.kernels import get_kernel, rope_angles
 
 CORES = ('inline', 'linear', 'softmax', 'mala')
 
@@ -103,8 +103,8 @@ class TokenAttention(nn.Module):
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
         self.kernel = kernel
-        if kernel is not None and kernel not in KERNELS:
-            raise ValueError(f'unknown kernel {kernel!r}; choose one of {sorted(KERNELS)}')
+        if kernel is not None:
+            get_kernel(kernel)  # fails early, listing the valid kernels
         if qkv_layout == 'qkv':
             self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         elif qkv_layout == 'q_kv':
