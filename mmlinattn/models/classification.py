@@ -1,6 +1,7 @@
 """Pieces to run the backbones as the authors' ImageNet classifiers under mmpretrain.
 
-* InLine-Swin: backbone (out_indices=(3,), its ``norm3`` = the authors' final ``norm``) ->
+* InLine-Swin: backbone (out_indices=(3,), its output norm ``out_norms.3`` = the authors' final
+  ``norm``) ->
   GlobalAveragePooling -> LinearClsHead;
 * InLine-PVT: backbone (out_indices=(3,), no norm) -> GlobalAveragePooling -> LinearClsHead;
 * MAViT: backbone (out_indices=(3,), no output norm) -> :class:`MAViTClsNeck` (Conv1x1 -> BN ->
@@ -45,7 +46,7 @@ def authors_to_classifier(state: Dict[str, torch.Tensor], family: str) -> Dict[s
         elif family == 'mavit' and k.startswith(('proj.', 'norm.')):
             out['neck.' + k] = v
         elif family == 'inline_swin' and k.startswith('norm.'):
-            out['backbone.norm3.' + k[5:]] = v
+            out['backbone.out_norms.3.norm.' + k[5:]] = v
         else:
             out['backbone.' + k] = v
     return out

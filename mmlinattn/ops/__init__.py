@@ -1,4 +1,4 @@
-"""Attention math as pure functions (DESIGN.md section 1)."""
+"""Attention math as pure functions (docs/design.md section 1)."""
 from .attention import (inline_attention, inline_attention_matrix, inline_attention_reference,
                         linear_attention, linear_attention_matrix, linear_attention_reference,
                         mala_attention, mala_attention_matrix, mala_attention_reference,

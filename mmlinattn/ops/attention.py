@@ -6,7 +6,7 @@ Every attention has three forms:
 * ``<name>_attention_matrix(q, k, ...)``: the explicit (B, h, N, N) score matrix A, quadratic,
 * ``<name>_attention_reference(q, k, v, ...)``: ``A @ v`` from that matrix, the test oracle.
 
-The formulas are DESIGN.md section 1. ``scale`` defaults to ``d ** -0.5``.
+The formulas are in docs/design.md, section 1. ``scale`` defaults to ``d ** -0.5``.
 
 Low precision: the linear attentions accumulate their d x d state and normalisers in float32 (autocast
 is switched off inside and half inputs are promoted); the result comes back in the input dtype.
@@ -101,7 +101,7 @@ def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
     """Injective linear attention, linear time, O(N d^2).
 
     ``out = phi(Q) [ (s/N) phi(K)^T V - s mean(phi(K))^T mean(V) ] + mean(V)`` with ``s = scale``,
-    which is DESIGN's ``phi(Q) kv + (1 - s phi(Q) mean(phi(K))^T) mean(V)`` with the rank-one term
+    which is the paper form ``phi(Q) kv + (1 - s phi(Q) mean(phi(K))^T) mean(V)`` with the rank-one term
     folded into the d x d state, so the whole output is one batched GEMM plus a broadcast add.
     """
     _check_qkv(q, k, v)
@@ -191,7 +191,7 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
 def mala_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,
                           rope: RopeTables = None, eps: float = 1e-6, beta: bool = True,
                           gamma: bool = True) -> Tensor:
-    """A_ij = beta_i (s/N) phi~(q_i).phi~(k_j) - z_i / N (DESIGN 1.2)."""
+    """A_ij = beta_i (s/N) phi~(q_i).phi~(k_j) - z_i / N (docs/design.md 1.2)."""
     _check_qkv(q, k)
     s = _scale(q, scale)
     n = k.shape[-2]

@@ -1,6 +1,7 @@
-"""What the three backbone families share: arch tables, init / pretrained loading, freezing."""
+"""What the three backbone families share: arch tables, argument checks, the drop-path schedule,
+output norms, init / pretrained loading, freezing."""
 import copy
-from typing import Dict, Iterable, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -9,24 +10,90 @@ from mmengine.model import BaseModule
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmlinattn.checkpoint import extract_state_dict, fit_state_dict, read_checkpoint
+from mmlinattn.models.layers import CORE_LETTERS, LayerNorm2d
 
 
 class LinAttnBackbone(BaseModule):
     """Base class: ``arch`` resolution, ``init_cfg`` Pretrained loading of the authors' files,
     ``frozen_stages`` and ``norm_eval``.
 
-    Subclasses define ``arch_zoo``, ``_ckpt_drop_prefixes`` (classification parts of the authors'
-    checkpoints), ``_ckpt_tolerated`` (buffers we recompute), ``_new_prefixes`` (our output norms), and
-    ``_frozen_modules(i)`` (the modules of stage i; i = 0 the stem).
+    Subclasses define ``arch_zoo``, ``attn_letters`` (the ``attn_type`` letters their blocks support),
+    ``_ckpt_drop_prefixes`` (classification parts of the authors' checkpoints), ``_ckpt_tolerated``
+    (buffers we recompute), ``out_norm_name`` (the attribute holding the output norms) and
+    ``_stage_modules(i)`` (the modules of stage i; i = 0 the stem).
     """
     arch_zoo: Dict[str, dict] = {}
     arch_keys: Sequence[str] = ()
+    attn_letters: str = 'ISL'
+    out_norm_name: str = 'out_norms'
     _ckpt_drop_prefixes: Sequence[str] = ('head.',)
     _ckpt_tolerated: Sequence[str] = ()
-    _new_prefixes: Sequence[str] = ()
 
     def __init__(self, init_cfg=None):
         super().__init__(init_cfg=copy.deepcopy(init_cfg))
+
+    @property
+    def _new_prefixes(self) -> Sequence[str]:
+        """Keys that the authors' classification files cannot have: our output norms."""
+        return (self.out_norm_name + '.',)
+
+    @classmethod
+    def letters(cls) -> Dict[str, str]:
+        """``attn_type`` letter -> core name, for this family."""
+        return {k: CORE_LETTERS[k] for k in cls.attn_letters}
+
+    # ------------------------------------------------------------------ construction
+    def _setup(self, arch, out_indices: Sequence[int], frozen_stages: int, norm_eval: bool,
+               with_cp: bool, drop_path_rate: Optional[float]) -> dict:
+        """Resolve ``arch`` and check / store the arguments every family takes.
+
+        Sets ``arch_name``, ``depths``, ``num_stages``, ``out_indices``, ``frozen_stages``,
+        ``norm_eval``, ``with_cp`` and ``dpr`` (one drop-path rate per block, per stage, rising
+        linearly from 0 to ``drop_path_rate`` over the whole network). Returns the arch dict.
+        """
+        owner = type(self).__name__
+        arch = self.resolve_arch(arch)
+        self.arch_name = arch['name']
+        self.depths = list(arch['depths'])
+        n = self.num_stages = len(self.depths)
+        out_indices = tuple(out_indices) if isinstance(out_indices, (list, tuple)) else (out_indices,)
+        if not out_indices:
+            raise ValueError(f'{owner}: out_indices is empty; choose stages from {list(range(n))}, '
+                             'e.g. (0, 1, 2, 3)')
+        bad = [i for i in out_indices if not isinstance(i, int) or not 0 <= i < n]
+        if bad or len(set(out_indices)) != len(out_indices) or list(out_indices) != sorted(out_indices):
+            raise ValueError(f'{owner}: out_indices {out_indices} must be distinct, increasing stage '
+                             f'indices from {list(range(n))}')
+        if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= n:
+            raise ValueError(f'{owner}: frozen_stages={frozen_stages!r} must be an int from -1 (nothing '
+                             f'frozen), 0 (the stem) ... {n} (every stage)')
+        rate = arch.get('drop_path_rate', 0.1) if drop_path_rate is None else drop_path_rate
+        if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            raise ValueError(f'{owner}: drop_path_rate={rate!r} must lie in [0, 1)')
+        self.out_indices = out_indices
+        self.frozen_stages, self.norm_eval, self.with_cp = frozen_stages, norm_eval, with_cp
+        rates = torch.linspace(0, float(rate), sum(self.depths)).tolist()
+        starts = [sum(self.depths[:i]) for i in range(n)]
+        self.dpr: List[List[float]] = [rates[s:s + d] for s, d in zip(starts, self.depths)]
+        return arch
+
+    def _set_dims(self, dims: Sequence[int]) -> None:
+        """Channels per stage; ``num_features`` = the channels of the returned stages."""
+        self.embed_dims = list(dims)
+        self.num_features = [self.embed_dims[i] for i in self.out_indices]
+
+    def _build_out_norms(self, out_norm: bool, eps: float) -> None:
+        """A LayerNorm over channels on each *returned* stage (``<out_norm_name>.<stage>``); the other
+        stages get an ``Identity``, so no parameter is left without a gradient (DDP)."""
+        self.out_norm = out_norm
+        if out_norm:
+            setattr(self, self.out_norm_name, nn.ModuleList(
+                [LayerNorm2d(d, eps=eps) if i in self.out_indices else nn.Identity()
+                 for i, d in enumerate(self.embed_dims)]))
+
+    def _output(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Stage i's (B, C, H, W) output through its output norm, if any."""
+        return getattr(self, self.out_norm_name)[i](x) if self.out_norm else x
 
     @classmethod
     def resolve_arch(cls, arch) -> dict:
@@ -105,8 +172,15 @@ class LinAttnBackbone(BaseModule):
                               path=checkpoint, logger=logger)
 
     # ------------------------------------------------------------------ freezing
-    def _frozen_modules(self, i: int) -> Iterable[nn.Module]:
+    def _stage_modules(self, i: int) -> Iterable[nn.Module]:
+        """Modules (or parameters) of stage i, i = 0 the stem."""
         raise NotImplementedError
+
+    def _frozen_modules(self, i: int) -> Iterable[nn.Module]:
+        mods = list(self._stage_modules(i))
+        if i > 0 and self.out_norm:
+            mods.append(getattr(self, self.out_norm_name)[i - 1])
+        return mods
 
     def _freeze_stages(self):
         for i in range(self.frozen_stages + 1):

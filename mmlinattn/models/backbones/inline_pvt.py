@@ -1,4 +1,4 @@
-"""InLine-PVT (DESIGN.md section 2.2): PVTv1 with InLine attention, twice the heads, no spatial
+"""InLine-PVT (docs/design.md section 2.2): PVTv1 with InLine attention, twice the heads, no spatial
 reduction, per-stage learned position tables resized bilinearly, no final norm.
 
 Parameter names equal the authors' (``patch_embed{i}.{proj,norm}``, ``pos_embed{i}``,
@@ -10,39 +10,13 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from mmlinattn.checkpoint import resize_pos_embed
-from mmlinattn.models.layers import DropPath, Mlp, TokenAttention
+from mmlinattn.models.layers import DropPath, Mlp, PatchEmbed, TokenAttention
 from mmlinattn.registry import MODELS
 
 from .base import LinAttnBackbone
 from .utils import parse_stage_attn
-
-_CORE_LETTERS = {'I': 'inline', 'S': 'softmax', 'L': 'linear'}
-
-
-class PatchEmbed(nn.Module):
-    """Conv (kernel = stride = patch) + LayerNorm (eps 1e-5, as the authors').
-
-    Inputs whose size is not a multiple of the patch are zero-padded at the bottom/right, so the output
-    is ceil(H / patch) x ceil(W / patch) (mmdet's 'corner' padding).
-    """
-
-    def __init__(self, in_channels: int, dim: int, patch: int):
-        super().__init__()
-        self.patch = patch
-        self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch, stride=patch)
-        self.norm = nn.LayerNorm(dim)
-
-    def forward(self, x) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        h, w = x.shape[-2:]
-        ph, pw = (-h) % self.patch, (-w) % self.patch
-        if ph or pw:
-            x = F.pad(x, (0, pw, 0, ph))
-        x = self.proj(x)
-        hw = x.shape[-2:]
-        return self.norm(x.flatten(2).transpose(1, 2)), (int(hw[0]), int(hw[1]))
 
 
 class PVTBlock(nn.Module):
@@ -73,6 +47,8 @@ class InLinePVT(LinAttnBackbone):
         attn_cfg (dict): TokenAttention options (``kernel``, ``local_residual``) for ablations.
         pretrain_img_size (int): size the position tables were learned at (224).
         out_norm (bool): add a LayerNorm on each output (off by default: the authors' model has none).
+        pad_patches (bool): zero-pad inputs whose size is not a multiple of the patch (``True``) or let
+            the strided convs drop the remainder (``False``, PVT v1's own behaviour).
     """
     arch_zoo = {
         'tiny': dict(depths=[2, 2, 2, 2], drop_path_rate=0.1),
@@ -84,34 +60,25 @@ class InLinePVT(LinAttnBackbone):
         _v.update(embed_dims=[64, 128, 320, 512], num_heads=[2, 4, 10, 16], mlp_ratios=[8, 8, 4, 4])
     del _v
     arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
+    attn_letters = 'ISL'
     default_attn_type = 'IIII'
     _ckpt_drop_prefixes = ('head.',)
-    _new_prefixes = ('out_norms.',)
 
     def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
                  attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
                  drop_path_rate: Optional[float] = None, drop_rate: float = 0.,
                  pretrain_img_size: int = 224, patch_size: int = 4,
-                 sr_ratios: Sequence[int] = (8, 4, 2, 1), out_norm: bool = False, init_cfg=None):
+                 sr_ratios: Sequence[int] = (8, 4, 2, 1), out_norm: bool = False,
+                 pad_patches: bool = True, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        arch = self.resolve_arch(arch)
-        self.arch_name = arch['name']
-        dims, depths, heads, ratios = (arch['embed_dims'], arch['depths'], arch['num_heads'],
-                                       arch['mlp_ratios'])
-        n = len(depths)
-        cores = parse_stage_attn(attn_type or self.default_attn_type, depths, _CORE_LETTERS,
+        arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
+        self._set_dims(arch['embed_dims'])
+        dims, depths, n = self.embed_dims, self.depths, self.num_stages
+        heads, ratios = list(arch['num_heads']), list(arch['mlp_ratios'])
+        cores = parse_stage_attn(attn_type or self.default_attn_type, depths, self.letters(),
                                  type(self).__name__)
-        dpr_max = arch.get('drop_path_rate', 0.1) if drop_path_rate is None else drop_path_rate
-        dpr = torch.linspace(0, dpr_max, sum(depths)).tolist()
-        self.embed_dims, self.depths, self.num_heads = list(dims), list(depths), list(heads)
-        self.out_indices = tuple(out_indices)
-        for i in self.out_indices:
-            if not 0 <= i < n:
-                raise ValueError(f'out_indices {out_indices} must lie in [0, {n})')
-        self.frozen_stages, self.norm_eval, self.with_cp = frozen_stages, norm_eval, with_cp
-        self.num_features = [dims[i] for i in self.out_indices]
-        self.num_stages = n
+        self.num_heads = heads
         self.pos_hw = []
         side = pretrain_img_size // patch_size
         for i in range(n):
@@ -120,17 +87,14 @@ class InLinePVT(LinAttnBackbone):
             self.pos_hw.append((side, side))
             setattr(self, f'patch_embed{i + 1}',
                     PatchEmbed(in_channels if i == 0 else dims[i - 1], dims[i],
-                               patch_size if i == 0 else 2))
+                               patch_size if i == 0 else 2, pad=pad_patches))
             setattr(self, f'pos_embed{i + 1}', nn.Parameter(torch.zeros(1, side * side, dims[i])))
             setattr(self, f'pos_drop{i + 1}', nn.Dropout(drop_rate))
-            start = sum(depths[:i])
             setattr(self, f'block{i + 1}', nn.ModuleList([
-                PVTBlock(dims[i], heads[i], ratios[i], cores[i][j], dpr[start + j],
+                PVTBlock(dims[i], heads[i], ratios[i], cores[i][j], self.dpr[i][j],
                          sr_ratio=sr_ratios[i] if cores[i][j] == 'softmax' else 1, attn_cfg=attn_cfg)
                 for j in range(depths[i])]))
-        self.out_norm = out_norm
-        if out_norm:
-            self.out_norms = nn.ModuleList([nn.LayerNorm(dims[i], eps=1e-6) for i in range(n)])
+        self._build_out_norms(out_norm, eps=1e-6)
         self._freeze_stages()
 
     def _post_init(self):
@@ -147,15 +111,12 @@ class InLinePVT(LinAttnBackbone):
                     state[key] = resize_pos_embed(state[key], (side, side), self.pos_hw[i])
         return state
 
-    def _frozen_modules(self, i):
+    def _stage_modules(self, i):
         # 0: the stem (patch_embed1 + pos_embed1); s >= 1: everything of stage s
         if i == 0:
             return [self.patch_embed1, self.pos_embed1]
-        mods = [getattr(self, f'patch_embed{i}'), getattr(self, f'pos_embed{i}'),
+        return [getattr(self, f'patch_embed{i}'), getattr(self, f'pos_embed{i}'),
                 getattr(self, f'block{i}')]
-        if self.out_norm:
-            mods.append(self.out_norms[i - 1])
-        return mods
 
     def get_pos_embed(self, i: int, hw: Tuple[int, int]) -> torch.Tensor:
         pos = getattr(self, f'pos_embed{i + 1}')
@@ -169,10 +130,9 @@ class InLinePVT(LinAttnBackbone):
             x = getattr(self, f'pos_drop{i + 1}')(x + self.get_pos_embed(i, hw))
             for blk in getattr(self, f'block{i + 1}'):
                 x = self.run_block(blk, self.with_cp, x, hw)
+            x = x.transpose(1, 2).reshape(b, -1, *hw)
             if i in self.out_indices:
-                y = self.out_norms[i](x) if self.out_norm else x
-                outs.append(y.transpose(1, 2).reshape(b, -1, *hw))
+                outs.append(self._output(i, x))
             if i >= max(self.out_indices):
                 break
-            x = x.transpose(1, 2).reshape(b, -1, *hw)
         return tuple(outs)

@@ -1,11 +1,11 @@
-"""InLine-Swin (DESIGN.md section 2.1): Swin-T/S/B with InLine attention in the stages the authors
+"""InLine-Swin (docs/design.md section 2.1): Swin-T/S/B with InLine attention in the stages the authors
 chose and Swin's shifted-window softmax attention elsewhere.
 
 Parameter names equal the authors' timm-style ones (``patch_embed.{proj,norm}``,
 ``layers.{s}.blocks.{b}.{norm1,attn.{qkv,proj,residual.0,residual.2,relative_position_bias_table},
 norm2,mlp.fc1,mlp.fc2}``, ``layers.{s}.downsample.{norm,reduction}``), so their ImageNet checkpoints
 load by dropping ``head`` and the final ``norm``. Outputs are each stage's features before patch
-merging, each through a new LayerNorm ``norm{i}`` (as mmdet's Swin).
+merging, each through a new LayerNorm ``out_norms.{i}`` (as mmdet's Swin, eps 1e-5).
 
 InLine blocks attend globally over the whole map at any resolution (no partition, no shift), which at
 224 is exactly what the released models computed (their 56-token window covers each stage map).
@@ -16,15 +16,14 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from mmlinattn.models.layers import (DropPath, Mlp, TokenAttention, WindowSoftmaxAttention,
-                                     pad_to_multiple)
+from mmlinattn.models.layers import (DropPath, Mlp, PatchEmbed, TokenAttention,
+                                     WindowSoftmaxAttention, pad_to_multiple)
 from mmlinattn.registry import MODELS
 
 from .base import LinAttnBackbone
+from .utils import parse_stage_attn
 
-_CORE_LETTERS = {'I': 'inline', 'S': 'softmax', 'L': 'linear'}
 MASK_VALUE = -100.0
 
 
@@ -141,28 +140,13 @@ class SwinStage(nn.Module):
         self.downsample = PatchMerging(dim) if downsample else None
 
 
-class SwinPatchEmbed(nn.Module):
-    def __init__(self, in_channels, dim, patch):
-        super().__init__()
-        self.patch = patch
-        self.proj = nn.Conv2d(in_channels, dim, patch, patch)
-        self.norm = nn.LayerNorm(dim)
-
-    def forward(self, x):
-        h, w = x.shape[-2:]
-        x = F.pad(x, (0, (-w) % self.patch, 0, (-h) % self.patch))
-        x = self.proj(x)
-        hw = (int(x.shape[2]), int(x.shape[3]))
-        return self.norm(x.flatten(2).transpose(1, 2)), hw
-
-
 def parse_swin_attn(attn_type, depths, owner='InLineSwin'):
     """Swin letters: one per stage, ``I`` InLine, ``S`` softmax, ``L`` plain linear, ``M`` mixed -
     a trailing number k (e.g. ``'IIMS2'``) makes the first k blocks of each ``M`` stage InLine and the
     rest softmax."""
+    letters_map = InLineSwin.letters()
     if not isinstance(attn_type, str):
-        from .utils import parse_stage_attn
-        return parse_stage_attn(attn_type, depths, _CORE_LETTERS, owner)
+        return parse_stage_attn(attn_type, depths, letters_map, owner)
     n = len(depths)
     letters, k = attn_type[:n], attn_type[n:]
     valid = "one letter per stage from I (InLine), S (softmax), L (linear), M (mixed, then k)"
@@ -178,7 +162,7 @@ def parse_swin_attn(attn_type, depths, owner='InLineSwin'):
         if c == 'M':
             out.append(['inline' if j < int(k) else 'softmax' for j in range(depths[i])])
         else:
-            out.append([_CORE_LETTERS[c]] * depths[i])
+            out.append([letters_map[c]] * depths[i])
     return out
 
 
@@ -206,9 +190,9 @@ class InLineSwin(LinAttnBackbone):
                      attn_type='IIMS2', drop_path_rate=0.5),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
+    attn_letters = 'ISL'
     _ckpt_drop_prefixes = ('head.', 'norm.')
     _ckpt_tolerated = ('relative_position_index', 'attn_mask')
-    _new_prefixes = tuple(f'norm{i}.' for i in range(8))
 
     def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
                  attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
@@ -217,32 +201,17 @@ class InLineSwin(LinAttnBackbone):
                  mlp_ratio: float = 4., inline_window: Optional[int] = None, out_norm: bool = True,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        arch = self.resolve_arch(arch)
-        self.arch_name = arch['name']
-        dims0, depths, heads = arch['embed_dims'], arch['depths'], arch['num_heads']
-        n = len(depths)
-        dims = [dims0 * 2 ** i for i in range(n)] if isinstance(dims0, int) else list(dims0)
-        cores = parse_swin_attn(attn_type or arch.get('attn_type', 'I' * n), depths)
-        dpr_max = arch.get('drop_path_rate', 0.1) if drop_path_rate is None else drop_path_rate
-        dpr = torch.linspace(0, dpr_max, sum(depths)).tolist()
-        self.embed_dims, self.depths, self.num_heads = dims, list(depths), list(heads)
-        self.out_indices = tuple(out_indices)
-        for i in self.out_indices:
-            if not 0 <= i < n:
-                raise ValueError(f'out_indices {out_indices} must lie in [0, {n})')
-        self.frozen_stages, self.norm_eval, self.with_cp = frozen_stages, norm_eval, with_cp
-        self.num_features = [dims[i] for i in self.out_indices]
-        self.patch_embed = SwinPatchEmbed(in_channels, dims[0], patch_size)
-        self.layers = nn.ModuleList()
-        for i in range(n):
-            start = sum(depths[:i])
-            self.layers.append(SwinStage(dims[i], depths[i], heads[i], cores[i],
-                                         dpr[start:start + depths[i]], i < n - 1, window_size,
-                                         mlp_ratio, inline_window, attn_cfg))
-        self.out_norm = out_norm
-        if out_norm:
-            for i in self.out_indices:
-                self.add_module(f'norm{i}', nn.LayerNorm(dims[i]))
+        arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
+        dims0, heads, n = arch['embed_dims'], list(arch['num_heads']), self.num_stages
+        self._set_dims([dims0 * 2 ** i for i in range(n)] if isinstance(dims0, int) else dims0)
+        dims = self.embed_dims
+        cores = parse_swin_attn(attn_type or arch.get('attn_type', 'I' * n), self.depths)
+        self.num_heads = heads
+        self.patch_embed = PatchEmbed(in_channels, dims[0], patch_size, pad=True)
+        self.layers = nn.ModuleList([
+            SwinStage(dims[i], self.depths[i], heads[i], cores[i], self.dpr[i], i < n - 1, window_size,
+                      mlp_ratio, inline_window, attn_cfg) for i in range(n)])
+        self._build_out_norms(out_norm, eps=1e-5)
         self._freeze_stages()
 
     def _post_init(self):
@@ -250,13 +219,8 @@ class InLineSwin(LinAttnBackbone):
             if isinstance(m, WindowSoftmaxAttention):
                 nn.init.trunc_normal_(m.relative_position_bias_table, std=.02)
 
-    def _frozen_modules(self, i):
-        if i == 0:
-            return [self.patch_embed]
-        mods = [self.layers[i - 1]]
-        if self.out_norm and (i - 1) in self.out_indices:
-            mods.append(getattr(self, f'norm{i - 1}'))
-        return mods
+    def _stage_modules(self, i):
+        return [self.patch_embed] if i == 0 else [self.layers[i - 1]]
 
     def forward(self, x):
         b = x.shape[0]
@@ -266,8 +230,7 @@ class InLineSwin(LinAttnBackbone):
             for blk in layer.blocks:
                 x = self.run_block(blk, self.with_cp, x, hw)
             if i in self.out_indices:
-                y = getattr(self, f'norm{i}')(x) if self.out_norm else x
-                outs.append(y.transpose(1, 2).reshape(b, -1, *hw))
+                outs.append(self._output(i, x.transpose(1, 2).reshape(b, -1, *hw)))
             if i >= max(self.out_indices):
                 break
             if layer.downsample is not None:

@@ -1,4 +1,4 @@
-"""MAViT: the MALA backbone (DESIGN.md section 2.3).
+"""MAViT: the MALA backbone (docs/design.md section 2.3).
 
 Parameter names equal the authors' (``patch_embed.proj.{0,1,3,4,6,7,9,10}``,
 ``layers.{s}.blocks.{b}.{pos,norm1.norm,attn.qkvo,attn.lepe,attn.proj,norm2.norm,ffn.*,gamma_1,gamma_2}``,
@@ -17,8 +17,6 @@ from mmlinattn.registry import MODELS
 
 from .base import LinAttnBackbone
 from .utils import parse_stage_attn
-
-_CORE_LETTERS = {'M': 'mala', 'S': 'softmax', 'L': 'linear', 'I': 'inline'}
 
 
 class ConvFFN(nn.Module):
@@ -137,10 +135,11 @@ class MAViT(LinAttnBackbone):
                       drop_path_rate=0.55, layer_scale=[1e-6] * 4, projection=2560),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
+    attn_letters = 'MSLI'
     default_attn_type = 'MMSS'
+    out_norm_name = 'extra_norms'  # the authors' downstream name (extra_norms.<i>.norm.*)
     _ckpt_drop_prefixes = ('head.', 'proj.', 'norm.')
     _ckpt_tolerated = ('angle',)
-    _new_prefixes = ('extra_norms.',)
 
     def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
                  attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
@@ -149,38 +148,22 @@ class MAViT(LinAttnBackbone):
                  norm_cfg: dict = dict(type='BN', requires_grad=True), out_norm: bool = True,
                  layer_scale_init=None, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        arch = self.resolve_arch(arch)
-        self.arch_name = arch['name']
-        dims, depths, heads = arch['embed_dims'], arch['depths'], arch['num_heads']
-        num_stages = len(depths)
-        layer_scale = arch.get('layer_scale', [None] * num_stages)
+        arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
+        self._set_dims(arch['embed_dims'])
+        dims, depths, n = self.embed_dims, self.depths, self.num_stages
+        self.num_heads = heads = list(arch['num_heads'])
+        layer_scale = arch.get('layer_scale', [None] * n)
         if layer_scale_init is not None:
             layer_scale = (list(layer_scale_init) if isinstance(layer_scale_init, (list, tuple))
-                           else [layer_scale_init] * num_stages)
-        dpr_max = arch.get('drop_path_rate', 0.1) if drop_path_rate is None else drop_path_rate
-        cores = parse_stage_attn(attn_type or self.default_attn_type, depths, _CORE_LETTERS,
+                           else [layer_scale_init] * n)
+        cores = parse_stage_attn(attn_type or self.default_attn_type, depths, self.letters(),
                                  type(self).__name__)
-        self.embed_dims, self.depths, self.num_heads = list(dims), list(depths), list(heads)
-        self.out_indices = tuple(out_indices)
-        for i in self.out_indices:
-            if not 0 <= i < num_stages:
-                raise ValueError(f'out_indices {out_indices} must lie in [0, {num_stages})')
-        self.frozen_stages, self.norm_eval, self.with_cp = frozen_stages, norm_eval, with_cp
-        self.num_features = [dims[i] for i in self.out_indices]
-
         self.patch_embed = Stem(in_channels, dims[0], norm_cfg)
-        dpr = torch.linspace(0, dpr_max, sum(depths)).tolist()
-        self.layers = nn.ModuleList()
-        for i in range(num_stages):
-            start = sum(depths[:i])
-            self.layers.append(MAViTStage(
-                dims[i], dims[i + 1] if i < num_stages - 1 else None, depths[i], heads[i], cores[i],
-                dpr[start:start + depths[i]], layer_scale[i], norm_cfg, ffn_ratio, attn_cfg))
-        self.out_norm = out_norm
-        if out_norm:
-            self.extra_norms = nn.ModuleList(
-                [LayerNorm2d(dims[i]) if i in self.out_indices else nn.Identity()
-                 for i in range(num_stages)])
+        self.layers = nn.ModuleList([
+            MAViTStage(dims[i], dims[i + 1] if i < n - 1 else None, depths[i], heads[i], cores[i],
+                       self.dpr[i], layer_scale[i], norm_cfg, ffn_ratio, attn_cfg)
+            for i in range(n)])
+        self._build_out_norms(out_norm, eps=1e-6)
         self._freeze_stages()
 
     def _post_init(self):
@@ -190,13 +173,8 @@ class MAViT(LinAttnBackbone):
                     nn.init.constant_(blk.gamma_1, blk.layer_scale)
                     nn.init.constant_(blk.gamma_2, blk.layer_scale)
 
-    def _frozen_modules(self, i):
-        if i == 0:
-            return [self.patch_embed]
-        mods = [self.layers[i - 1]]
-        if self.out_norm and (i - 1) in self.out_indices:
-            mods.append(self.extra_norms[i - 1])
-        return mods
+    def _stage_modules(self, i):
+        return [self.patch_embed] if i == 0 else [self.layers[i - 1]]
 
     def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """Blocks of stage i (no downsampling)."""
@@ -212,7 +190,7 @@ class MAViT(LinAttnBackbone):
         for i, layer in enumerate(self.layers):
             x = self.forward_stage(i, x)
             if i in self.out_indices:
-                outs.append(self.extra_norms[i](x) if self.out_norm else x)
+                outs.append(self._output(i, x))
             if layer.downsample is not None and i < max(self.out_indices):
                 x = layer.downsample(x)
         return tuple(outs)

@@ -1,7 +1,7 @@
-from .attention import (CORES, LocalResidual, QKVOAttention, RoPE, TokenAttention,
+from .attention import (CORE_LETTERS, CORES, LocalResidual, QKVOAttention, RoPE, TokenAttention,
                         WindowSoftmaxAttention, core_matrix, relative_position_index, run_core)
-from .common import DropPath, LayerNorm2d, Mlp, pad_to_multiple
+from .common import DropPath, LayerNorm2d, Mlp, PatchEmbed, pad_to_multiple
 
-__all__ = ['CORES', 'LocalResidual', 'QKVOAttention', 'RoPE', 'TokenAttention',
+__all__ = ['CORE_LETTERS', 'CORES', 'LocalResidual', 'QKVOAttention', 'RoPE', 'TokenAttention',
            'WindowSoftmaxAttention', 'core_matrix', 'relative_position_index', 'run_core',
-           'DropPath', 'LayerNorm2d', 'Mlp', 'pad_to_multiple']
+           'DropPath', 'LayerNorm2d', 'Mlp', 'PatchEmbed', 'pad_to_multiple']

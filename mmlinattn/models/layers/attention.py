@@ -22,6 +22,9 @@ from mmlinattn.ops import (apply_rope, dynamic_depthwise_conv3x3, inline_attenti
 from mmlinattn.ops.kernels import get_kernel, rope_angles
 
 CORES = ('inline', 'linear', 'softmax', 'mala')
+# One letter per core, for the backbones' per-stage ``attn_type`` strings (each family accepts the
+# letters of the cores its blocks support; InLine-Swin's ``M<k>`` mixed stage is parsed on top).
+CORE_LETTERS = {'I': 'inline', 'S': 'softmax', 'L': 'linear', 'M': 'mala'}
 
 
 def check_core(core: str, allowed=CORES) -> str:
@@ -88,13 +91,14 @@ class TokenAttention(nn.Module):
             Linears, the PVT family) - the authors' parameter names.
         local_residual: add InLine's local attention residual (default: on for ``inline``).
         kernel: feature map phi for the linear cores (``identity`` for InLine, ``relu`` for linear).
-        sr_ratio: spatial reduction of keys/values (PVT softmax blocks only).
+        sr_ratio: spatial reduction of keys/values (PVT softmax blocks only): a strided conv and a
+            LayerNorm (``sr``, ``norm``; eps ``norm_eps``, torch's default 1e-5 as in PVT v1).
     """
 
     def __init__(self, dim: int, num_heads: int, core: str = 'inline', qkv_bias: bool = True,
                  qkv_layout: str = 'qkv', local_residual: Optional[bool] = None,
                  kernel: Optional[str] = None, sr_ratio: int = 1, attn_drop: float = 0.,
-                 proj_drop: float = 0., norm_eps: float = 1e-6):
+                 proj_drop: float = 0., norm_eps: float = 1e-5):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')

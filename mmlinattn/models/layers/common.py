@@ -1,4 +1,6 @@
 """Small building blocks shared by the backbones."""
+from typing import Tuple
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -58,3 +60,33 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, channels_last: bool = True) 
     if not ph and not pw:
         return x
     return F.pad(x, (0, 0, 0, pw, 0, ph) if channels_last else (0, pw, 0, ph))
+
+
+class PatchEmbed(nn.Module):
+    """Non-overlapping patch embedding: Conv (kernel = stride = ``patch``) + LayerNorm on the tokens.
+
+    Returns ``(tokens (B, N, C), (h, w))``. Parameter names ``proj`` and ``norm`` (Swin's and PVT's).
+
+    Args:
+        pad (bool): zero-pad the bottom/right of an input whose size is not a multiple of ``patch``, so
+            the map is ``ceil(H / patch) x ceil(W / patch)`` (Swin). ``False`` lets the strided conv
+            drop the remainder, ``floor(H / patch)`` (PVT v1).
+        eps (float): LayerNorm epsilon (1e-5, torch's default, in both families).
+    """
+
+    def __init__(self, in_channels: int, dim: int, patch: int, pad: bool = True, eps: float = 1e-5):
+        super().__init__()
+        self.patch, self.pad = patch, pad
+        self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch, stride=patch)
+        self.norm = nn.LayerNorm(dim, eps=eps)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        h, w = x.shape[-2:]
+        if self.pad:
+            x = F.pad(x, (0, (-w) % self.patch, 0, (-h) % self.patch))
+        elif h < self.patch or w < self.patch:
+            raise ValueError(f'a {h}x{w} map is smaller than the {self.patch}x{self.patch} patch: use a '
+                             'larger input (or pad=True)')
+        x = self.proj(x)
+        hw = (int(x.shape[2]), int(x.shape[3]))
+        return self.norm(x.flatten(2).transpose(1, 2)), hw
