@@ -1,9 +1,44 @@
-"""Helpers shared by the tests: authors'-layout checkpoints made from random weights."""
+"""Helpers shared by the tests: checkpoints laid out as the authors' releases, built from the authors'
+published key names and shapes (tests/data/authors_keys), never from our own modules."""
 import argparse
+import json
+import os.path as osp
 import sys
 import types
+from collections import OrderedDict
 
 import torch
+
+KEYS_DIR = osp.join(osp.dirname(osp.abspath(__file__)), 'data', 'authors_keys')
+FAMILY_ARCHS = {'inline_swin': ('tiny', 'small', 'base'),
+                'inline_pvt': ('tiny', 'small', 'medium', 'large'),
+                'mavit': ('tiny', 'small', 'base', 'large')}
+
+
+def authors_manifest(family: str, arch: str) -> dict:
+    """The authors' classification model's state_dict layout: ``{'keys': [[name, shape, dtype]],
+    'num_params': int}``."""
+    with open(osp.join(KEYS_DIR, f'{family}_{arch}.json')) as f:
+        return json.load(f)
+
+
+def authors_state(family: str, arch: str, seed: int = 0) -> 'OrderedDict[str, torch.Tensor]':
+    """Random tensors with the names, shapes and dtypes of the authors' released ``model`` dict.
+
+    Floats are small random values (BatchNorm variances positive), integers zeros, so every tensor
+    is distinct from a fresh initialisation and a wrong mapping cannot pass by accident."""
+    g = torch.Generator().manual_seed(seed)
+    state = OrderedDict()
+    for name, shape, dtype in authors_manifest(family, arch)['keys']:
+        dt = getattr(torch, dtype)
+        if dt.is_floating_point:
+            t = torch.randn(shape, generator=g, dtype=dt) * 0.05
+            if name.endswith('running_var'):
+                t = t.abs() + 0.5
+        else:
+            t = torch.zeros(shape, dtype=dt)
+        state[name] = t
+    return state
 
 
 class _FakeCfgNode(dict):
@@ -43,28 +78,11 @@ def save_mala_style(path, state, ema_state=None):
     torch.save(ck, path)
 
 
-def authors_state(model, family):
-    """Our backbone's weights renamed/extended to the authors' classification checkpoint."""
-    sd = {k: v.clone() for k, v in model.state_dict().items()}
-    if family == 'swin':
-        sd = {k: v for k, v in sd.items() if not k.split('.')[0].startswith('norm')}
-        c = model.embed_dims[-1]
-        sd['norm.weight'], sd['norm.bias'] = torch.ones(c), torch.zeros(c)
-        sd['head.weight'], sd['head.bias'] = torch.randn(1000, c), torch.zeros(1000)
-        for name, m in model.named_modules():
-            if hasattr(m, 'relative_position_bias_table'):
-                sd[name + '.relative_position_index'] = m.relative_position_index.clone()
-        # the shifted softmax blocks of the classification model carry an attn_mask buffer
-        sd['layers.3.blocks.1.attn_mask'] = torch.zeros(1, 49, 49)
-    elif family == 'pvt':
-        c = model.embed_dims[-1]
-        sd['head.weight'], sd['head.bias'] = torch.randn(1000, c), torch.zeros(1000)
-    elif family == 'mavit':
-        sd = {k: v for k, v in sd.items() if not k.startswith('extra_norms')}
-        c, proj = model.embed_dims[-1], 2048
-        sd['proj.weight'], sd['proj.bias'] = torch.randn(proj, c, 1, 1), torch.zeros(proj)
-        for n in ('weight', 'bias', 'running_mean', 'running_var'):
-            sd[f'norm.{n}'] = torch.ones(proj)
-        sd['norm.num_batches_tracked'] = torch.tensor(5)
-        sd['head.weight'], sd['head.bias'] = torch.randn(1000, proj, 1, 1), torch.zeros(1000)
-    return sd
+def save_authors_file(path, family: str, arch: str, seed: int = 0):
+    """Write an authors'-layout checkpoint of ``family``/``arch`` to ``path``; return its weights."""
+    state = authors_state(family, arch, seed)
+    if family == 'mavit':
+        save_mala_style(path, state)
+    else:
+        save_inline_style(path, state)
+    return state

@@ -1,12 +1,8 @@
-"""Bad input and faults (issue 7): clear errors, nothing lost."""
+"""Bad input and faults: clear errors, nothing lost."""
 import hashlib
 import json
 import os
 import os.path as osp
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
@@ -101,8 +97,8 @@ def test_annotation_without_bbox_is_an_error(tmp_path):
 
 
 # --------------------------------------------------------------------------- images
-@pytest.mark.parametrize('kind', ['missing', 'corrupt'])
-def test_unreadable_image_names_the_file(toy_data, tmp_path, kind):
+@pytest.mark.parametrize('kind,error', [('missing', FileNotFoundError), ('corrupt', AssertionError)])
+def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, error):
     import shutil
 
     from mmengine.config import Config
@@ -121,7 +117,8 @@ def test_unreadable_image_names_the_file(toy_data, tmp_path, kind):
     ds_cfg.data_root = str(root) + '/'
     ds = DATASETS.build(ds_cfg)
     idx = next(i for i in range(len(ds)) if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
-    with pytest.raises(Exception, match='train_00000.jpg'):
+    # mmcv's LoadImageFromFile: FileNotFoundError for a missing file, "failed to load image" otherwise
+    with pytest.raises(error, match='train_00000.jpg'):
         ds.prepare_data(idx)
 
 
@@ -181,6 +178,14 @@ def test_mala_training_with_vanishing_normaliser_stays_finite(dtype):
                 blk.attn.qkvo.bias[:2 * c] = -40.0
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     m.train()
+    # the first step's loss agrees with fp32 (stated tolerance: 2 % bf16, 0.5 % fp16)
+    x = torch.randn(2, 3, 32, 32) * 5
+    with torch.no_grad():
+        ref = sum(o.square().mean() for o in m(x))
+        with torch.autocast('cpu', dtype=dtype):
+            low = sum(o.float().square().mean() for o in m(x))
+    tol = {torch.bfloat16: 2e-2, torch.float16: 5e-3}[dtype]
+    assert abs(low - ref) / ref < tol, (low.item(), ref.item())
     for _ in range(50):
         x = torch.randn(2, 3, 32, 32) * 5
         with torch.autocast('cpu', dtype=dtype):
@@ -227,51 +232,75 @@ def test_interrupted_generation_rerun_is_complete_and_identical(tmp_path, monkey
     assert _tree_hash(target) == _tree_hash(clean)
 
 
-# --------------------------------------------------------------------------- kill and resume
+# --------------------------------------------------------------------------- interrupted save, resume
 @pytest.mark.slow
-def test_sigkill_then_resume(toy_data, tmp_path):
-    work = tmp_path / 'work'
-    opts = [f'train_dataloader.dataset.data_root={toy_data}/toy_ade',
-            f'val_dataloader.dataset.data_root={toy_data}/toy_ade',
-            f'test_dataloader.dataset.data_root={toy_data}/toy_ade',
-            'train_cfg.max_iters=200', 'train_cfg.val_interval=1000',
-            'default_hooks.checkpoint.interval=2', 'default_hooks.checkpoint.max_keep_ckpts=100',
-            'train_dataloader.batch_size=2']
-    cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
-           '--cfg-options'] + opts
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 300
-    try:
-        while time.time() < deadline and not (work / 'iter_4.pth').exists():
-            time.sleep(0.2)
-        assert (work / 'iter_4.pth').exists(), 'no checkpoint appeared'
-        time.sleep(0.5)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    # every checkpoint left behind is complete; no temporary file remains
-    pths = sorted(p for p in os.listdir(work) if p.endswith('.pth'))
-    assert not [p for p in os.listdir(work) if '.tmp' in p]
-    for p in pths:
-        torch.load(work / p, map_location='cpu', weights_only=True)
-    last = int(max(pths, key=lambda p: int(p[5:-4]))[5:-4])
-    saved = torch.load(work / f'iter_{last}.pth', map_location='cpu', weights_only=True)
-
-    # resume in-process to compare the optimizer state it starts from
+def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(toy_data, tmp_path,
+                                                                              monkeypatch):
+    """The write of iter_4.pth fails half-way (deterministically, in mmengine's storage backend): no
+    truncated iter_4.pth may appear, and --resume must restore iter_2's weights, optimizer state,
+    scheduler state and iteration exactly."""
+    from mmengine.fileio.backends import LocalBackend
+    from mmengine.hooks import Hook
     from mmengine.runner import Runner
-    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options'] +
-                                 opts[:-4] + ['train_cfg.max_iters=%d' % (last + 2),
-                                              'default_hooks.checkpoint.interval=2',
-                                              'train_dataloader.batch_size=2'])
-    cfg = train_tool.build_cfg(args)
+
+    work = tmp_path / 'work'
+    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val', 'test')]
+    common = data + ['train_cfg.val_interval=1000', 'default_hooks.checkpoint.interval=2',
+                     'default_hooks.checkpoint.max_keep_ckpts=100', 'train_dataloader.batch_size=2']
+
+    def cfg_for(name, *extra):
+        args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), *extra, '--cfg-options'] + common)
+        cfg = train_tool.build_cfg(args)
+        cfg.experiment_name = name  # two runners in one process: distinct logger names
+        return cfg
+
+    real_put = LocalBackend.put
+
+    def put_fails_half_way(self, obj, filepath):
+        if 'iter_4' in str(filepath):
+            with open(filepath, 'wb') as f:
+                f.write(obj[:len(obj) // 2])
+            raise OSError('simulated failure half-way through writing a checkpoint')
+        return real_put(self, obj, filepath)
+
+    monkeypatch.setattr(LocalBackend, 'put', put_fails_half_way)
+    cfg = cfg_for('interrupted')
+    cfg.train_cfg.max_iters = 6
+    with pytest.raises(OSError, match='half-way'):
+        Runner.from_cfg(cfg).train()
+    monkeypatch.setattr(LocalBackend, 'put', real_put)
+
+    files = os.listdir(work)
+    assert 'iter_2.pth' in files and 'iter_4.pth' not in files, files
+    assert not [f for f in files if '.tmp' in f], files
+    saved = torch.load(work / 'iter_2.pth', map_location='cpu', weights_only=True)
+    assert saved['meta']['iter'] == 2
+
+    captured = {}
+
+    class Capture(Hook):
+        def before_train(self, runner):  # runs right after load_or_resume
+            captured['iter'] = runner.iter
+            captured['model'] = {k: v.clone() for k, v in runner.model.state_dict().items()}
+            captured['optim'] = runner.optim_wrapper.state_dict()
+            captured['sched'] = [s.state_dict() for s in runner.param_schedulers]
+
+    cfg = cfg_for('resumed', '--resume')
+    cfg.train_cfg.max_iters = 4
     runner = Runner.from_cfg(cfg)
-    runner._train_loop = runner.build_train_loop(runner._train_loop)
-    runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
-    runner.load_or_resume()
-    assert runner.iter == last
-    state = runner.optim_wrapper.state_dict()['state']
-    for k, v in saved['optimizer']['state'].items():
-        assert torch.equal(state[k]['exp_avg'], v['exp_avg'])
+    runner.register_hook(Capture(), priority='LOWEST')
     runner.train()
-    assert (work / f'iter_{last + 2}.pth').exists()
+
+    assert captured['iter'] == 2
+    for k, v in saved['state_dict'].items():
+        assert torch.equal(captured['model'][k], v), k
+    state = captured['optim']['state']
+    assert state.keys() == saved['optimizer']['state'].keys()
+    for k, v in saved['optimizer']['state'].items():
+        for name in ('step', 'exp_avg', 'exp_avg_sq'):
+            assert torch.equal(torch.as_tensor(state[k][name]), torch.as_tensor(v[name])), (k, name)
+    assert [g['lr'] for g in captured['optim']['param_groups']] == \
+        [g['lr'] for g in saved['optimizer']['param_groups']]
+    assert captured['sched'] == saved['param_schedulers']
+    assert (work / 'iter_4.pth').exists()
+    torch.load(work / 'iter_4.pth', map_location='cpu', weights_only=True)
