@@ -1,4 +1,4 @@
-"""The config matrix (DESIGN.md section 4): every cell builds; whole-model sizes match the papers;
+"""The config matrix (docs/design.md section 4): every cell builds; whole-model sizes match the papers;
 one training step and one prediction per (model family x backbone family) on CPU at <= 128 px."""
 import glob
 import os.path as osp
@@ -53,7 +53,7 @@ def test_toy_config_builds(path):
     assert model is not None
 
 
-# DESIGN 4: whole-model parameters from the papers (millions); ours must be within 3 %.
+# Whole-model parameters from the papers (millions); ours must be within 3 %.
 PAPER_PARAMS = {
     'mask-rcnn_mavit-t_fpn_1x_coco': 33, 'mask-rcnn_mavit-s_fpn_1x_coco': 44,
     'mask-rcnn_mavit-b_fpn_1x_coco': 67, 'mask-rcnn_mavit-l_fpn_1x_coco': 114,

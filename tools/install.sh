@@ -3,7 +3,7 @@
 #
 #   bash tools/install.sh            # creates ./.venv (or $MMLINATTN_VENV) and installs everything
 #
-# The stack (measured to work together, see DESIGN.md section 7):
+# The stack (measured to work together, see docs/design.md, "The stack"):
 #   Python 3.11, torch 2.14.1 + torchvision 0.29.1, mmcv 2.1.0 built from source WITH its C++ ops,
 #   mmengine 0.10.7, mmdet 3.3.0, mmsegmentation 1.2.2, mmpretrain 1.2.0, numpy 2.x.
 #
