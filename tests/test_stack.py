@@ -1,4 +1,4 @@
-"""The pinned stack and its known pitfalls (DESIGN.md section 7), each handled on purpose."""
+"""The pinned stack and its known pitfalls (docs/design.md, "The stack"), each handled on purpose."""
 import io
 
 import pytest
@@ -96,3 +96,54 @@ def test_reading_an_authors_file_keeps_the_allow_list(tmp_path):
     b = tmp_path / 'b.pth'
     torch.save({'meta': {'arr': np.arange(3), 'x': np.float32(1.5)}}, b)
     assert torch.load(b, weights_only=True)['meta']['x'] == np.float32(1.5)
+
+
+def test_atomic_checkpoint_save_honours_backend_args(tmp_path):
+    """A local-looking path whose backend_args select another storage backend is written by that
+    backend in one request (no temporary file and rename on the local disk)."""
+    import mmengine.runner.runner as runner_module
+    from mmengine.fileio import BaseStorageBackend, register_backend
+
+    import mmlinattn.compat as compat
+    assert compat.STATUS.get('atomic_checkpoint') is True
+    calls = []
+
+    class RecordingBackend(BaseStorageBackend):
+        def __init__(self, **kwargs):
+            pass
+
+        def put(self, obj, filepath):
+            calls.append(str(filepath))
+
+        def get(self, filepath):
+            raise NotImplementedError
+
+        def get_text(self, filepath, encoding='utf-8'):
+            raise NotImplementedError
+
+    register_backend('mmlinattn_recording', RecordingBackend, force=True)
+    target = tmp_path / 'epoch_1.pth'
+    runner_module.save_checkpoint({'w': torch.ones(1)}, str(target),
+                                  backend_args=dict(backend='mmlinattn_recording'))
+    assert calls == [str(target)]          # the final name, once: no temporary file
+    assert not list(tmp_path.iterdir())    # nothing written locally
+    # a plain local path goes through a temporary file and a rename
+    runner_module.save_checkpoint({'w': torch.ones(1)}, str(target))
+    assert [p.name for p in tmp_path.iterdir()] == ['epoch_1.pth']
+    assert torch.equal(torch.load(target, weights_only=True)['w'], torch.ones(1))
+
+
+def test_patches_are_skipped_with_a_warning_on_other_mmengine_versions(monkeypatch):
+    import mmengine
+    import mmengine.runner.runner as runner_module
+
+    import mmlinattn.compat as compat
+    before = runner_module.save_checkpoint
+    monkeypatch.setattr(compat, '_APPLIED', False)
+    monkeypatch.setattr(compat, 'STATUS', {})
+    monkeypatch.setattr(mmengine, '__version__', '0.11.0')
+    with pytest.warns(RuntimeWarning, match='written for mmengine 0.10.x, found 0.11.0'):
+        compat.apply()
+    assert set(compat.STATUS) == {'history_buffer', 'atomic_checkpoint'}
+    assert all(isinstance(v, str) for v in compat.STATUS.values())
+    assert runner_module.save_checkpoint is before    # nothing patched again
