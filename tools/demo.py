@@ -9,7 +9,8 @@
    c. evaluates the final checkpoint with tools/test.py (the real CocoMetric / IoUMetric);
 3. prints a table: untrained vs trained bbox/segm AP and mIoU, and the wall time.
 
-Everything runs on the CPU; the work dirs are work_dirs/demo_det and work_dirs/demo_seg.
+Everything runs on the CPU. The terminal shows the commands, the training / testing progress lines
+and the final table; the full logs are in work_dirs/demo_det and work_dirs/demo_seg (*.log).
 """
 import argparse
 import os
@@ -68,7 +69,10 @@ def untrained_checkpoint(config, path):
 def job(name, config, work_dir, extra):
     os.makedirs(osp.join(ROOT, work_dir), exist_ok=True)
     ckpt0 = osp.join(work_dir, 'untrained.pth')
-    untrained_checkpoint(config, ckpt0)
+    # in its own process, logged to a file: building and initialising the model prints mmengine's
+    # per-parameter init report (thousands of lines)
+    run([PY, 'tools/demo.py', '--save-untrained', config, ckpt0],
+        log=osp.join(ROOT, work_dir, 'untrained.log'))
     before = metrics(run([PY, 'tools/test.py', config, ckpt0, '--work-dir', work_dir + '/untrained'],
                          log=osp.join(ROOT, work_dir, 'test_untrained.log')))
     run([PY, 'tools/train.py', config, '--work-dir', work_dir] + extra,
@@ -83,7 +87,11 @@ def job(name, config, work_dir, extra):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--quick', action='store_true', help='a much shorter run (smoke test, no learning claim)')
+    p.add_argument('--save-untrained', nargs=2, metavar=('CONFIG', 'PATH'), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.save_untrained:
+        untrained_checkpoint(*args.save_untrained)
+        return 0
     t0 = time.time()
     run([PY, 'tools/misc/make_toy_datasets.py'])
     det_extra, seg_extra = [], []
