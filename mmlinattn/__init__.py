@@ -9,5 +9,6 @@ from . import compat
 compat.apply()
 from . import ops  # noqa: F401,E402
 from . import models  # noqa: F401,E402  (registers the backbones)
+from . import distributed  # noqa: F401,E402  (registers the CPU DDP wrapper)
 
 __all__ = ['__version__', 'ops', 'models']

@@ -136,10 +136,19 @@ def set_work_dir(cfg: Config, config_path: str, work_dir: Optional[str]) -> None
 
 
 def prepare_env(cfg: Config, launcher: str) -> None:
-    """Launcher, distributed backend (gloo without CUDA), dataloader workers on small machines."""
+    """Launcher and, without CUDA, the CPU distributed path: a gloo process group opened here (the
+    Runner's own init is CUDA-only) and the model wrapped by ``CPUDistributedDataParallel`` (SyncBN
+    reverted to BN). See :mod:`mmlinattn.distributed`."""
     cfg.launcher = launcher
     if launcher != 'none' and not torch.cuda.is_available():
-        cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
+        from mmlinattn import distributed
+        dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
+        dist_cfg['backend'] = 'gloo'
+        try:
+            distributed.init_cpu_process_group(launcher, float(dist_cfg.get('timeout', 1800)))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        distributed.use_cpu_ddp(cfg)
 
 
 def enable_amp(cfg: Config) -> None:
@@ -176,6 +185,15 @@ def model_registry(cfg: Config):
     from mmengine.registry import init_default_scope
     init_default_scope(cfg.default_scope)
     return importlib.import_module(cfg.default_scope + '.registry').MODELS
+
+
+def close_distributed() -> None:
+    """End a distributed run cleanly: wait for every rank, then destroy the process group (a gloo
+    group left to the interpreter's exit can abort the process after its work is done)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def build_runner(cfg: Config):

@@ -17,6 +17,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 import mmlinattn  # noqa: E402,F401
 from mmlinattn.runtime import (ConfigError, add_common_args, build_runner,  # noqa: E402
+                               close_distributed,
                                check_data_paths, load_config, parse_with_common_args,
                                prepare_env, set_work_dir)
 
@@ -87,6 +88,7 @@ def main(argv=None):
         return 2
     runner = build_runner(cfg)
     metrics = runner.test()
+    close_distributed()
     def plain(v):  # numpy scalars printed as plain numbers
         real = isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
         return round(float(v), 4) if real else v

@@ -15,6 +15,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # repo root
 
 import mmlinattn  # noqa: E402,F401  (registers our modules, applies the stack fixes)
 from mmlinattn.runtime import (ConfigError, add_common_args, build_runner,  # noqa: E402
+                               close_distributed,
                                check_data_paths, enable_amp, load_config,
                                parse_with_common_args, prepare_env, set_work_dir)
 
@@ -60,6 +61,7 @@ def main(argv=None):
         return 2
     runner = build_runner(cfg)
     runner.train()
+    close_distributed()
     return 0
 
 

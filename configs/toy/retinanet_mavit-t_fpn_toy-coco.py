@@ -9,6 +9,6 @@ model = dict(
     # it reached 0.93 in 4 epochs. The real configs keep them, as the authors' downstream models,
     # which start from ImageNet weights.
     backbone=dict(_delete_=True, type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=False,
-                  init_cfg=None),
-    neck=dict(in_channels=[64, 128, 256, 512]))
+                  out_indices=(1, 2, 3), init_cfg=None),
+    neck=dict(in_channels=[128, 256, 512], start_level=0))
 default_hooks = dict(logger=dict(type='LoggerHook', interval=10))

@@ -1,0 +1,158 @@
+"""The multi-GPU path on the CPU: every model family trains under DDP with 2 processes
+(tools/dist_train.sh -> torchrun -> tools/train.py --launcher pytorch), resumes under DDP, and
+tools/dist_test.sh gives the same predictions and metrics as the single-process tools/test.py.
+
+Each case is a shipped config as it is (SyncBN, output norms, paramwise rules, heads), with only the
+data swapped to the generated toy sets at small size (and the heads' class count to theirs), the loop
+shortened and no pretrained file.
+"""
+import os
+import os.path as osp
+import pickle
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from mmengine.config import Config
+
+from tools.misc import make_toy_datasets as toy
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+TOY = osp.join(ROOT, 'configs', 'toy', '_base_')
+
+# (case, shipped config, full cycle): one full cycle (train, resume, dist test vs test) per model
+# family, each backbone family at least once; the other RetinaNet backbone families (whose unused
+# output norm used to stop DDP at iteration 2) train under DDP too.
+CASES = [
+    ('mask-rcnn-1x', 'inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py', True),
+    ('mask-rcnn-3x', 'inline_swin/mask-rcnn_inline-swin-t_fpn_ms-3x_coco.py', True),
+    ('cascade-3x', 'mavit/cascade-mask-rcnn_mavit-s_fpn_ms-3x_coco.py', True),
+    ('retinanet-mavit', 'mavit/retinanet_mavit-t_fpn_1x_coco.py', True),
+    ('semantic-fpn', 'mavit/fpn_mavit-t_80k_ade20k-512x512.py', True),
+    ('upernet', 'inline_swin/upernet_inline-swin-t_160k_ade20k-512x512.py', True),
+    ('retinanet-pvt', 'inline_pvt/retinanet_inline-pvt-t_fpn_1x_coco.py', False),
+    ('retinanet-swin', 'inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py', False),
+]
+
+
+@pytest.fixture(scope='module')
+def toy_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp('ddp_toy')
+    toy.make_toy_coco(str(root / 'toy_coco'), seed=11, train=8, val=4, size=96)
+    toy.make_toy_ade(str(root / 'toy_ade'), seed=11, train=8, val=4, size=96)
+    return root
+
+
+def _set_classes(model, n):
+    """Give every head the toy set's class count."""
+    for key in ('bbox_head', 'mask_head', 'decode_head', 'auxiliary_head'):
+        heads = model.get(key)
+        for h in (heads if isinstance(heads, list) else [heads]):
+            if isinstance(h, dict) and 'num_classes' in h:
+                h['num_classes'] = n
+    if 'roi_head' in model:
+        _set_classes(model['roi_head'], n)
+
+
+def derived_config(shipped: str, data_root, out: str) -> Config:
+    cfg = Config.fromfile(osp.join(ROOT, 'configs', shipped))
+    det = cfg.default_scope == 'mmdet'
+    toy_cfg = Config.fromfile(osp.join(TOY, 'toy_coco_instance.py' if det else 'toy_ade.py'))
+    if det and 'retinanet' in shipped:
+        toy_cfg = Config.fromfile(osp.join(TOY, 'toy_coco_detection.py'))
+    sub = 'toy_coco' if det else 'toy_ade'
+    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        loader = toy_cfg[key]
+        loader.dataset.data_root = f'{data_root}/{sub}/'
+        loader.batch_size = 2 if key == 'train_dataloader' else 1
+        cfg[key] = loader
+    if det:
+        ann = f'{data_root}/toy_coco/annotations/instances_val.json'
+        cfg.val_evaluator = cfg.test_evaluator = dict(toy_cfg.val_evaluator, ann_file=ann)
+        cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=1, val_interval=100)
+    else:
+        cfg.val_evaluator = cfg.test_evaluator = toy_cfg.val_evaluator
+        cfg.model.data_preprocessor.size = tuple(toy_cfg.crop_size)
+        cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=2, val_interval=100)
+        cfg.default_hooks.checkpoint.interval = 2
+    _set_classes(cfg.model, 3 if det else 4)
+    cfg.model.backbone.init_cfg = None
+    cfg.default_hooks.logger.interval = 1
+    cfg.dump(out)
+    return cfg
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _run(cmd, env=None, timeout=600):
+    e = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1', **(env or {}))
+    r = subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, f'{" ".join(cmd)} failed ({r.returncode}):\n{out[-4000:]}'
+    return out
+
+
+def _metrics(out):
+    """The dict tools/test.py prints last."""
+    lines = [ln for ln in out.splitlines() if ln.startswith('{') and ln.endswith('}')]
+    assert lines, out[-2000:]
+    return lines[-1]
+
+
+def _load(path):
+    with open(path, 'rb') as f:
+        return pickle.load(f)
+
+
+def _same_predictions(a, b):
+    assert len(a) == len(b)
+    for pa, pb in zip(sorted(a, key=lambda p: p['img_path']), sorted(b, key=lambda p: p['img_path'])):
+        if 'pred_instances' in pa:
+            ia, ib = pa['pred_instances'], pb['pred_instances']
+            assert torch.allclose(ia['scores'], ib['scores'], atol=1e-5)
+            assert torch.allclose(ia['bboxes'], ib['bboxes'], atol=1e-3)
+        else:
+            assert torch.equal(pa['pred_sem_seg']['data'], pb['pred_sem_seg']['data'])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('family,shipped,full', CASES, ids=[c[0] for c in CASES])
+def test_ddp_train_resume_and_test(family, shipped, full, toy_data, tmp_path):
+    cfg_path = str(tmp_path / 'cfg.py')
+    cfg = derived_config(shipped, toy_data, cfg_path)
+    work = tmp_path / 'work'
+    det = cfg.default_scope == 'mmdet'
+
+    out = _run(['bash', 'tools/dist_train.sh', cfg_path, '2', '--work-dir', str(work)],
+               env=dict(PORT=str(_free_port())))
+    assert 'SyncBatchNorm layers reverted' in out or 'SyncBN' not in open(cfg_path).read()
+    first = 'epoch_1.pth' if det else 'iter_2.pth'
+    assert (work / first).exists(), os.listdir(work)
+    ck = torch.load(work / first, map_location='cpu', weights_only=True)
+    assert not any(k.startswith('module.') for k in ck['state_dict'])  # saved unwrapped, from rank 0
+    if not full:
+        return
+
+    longer = ['train_cfg.max_epochs=2'] if det else ['train_cfg.max_iters=3',
+                                                     'default_hooks.checkpoint.interval=3']
+    out = _run(['bash', 'tools/dist_train.sh', cfg_path, '2', '--work-dir', str(work), '--resume',
+                '--cfg-options', *longer], env=dict(PORT=str(_free_port())))
+    assert re.search(r'resumed epoch: 1, iter: \d+' if det else r'resumed epoch: 0, iter: 2', out), \
+        out[-3000:]
+    last = work / ('epoch_2.pth' if det else 'iter_3.pth')
+    assert last.exists(), os.listdir(work)
+
+    dist_out = _run(['bash', 'tools/dist_test.sh', cfg_path, str(last), '2', '--work-dir',
+                     str(tmp_path / 'dist_test'), '--out', str(tmp_path / 'dist.pkl')],
+                    env=dict(PORT=str(_free_port())))
+    single_out = _run([sys.executable, 'tools/test.py', cfg_path, str(last), '--work-dir',
+                       str(tmp_path / 'test'), '--out', str(tmp_path / 'single.pkl')])
+    assert _metrics(dist_out) == _metrics(single_out)
+    _same_predictions(_load(tmp_path / 'dist.pkl'), _load(tmp_path / 'single.pkl'))

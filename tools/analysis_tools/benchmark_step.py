@@ -1,0 +1,297 @@
+"""Cost of one training step and one inference of whole detectors / segmentors, at the config's real
+input size and per-GPU batch: time and peak memory, one progress line per config.
+
+    python tools/analysis_tools/benchmark_step.py CONFIG [CONFIG ...]
+    python tools/analysis_tools/benchmark_step.py --matrix --references --out docs/benchmarks/step_cost
+    python tools/analysis_tools/benchmark_step.py --matrix --device cuda --amp          # on a GPU
+
+* training step = forward + backward + optimizer step (the config's optim_wrapper, paramwise rules
+  included) on a synthetic batch of ``train_dataloader.batch_size`` images at the training scale
+  (detection: 1333x800 with a few boxes and masks; segmentation: the crop, 512x512), after
+  ``--warmup`` untimed steps;
+* inference = ``predict`` on one image at the test scale, after one untimed call;
+* memory: on CUDA the peak allocated by torch (train and inference separately); on the CPU the growth
+  of the process's peak resident memory over its size after building the model (each config runs
+  in its own process, so peaks do not leak between configs).
+
+``--matrix`` takes the smallest variant of every cell of the config matrix; ``--references`` adds,
+for each model family, the same detector / segmentor with mmdet's Swin-T and PVT-S backbones (only the
+backbone and the neck / head input channels changed). ``--amp`` runs both under autocast (fp16 on
+CUDA, bf16 on the CPU) with AmpOptimWrapper on CUDA. SyncBN is reverted to BN (one process).
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+# mmdet's / mmseg's own backbones for the reference rows: (type, kwargs, channels)
+REFERENCES = {
+    'Swin-T': ('mmdet.SwinTransformer', dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24],
+                                             window_size=7, drop_path_rate=0.2, convert_weights=False),
+               [96, 192, 384, 768]),
+    'PVT-S': ('mmdet.PyramidVisionTransformer', dict(num_layers=[3, 4, 6, 3], drop_path_rate=0.1),
+              [64, 128, 320, 512]),
+}
+
+
+def matrix_configs():
+    from tools.misc import generate_configs as gen
+    out = []
+    for recipe, fams in gen.MATRIX.items():
+        for family, archs in fams.items():
+            bb = f"{gen.FAMILIES[family]['prefix']}-{archs[0]}"
+            out.append(osp.join('configs', family, gen.RECIPES[recipe]['name'].format(bb=bb) + '.py'))
+    return out
+
+
+def reference_jobs():
+    """(config, reference name): one per model family x reference backbone."""
+    from tools.misc import generate_configs as gen
+    jobs = []
+    for recipe, fams in gen.MATRIX.items():
+        family = next(iter(fams))
+        bb = f"{gen.FAMILIES[family]['prefix']}-{fams[family][0]}"
+        cfg = osp.join('configs', family, gen.RECIPES[recipe]['name'].format(bb=bb) + '.py')
+        jobs += [(cfg, ref) for ref in REFERENCES]
+    return jobs
+
+
+def swap_backbone(cfg, ref):
+    kind, kwargs, ch = REFERENCES[ref]
+    old = cfg.model.backbone
+    out_indices = tuple(old.get('out_indices', (0, 1, 2, 3)))
+    cfg.model.backbone = dict(type=kind, out_indices=out_indices, init_cfg=None, **kwargs)
+    used = [ch[i] for i in out_indices]
+    if 'neck' in cfg.model and 'in_channels' in cfg.model.neck:
+        cfg.model.neck.in_channels = used
+    if cfg.model.get('decode_head') and isinstance(cfg.model.decode_head.get('in_channels'), list):
+        cfg.model.decode_head.in_channels = used
+    if cfg.model.get('auxiliary_head'):
+        cfg.model.auxiliary_head.in_channels = ch[2]
+
+
+def _scales(cfg):
+    """(train hw, test hw) at the config's real scale."""
+    if cfg.default_scope == 'mmseg':
+        size = tuple(cfg.model.data_preprocessor.get('size') or (512, 512))
+        return size, size
+    return (800, 1333), (800, 1333)
+
+
+def det_batch(n, hw, with_mask):
+    import torch
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+    g = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for _ in range(n):
+        s = DetDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw, scale_factor=(1., 1.),
+                                        batch_input_shape=hw))
+        h, w = hw
+        boxes = torch.tensor([[0.1 * w, 0.1 * h, 0.4 * w, 0.5 * h], [0.5 * w, 0.3 * h, 0.9 * w, 0.9 * h],
+                              [0.2 * w, 0.6 * h, 0.35 * w, 0.8 * h]])
+        inst = InstanceData(bboxes=boxes, labels=torch.tensor([0, 5, 17]))
+        if with_mask:
+            masks = torch.zeros(3, h, w, dtype=torch.uint8)
+            for j, (x0, y0, x1, y1) in enumerate(boxes.int().tolist()):
+                masks[j, y0:y1, x0:x1] = 1
+            inst.masks = BitmapMasks(masks.numpy(), h, w)
+        s.gt_instances = inst
+        inputs.append(torch.randint(0, 255, (3, *hw), dtype=torch.uint8, generator=g))
+        samples.append(s)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def seg_batch(n, hw):
+    import torch
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    g = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for _ in range(n):
+        s = SegDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw))
+        s.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, *hw), generator=g))
+        inputs.append(torch.randint(0, 255, (3, *hw), dtype=torch.uint8, generator=g))
+        samples.append(s)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def _peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1):
+    """Build the model of ``config`` (optionally with a reference backbone) and time one training step
+    and one inference; returns a dict."""
+    import torch
+    from mmengine.config import Config
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.optim import build_optim_wrapper
+
+    import mmlinattn  # noqa: F401
+    from mmlinattn.runtime import model_registry
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    cfg.model.backbone.init_cfg = None
+    if ref:
+        swap_backbone(cfg, ref)
+    models = model_registry(cfg)
+    model = revert_sync_batchnorm(models.build(cfg.model)).to(device)
+    model.init_weights()
+    n = batch or cfg.train_dataloader.batch_size
+    train_hw, test_hw = _scales(cfg)
+    det = cfg.default_scope == 'mmdet'
+    make = (lambda k, hw: det_batch(k, hw, 'mask_head' in str(cfg.model))) if det else seg_batch
+    ow_cfg = dict(cfg.optim_wrapper)
+    if amp and device == 'cuda':
+        ow_cfg.update(type='AmpOptimWrapper', loss_scale='dynamic')
+    optim = build_optim_wrapper(model, ow_cfg)
+    cuda = device == 'cuda'
+    ac_dtype = torch.float16 if cuda else torch.bfloat16
+    params = sum(p.numel() for p in model.parameters()) / 1e6
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def train_step():
+        model.train()
+        data = model.data_preprocessor(make(n, train_hw), True)
+        with torch.autocast(device, dtype=ac_dtype, enabled=amp):
+            losses = model(**data, mode='loss')
+            loss, _ = model.parse_losses(losses)
+        optim.update_params(loss)
+
+    base_rss = _peak_rss_mb()
+    for _ in range(warmup):
+        train_step()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    sync()
+    t0 = time.perf_counter()
+    train_step()
+    sync()
+    t_train = time.perf_counter() - t0
+    mem_train = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else _peak_rss_mb() - base_rss
+
+    model.eval()
+    test = make(1, test_hw)
+
+    def infer():
+        with torch.no_grad(), torch.autocast(device, dtype=ac_dtype, enabled=amp):
+            model(**model.data_preprocessor(test, False), mode='predict')
+    infer()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    sync()
+    t0 = time.perf_counter()
+    infer()
+    sync()
+    t_infer = time.perf_counter() - t0
+    mem_infer = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else None
+    return dict(config=osp.basename(config)[:-3], backbone=ref or cfg.model.backbone.type,
+                params_m=round(params, 2), batch=n, train_hw=list(train_hw), test_hw=list(test_hw),
+                train_s=round(t_train, 3), infer_s=round(t_infer, 3),
+                train_mem_mb=round(mem_train, 1), infer_mem_mb=None if mem_infer is None else round(mem_infer, 1),
+                device=device, amp=amp, threads=torch.get_num_threads())
+
+
+def run_job(config, ref, args):
+    """One config in a fresh process (clean peak memory); returns its result dict."""
+    cmd = [sys.executable, osp.abspath(__file__), '--one', config, '--device', args.device,
+           '--warmup', str(args.warmup)]
+    if ref:
+        cmd += ['--reference', ref]
+    if args.amp:
+        cmd.append('--amp')
+    if args.batch:
+        cmd += ['--batch', str(args.batch)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('RESULT ')]
+    if r.returncode != 0 or not lines:
+        return dict(config=osp.basename(config)[:-3], backbone=ref or '?',
+                    error=(r.stderr or r.stdout).strip().splitlines()[-1][:200] if (r.stderr or r.stdout) else '?')
+    return json.loads(lines[-1][len('RESULT '):])
+
+
+def table(rows):
+    """Markdown: time / memory per config, and ratios against the reference backbones of the same
+    model family."""
+    head = ('| config | backbone | params (M) | batch | train step (s) | inference (s) | '
+            'train peak (MB) | vs Swin-T train / infer | vs PVT-S train / infer |')
+    out = [head, '|' + '---|' * 9]
+    refs = {(r['config'].split('_')[0], r['backbone']): r for r in rows
+            if r.get('backbone') in REFERENCES and 'error' not in r}
+    for r in rows:
+        if 'error' in r:
+            out.append(f"| {r['config']} | {r['backbone']} | error: {r['error']} |||||||")
+            continue
+        fam = r['config'].split('_')[0]
+        ratios = []
+        for ref in REFERENCES:
+            b = refs.get((fam, ref))
+            if b is None or r['backbone'] in REFERENCES:
+                ratios.append('')
+            else:
+                ratios.append(f"{b['train_s'] / r['train_s']:.2f} / {b['infer_s'] / r['infer_s']:.2f}")
+        out.append(f"| {r['config']} | {r['backbone']} | {r['params_m']} | {r['batch']} | {r['train_s']} | "
+                   f"{r['infer_s']} | {r['train_mem_mb']} | {ratios[0]} | {ratios[1]} |")
+    return '\n'.join(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('configs', nargs='*', help='config files')
+    p.add_argument('--matrix', action='store_true', help='the smallest variant of every matrix cell')
+    p.add_argument('--references', action='store_true',
+                   help="also each model family with mmdet's Swin-T and PVT-S backbones")
+    p.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
+    p.add_argument('--amp', action='store_true', help='autocast (fp16 on CUDA with AmpOptimWrapper, bf16 on CPU)')
+    p.add_argument('--batch', type=int, help='images per step (default: the config\'s per-GPU batch)')
+    p.add_argument('--warmup', type=int, default=1, help='untimed training steps first')
+    p.add_argument('--out', help='write OUT.json and OUT.md')
+    p.add_argument('--one', help=argparse.SUPPRESS)
+    p.add_argument('--reference', help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one:
+        res = measure_one(args.one, args.reference, args.device, args.amp, args.batch, args.warmup)
+        print('RESULT ' + json.dumps(res), flush=True)
+        return 0
+    jobs = [(c, None) for c in args.configs]
+    if args.matrix:
+        jobs += [(c, None) for c in matrix_configs()]
+    if args.references:
+        jobs += reference_jobs()
+    if not jobs:
+        p.error('give config files, --matrix or --references')
+    rows = []
+    for i, (config, ref) in enumerate(jobs, 1):
+        t0 = time.time()
+        r = run_job(config, ref, args)
+        rows.append(r)
+        what = osp.basename(config)[:-3] + (f' [{ref}]' if ref else '')
+        if 'error' in r:
+            print(f'[{i}/{len(jobs)}] {what}: ERROR {r["error"]}', flush=True)
+        else:
+            print(f'[{i}/{len(jobs)}] {what}: train step {r["train_s"]:.2f} s, inference {r["infer_s"]:.2f} s, '
+                  f'train peak +{r["train_mem_mb"]:.0f} MB ({time.time() - t0:.0f} s)', flush=True)
+    md = table(rows)
+    print(md)
+    if args.out:
+        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+        with open(args.out + '.json', 'w') as f:
+            json.dump(rows, f, indent=1)
+        with open(args.out + '.md', 'w') as f:
+            f.write(md + '\n')
+    return 1 if any('error' in r for r in rows) else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
