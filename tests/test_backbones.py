@@ -39,10 +39,33 @@ def test_any_input_size(cls, arch, hw):
     with torch.no_grad():
         outs = m(torch.randn(2, 3, *hw))
     assert len(outs) == 4
+    # Swin pads to the patch and MAViT's stride-2 convs have padding 1: ceil sizes; PVT v1's strided
+    # patch convs drop the remainder at every stage: floor sizes
+    h, w = hw
     for i, (o, c) in enumerate(zip(outs, m.num_features)):
-        stride = 4 * 2 ** i
-        assert o.shape == (2, c, -(-hw[0] // stride), -(-hw[1] // stride)), (i, o.shape)
+        if cls is InLinePVT:
+            h, w = (h // 4, w // 4) if i == 0 else (h // 2, w // 2)
+        else:
+            stride = 4 * 2 ** i
+            h, w = -(-hw[0] // stride), -(-hw[1] // stride)
+        assert o.shape == (2, c, h, w), (i, o.shape)
         assert torch.isfinite(o).all()
+
+
+def test_pvt_drops_the_remainder_like_pvt_v1_and_pads_on_request():
+    m = InLinePVT(arch='tiny').eval()
+    with torch.no_grad():
+        x = torch.randn(1, 3, 70, 99)
+        # the remainder is dropped: the same as the input cropped to the part the convs cover
+        a = m(x)
+        b = m(x[..., :68, :96])
+        for oa, ob in zip(a[:1], b[:1]):
+            assert torch.equal(oa, ob)
+        with pytest.raises(ValueError, match='pad_patches=True'):
+            m(torch.randn(1, 3, 20, 64))
+        padded = InLinePVT(arch='tiny', pad_patches=True).eval()
+        assert [o.shape[-2:] for o in padded(torch.randn(1, 3, 20, 64))] == [
+            (5, 16), (3, 8), (2, 4), (1, 2)]
 
 
 @pytest.mark.parametrize('cls', [InLineSwin, InLinePVT, MAViT])

@@ -47,8 +47,9 @@ class InLinePVT(LinAttnBackbone):
         attn_cfg (dict): TokenAttention options (``kernel``, ``local_residual``) for ablations.
         pretrain_img_size (int): size the position tables were learned at (224).
         out_norm (bool): add a LayerNorm on each output (off by default: the authors' model has none).
-        pad_patches (bool): zero-pad inputs whose size is not a multiple of the patch (``True``) or let
-            the strided convs drop the remainder (``False``, PVT v1's own behaviour).
+        pad_patches (bool): ``False`` (default, PVT v1's behaviour): each strided patch conv drops the
+            remainder of a size that is not a multiple of its patch, so inputs need at least 32 px
+            per side; ``True`` zero-pads the bottom/right instead (any size, ceil-sized maps).
     """
     arch_zoo = {
         'tiny': dict(depths=[2, 2, 2, 2], drop_path_rate=0.1),
@@ -70,7 +71,7 @@ class InLinePVT(LinAttnBackbone):
                  drop_path_rate: Optional[float] = None, drop_rate: float = 0.,
                  pretrain_img_size: int = 224, patch_size: int = 4,
                  sr_ratios: Sequence[int] = (8, 4, 2, 1), out_norm: bool = False,
-                 pad_patches: bool = True, init_cfg=None):
+                 pad_patches: bool = False, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
         self._set_dims(arch['embed_dims'])

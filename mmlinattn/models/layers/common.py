@@ -85,8 +85,9 @@ class PatchEmbed(nn.Module):
         if self.pad:
             x = F.pad(x, (0, (-w) % self.patch, 0, (-h) % self.patch))
         elif h < self.patch or w < self.patch:
-            raise ValueError(f'a {h}x{w} map is smaller than the {self.patch}x{self.patch} patch: use a '
-                             'larger input (or pad=True)')
+            raise ValueError(f'a {h}x{w} map is smaller than the {self.patch}x{self.patch} patch that '
+                             'embeds it: use a larger input (InLinePVT needs >= 32 px per side unless '
+                             'pad_patches=True)')
         x = self.proj(x)
         hw = (int(x.shape[2]), int(x.shape[3]))
         return self.norm(x.flatten(2).transpose(1, 2)), hw
