@@ -86,3 +86,11 @@ def save_authors_file(path, family: str, arch: str, seed: int = 0):
     else:
         save_inline_style(path, state)
     return state
+
+
+def make_toy_sets(root, seed: int, size: int, train: int = 8, val: int = 4):
+    """The generated toy COCO and ADE20K-layout sets under ``root/toy_coco`` and ``root/toy_ade``."""
+    from tools.misc import make_toy_datasets as toy
+    toy.make_toy_coco(str(root / 'toy_coco'), seed=seed, train=train, val=val, size=size)
+    toy.make_toy_ade(str(root / 'toy_ade'), seed=seed, train=train, val=val, size=size)
+    return root

@@ -18,7 +18,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from tools.misc import make_toy_datasets as toy
+from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TOY = osp.join(ROOT, 'configs', 'toy', '_base_')
@@ -40,10 +40,7 @@ CASES = [
 
 @pytest.fixture(scope='module')
 def toy_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp('ddp_toy')
-    toy.make_toy_coco(str(root / 'toy_coco'), seed=11, train=8, val=4, size=96)
-    toy.make_toy_ade(str(root / 'toy_ade'), seed=11, train=8, val=4, size=96)
-    return root
+    return make_toy_sets(tmp_path_factory.mktemp('ddp_toy'), seed=11, size=96)
 
 
 def _set_classes(model, n):

@@ -11,6 +11,7 @@ from mmlinattn.checkpoint import CheckpointError, read_checkpoint
 from mmlinattn.runtime import ConfigError, check_coco_annotations
 from tools import test as test_tool
 from tools import train as train_tool
+from helpers import make_toy_sets
 from tools.misc import make_toy_datasets as toy
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -20,10 +21,7 @@ DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
 
 @pytest.fixture(scope='module')
 def toy_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp('toy')
-    toy.make_toy_coco(str(root / 'toy_coco'), seed=3, train=8, val=4, size=64)
-    toy.make_toy_ade(str(root / 'toy_ade'), seed=3, train=8, val=4, size=64)
-    return root
+    return make_toy_sets(tmp_path_factory.mktemp('toy'), seed=3, size=64)
 
 
 def _det_overrides(root):

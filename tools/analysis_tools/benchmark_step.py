@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import os.path as osp
+import re
 import resource
 import subprocess
 import sys
@@ -69,12 +70,12 @@ def swap_backbone(cfg, ref):
     out_indices = tuple(old.get('out_indices', (0, 1, 2, 3)))
     cfg.model.backbone = dict(type=kind, out_indices=out_indices, init_cfg=None, **kwargs)
     used = [ch[i] for i in out_indices]
-    if 'neck' in cfg.model and 'in_channels' in cfg.model.neck:
+    if cfg.model.get('neck') and 'in_channels' in cfg.model.neck:
         cfg.model.neck.in_channels = used
-    if cfg.model.get('decode_head') and isinstance(cfg.model.decode_head.get('in_channels'), list):
+    elif cfg.model.get('decode_head'):  # no neck (UperNet): the heads read the backbone directly
         cfg.model.decode_head.in_channels = used
-    if cfg.model.get('auxiliary_head'):
-        cfg.model.auxiliary_head.in_channels = ch[2]
+        if cfg.model.get('auxiliary_head'):
+            cfg.model.auxiliary_head.in_channels = ch[2]
 
 
 def _scales(cfg):
@@ -157,10 +158,6 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1)
     ac_dtype = torch.float16 if cuda else torch.bfloat16
     params = sum(p.numel() for p in model.parameters()) / 1e6
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
     def train_step():
         model.train()
         data = model.data_preprocessor(make(n, train_hw), True)
@@ -169,33 +166,30 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1)
             loss, _ = model.parse_losses(losses)
         optim.update_params(loss)
 
-    base_rss = _peak_rss_mb()
-    for _ in range(warmup):
-        train_step()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    sync()
-    t0 = time.perf_counter()
-    train_step()
-    sync()
-    t_train = time.perf_counter() - t0
-    mem_train = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else _peak_rss_mb() - base_rss
+    def timed(fn, untimed):
+        """Run ``fn`` ``untimed`` times, then once timed: (seconds, peak memory in MB)."""
+        base_rss = _peak_rss_mb()  # after building the model, before any step
+        for _ in range(untimed):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        return seconds, (torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else _peak_rss_mb() - base_rss)
 
+    t_train, mem_train = timed(train_step, warmup)
     model.eval()
     test = make(1, test_hw)
 
     def infer():
         with torch.no_grad(), torch.autocast(device, dtype=ac_dtype, enabled=amp):
             model(**model.data_preprocessor(test, False), mode='predict')
-    infer()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    sync()
-    t0 = time.perf_counter()
-    infer()
-    sync()
-    t_infer = time.perf_counter() - t0
-    mem_infer = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else None
+    t_infer, mem_infer = timed(infer, 1)
+    mem_infer = mem_infer if cuda else None
     return dict(config=osp.basename(config)[:-3], backbone=ref or cfg.model.backbone.type,
                 params_m=round(params, 2), batch=n, train_hw=list(train_hw), test_hw=list(test_hw),
                 train_s=round(t_train, 3), infer_s=round(t_infer, 3),
@@ -221,19 +215,24 @@ def run_job(config, ref, args):
     return json.loads(lines[-1][len('RESULT '):])
 
 
+def _recipe(name):
+    """The config name without its backbone: rows of the same detector / segmentor share it."""
+    return re.sub(r'(inline-pvt|inline-swin|mavit)-[tsmbl]', '{}', name)
+
+
 def table(rows):
-    """Markdown: time / memory per config, and ratios against the reference backbones of the same
-    model family."""
+    """Markdown: time / memory per config, and the reference backbones' time over ours in the same
+    detector / segmentor (> 1: ours is faster)."""
     head = ('| config | backbone | params (M) | batch | train step (s) | inference (s) | '
-            'train peak (MB) | vs Swin-T train / infer | vs PVT-S train / infer |')
+            'train peak (MB) | Swin-T / this: train, infer | PVT-S / this: train, infer |')
     out = [head, '|' + '---|' * 9]
-    refs = {(r['config'].split('_')[0], r['backbone']): r for r in rows
+    refs = {(_recipe(r['config']), r['backbone']): r for r in rows
             if r.get('backbone') in REFERENCES and 'error' not in r}
     for r in rows:
         if 'error' in r:
             out.append(f"| {r['config']} | {r['backbone']} | error: {r['error']} |||||||")
             continue
-        fam = r['config'].split('_')[0]
+        fam = _recipe(r['config'])
         ratios = []
         for ref in REFERENCES:
             b = refs.get((fam, ref))
@@ -241,7 +240,9 @@ def table(rows):
                 ratios.append('')
             else:
                 ratios.append(f"{b['train_s'] / r['train_s']:.2f} / {b['infer_s'] / r['infer_s']:.2f}")
-        out.append(f"| {r['config']} | {r['backbone']} | {r['params_m']} | {r['batch']} | {r['train_s']} | "
+        name = _recipe(r['config']).format(r['backbone'].lower()) if r['backbone'] in REFERENCES \
+            else r['config']
+        out.append(f"| {name} | {r['backbone']} | {r['params_m']} | {r['batch']} | {r['train_s']} | "
                    f"{r['infer_s']} | {r['train_mem_mb']} | {ratios[0]} | {ratios[1]} |")
     return '\n'.join(out)
 
@@ -257,9 +258,14 @@ def main(argv=None):
     p.add_argument('--batch', type=int, help='images per step (default: the config\'s per-GPU batch)')
     p.add_argument('--warmup', type=int, default=1, help='untimed training steps first')
     p.add_argument('--out', help='write OUT.json and OUT.md')
+    p.add_argument('--table', help='only print the table of a saved OUT.json')
     p.add_argument('--one', help=argparse.SUPPRESS)
     p.add_argument('--reference', help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(table(json.load(f)))
+        return 0
     if args.one:
         res = measure_one(args.one, args.reference, args.device, args.amp, args.batch, args.warmup)
         print('RESULT ' + json.dumps(res), flush=True)
