@@ -41,7 +41,8 @@ def test_config_builds(path):
     assert type(model.backbone).__name__ in ('InLinePVT', 'InLineSwin', 'MAViT')
     ckpt = cfg.model.backbone.init_cfg['checkpoint']
     assert ckpt.startswith('checkpoints/') and ckpt.endswith('.pth')
-    assert cfg.auto_scale_lr == dict(enable=True, base_batch_size=16)
+    # learning rates are for the sources' 8 GPUs x the per-GPU batch (16, or 8 at 1 image per GPU)
+    assert cfg.auto_scale_lr == dict(enable=True, base_batch_size=8 * cfg.train_dataloader.batch_size)
 
 
 @pytest.mark.parametrize('path', TOY_CONFIGS, ids=lambda p: osp.basename(p))

@@ -1,4 +1,5 @@
 """Bad input and faults: clear errors, nothing lost."""
+import copy
 import hashlib
 import json
 import os
@@ -281,8 +282,9 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
         def before_train(self, runner):  # runs right after load_or_resume
             captured['iter'] = runner.iter
             captured['model'] = {k: v.clone() for k, v in runner.model.state_dict().items()}
-            captured['optim'] = runner.optim_wrapper.state_dict()
-            captured['sched'] = [s.state_dict() for s in runner.param_schedulers]
+            # deep copies: training goes on after this hook and updates the state in place
+            captured['optim'] = copy.deepcopy(runner.optim_wrapper.state_dict())
+            captured['sched'] = copy.deepcopy([s.state_dict() for s in runner.param_schedulers])
 
     cfg = cfg_for('resumed', '--resume')
     cfg.train_cfg.max_iters = 4
