@@ -98,9 +98,9 @@ def _run(cmd, env=None, timeout=600):
 
 def _metrics(out):
     """The dict tools/test.py prints last."""
-    lines = [ln for ln in out.splitlines() if ln.startswith('{') and ln.endswith('}')]
-    assert lines, out[-2000:]
-    return lines[-1]
+    found = re.findall(r"^\{'[^{}]*\}", out, flags=re.M)
+    assert found, out[-2000:]
+    return found[-1]
 
 
 def _load(path):

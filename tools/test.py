@@ -88,11 +88,13 @@ def main(argv=None):
         return 2
     runner = build_runner(cfg)
     metrics = runner.test()
-    close_distributed()
     def plain(v):  # numpy scalars printed as plain numbers
         real = isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
         return round(float(v), 4) if real else v
-    print({k: plain(v) for k, v in (metrics or {}).items()})
+    from mmengine.dist import get_rank
+    if get_rank() == 0:  # every rank gets the metrics; print them once
+        print({k: plain(v) for k, v in (metrics or {}).items()})
+    close_distributed()
     return 0
 
 
