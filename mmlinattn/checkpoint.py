@@ -248,3 +248,97 @@ def fit_state_dict(model: torch.nn.Module, state: Dict[str, Tensor], *,
     if new:
         logger.info(f'newly initialised (not in the checkpoint): {_fmt(new, 50)}')
     return dict(loaded=list(to_load), dropped=dropped, ignored=ignored, new=new)
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model a whole-model checkpoint was saved from: without DDP / TTA wrappers."""
+    from mmengine.model import BaseTTAModel, is_model_wrapper
+    while is_model_wrapper(model) or isinstance(model, BaseTTAModel):
+        model = model.module
+    return model
+
+
+def check_model_checkpoint(model: torch.nn.Module, path: str, *, partial: bool = False,
+                           what: str = 'checkpoint', logger: Optional[logging.Logger] = None
+                           ) -> Dict[str, List[str]]:
+    """Refuse a whole-model checkpoint (``tools/test.py CKPT``, ``load_from``, ``--resume``) that does
+    not fit ``model`` before anything is loaded, evaluated or trained.
+
+    mmengine itself loads such files non-strictly: a checkpoint of another architecture or size loads
+    the keys that happen to fit, logs the rest and evaluates a half-random model. Here every key of the
+    checkpoint must exist in the model with the same shape and every model key must be in the
+    checkpoint, else :class:`CheckpointError` names the file and the first offending keys. With
+    ``partial=True`` (fine-tuning a detector on other classes) the differences are logged as a warning
+    instead and mmengine's non-strict load goes ahead.
+    """
+    logger = logger or logging.getLogger('mmlinattn')
+    state = extract_state_dict(read_checkpoint(path, logger=logger), path=path)
+    own = _unwrap(model).state_dict()
+    mismatched = [f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}'
+                  for k, v in state.items() if k in own and own[k].shape != v.shape]
+    unexpected = [k for k in state if k not in own]
+    missing = [k for k in own if k not in state]
+    report = dict(mismatched=mismatched, unexpected=unexpected, missing=missing)
+    if not (mismatched or unexpected or missing):
+        return report
+    parts = []
+    if mismatched:
+        parts.append(f'{len(mismatched)} shape mismatch(es): {_fmt(mismatched, 4)}')
+    if missing:
+        parts.append(f'{len(missing)} model key(s) missing from the file: {_fmt(missing, 4)}')
+    if unexpected:
+        parts.append(f'{len(unexpected)} key(s) the model does not have: {_fmt(unexpected, 4)}')
+    name = type(_unwrap(model)).__name__
+    msg = f'{what} {path} does not fit the config\'s model ({name}): ' + '; '.join(parts)
+    if partial:
+        logger.warning(msg + ' - loading the fitting keys only (partial load requested)')
+        return report
+    raise CheckpointError(
+        msg + '. Is it the checkpoint of another architecture, size or class count? Nothing was '
+        'loaded. An ImageNet backbone file goes in model.backbone.init_cfg=dict(type="Pretrained", '
+        'checkpoint=...); to fine-tune a whole detector/segmentor on other classes, pass '
+        '--partial-load to tools/train.py.')
+
+
+def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = None
+                             ) -> Optional[str]:
+    """The checkpoint ``--resume`` (auto) should use: the one ``last_checkpoint`` names if it reads,
+    else the newest readable ``*.pth`` of ``work_dir`` (with a warning naming each skipped file).
+
+    Returns ``None`` when the work dir holds no checkpoint (a fresh start); raises
+    :class:`CheckpointError` listing the files when there are checkpoints but none is readable.
+    """
+    logger = logger or logging.getLogger('mmlinattn')
+    if not osp.isdir(work_dir):
+        return None
+    candidates = []
+    pointer = osp.join(work_dir, 'last_checkpoint')
+    if osp.isfile(pointer):
+        with open(pointer) as f:
+            named = f.read().strip()
+        if named:
+            candidates.append(named if osp.isabs(named) else osp.join(work_dir, osp.basename(named)))
+    files = [osp.join(work_dir, f) for f in os.listdir(work_dir) if f.endswith('.pth')]
+    for f in sorted(files, key=lambda p: (osp.getmtime(p), p), reverse=True):
+        if not any(osp.realpath(f) == osp.realpath(c) for c in candidates):
+            candidates.append(f)
+    skipped = []
+    for path in candidates:
+        if not osp.isfile(path):
+            skipped.append(f'{path} (not found)')
+            continue
+        try:
+            obj = read_checkpoint(path, logger=logger)
+            extract_state_dict(obj, path=path)
+        except CheckpointError:
+            skipped.append(f'{path} (unreadable: truncated or corrupt)')
+            continue
+        if skipped:
+            logger.warning('--resume: skipped ' + '; '.join(skipped) +
+                           f' - resuming from {path}, the newest intact checkpoint')
+        return path
+    if skipped:
+        raise CheckpointError(
+            f'--resume: no intact checkpoint in {work_dir}: ' + '; '.join(skipped) +
+            '. Pass one explicitly (--resume PATH) or start without --resume.')
+    return None

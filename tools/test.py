@@ -16,10 +16,10 @@ import sys
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 import mmlinattn  # noqa: E402,F401
+from mmlinattn.checkpoint import CheckpointError, check_model_checkpoint  # noqa: E402
 from mmlinattn.runtime import (ConfigError, add_common_args, build_runner,  # noqa: E402
-                               close_distributed,
-                               check_data_paths, load_config, parse_with_common_args,
-                               prepare_env, set_work_dir)
+                               check_data_paths, check_model_channels, close_distributed,
+                               load_config, parse_with_common_args, prepare_env, set_work_dir)
 
 
 def parse_args(argv=None):
@@ -76,6 +76,7 @@ def build_cfg(args):
         if vis.get('type') == 'SegVisualizationHook':
             vis['interval'] = 1
     check_data_paths(cfg, ('test_dataloader',))
+    check_model_channels(cfg)
     return cfg
 
 
@@ -87,6 +88,11 @@ def main(argv=None):
         print(f'tools/test.py: error: {e}', file=sys.stderr)
         return 2
     runner = build_runner(cfg)
+    try:  # before any evaluation: a checkpoint of another model is never scored
+        check_model_checkpoint(runner.model, args.checkpoint, logger=runner.logger)
+    except CheckpointError as e:
+        print(f'tools/test.py: error: {e}', file=sys.stderr)
+        return 2
     metrics = runner.test()
     def plain(v):  # numpy scalars printed as plain numbers
         real = isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)

@@ -14,10 +14,12 @@ import sys
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # repo root, for a plain checkout
 
 import mmlinattn  # noqa: E402,F401  (registers our modules, applies the stack fixes)
+from mmlinattn.checkpoint import (CheckpointError, check_model_checkpoint,  # noqa: E402
+                                  latest_intact_checkpoint)
 from mmlinattn.runtime import (ConfigError, add_common_args, build_runner,  # noqa: E402
-                               close_distributed,
-                               check_data_paths, enable_amp, load_config,
-                               parse_with_common_args, prepare_env, set_work_dir)
+                               check_data_paths, check_model_channels, close_distributed,
+                               enable_amp, load_config, parse_with_common_args, prepare_env,
+                               set_work_dir)
 
 
 def parse_args(argv=None):
@@ -28,6 +30,9 @@ def parse_args(argv=None):
                    help='resume from this checkpoint, or (no value) from the latest one in work-dir')
     p.add_argument('--amp', action='store_true', help='automatic mixed precision (GPU only)')
     p.add_argument('--no-validate', action='store_true', help='skip validation during training')
+    p.add_argument('--partial-load', action='store_true',
+                   help='load_from: load the keys that fit and warn about the rest (fine-tuning a '
+                        'whole detector/segmentor on other classes); default: refuse a misfit')
     add_common_args(p)
     return parse_with_common_args(p, argv)
 
@@ -39,7 +44,11 @@ def build_cfg(args):
     if args.amp:
         enable_amp(cfg)
     if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
+        # mmengine trusts `last_checkpoint` blindly; a truncated latest file would block every
+        # resume, so take the newest checkpoint that actually reads (None: a fresh start)
+        from mmengine.logging import MMLogger
+        cfg.resume = True
+        cfg.load_from = latest_intact_checkpoint(cfg.work_dir, MMLogger.get_current_instance())
     elif args.resume is not None:
         if not osp.isfile(args.resume):
             raise ConfigError(f'--resume {args.resume}: checkpoint file not found')
@@ -49,6 +58,7 @@ def build_cfg(args):
         check_data_paths(cfg, ('train_dataloader',))
     else:
         check_data_paths(cfg, ('train_dataloader', 'val_dataloader'))
+    check_model_channels(cfg)
     return cfg
 
 
@@ -56,10 +66,18 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         cfg = build_cfg(args)
-    except ConfigError as e:
+    except (ConfigError, CheckpointError) as e:
         print(f'tools/train.py: error: {e}', file=sys.stderr)
         return 2
     runner = build_runner(cfg)
+    if cfg.get('load_from'):  # before any step: a misfit never trains or resumes silently
+        what = 'resume checkpoint' if cfg.get('resume') else 'load_from'
+        try:
+            check_model_checkpoint(runner.model, cfg.load_from, what=what, logger=runner.logger,
+                                   partial=args.partial_load and not cfg.get('resume'))
+        except CheckpointError as e:
+            print(f'tools/train.py: error: {e}', file=sys.stderr)
+            return 2
     runner.train()
     close_distributed()
     return 0

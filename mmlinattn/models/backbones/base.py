@@ -72,7 +72,7 @@ class LinAttnBackbone(BaseModule):
             raise ValueError(f'{owner}: drop_path_rate={rate!r} must lie in [0, 1)')
         self.out_indices = out_indices
         self.frozen_stages, self.norm_eval, self.with_cp = frozen_stages, norm_eval, with_cp
-        rates = torch.linspace(0, float(rate), sum(self.depths)).tolist()
+        rates = torch.linspace(0, float(rate), sum(self.depths), device='cpu').tolist()
         starts = [sum(self.depths[:i]) for i in range(n)]
         self.dpr: List[List[float]] = [rates[s:s + d] for s, d in zip(starts, self.depths)]
         return arch

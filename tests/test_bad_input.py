@@ -1,0 +1,275 @@
+"""Bad input gets one clear cause before any work starts (each case reproduces a user report on data
+the test makes): a checkpoint of another model, a truncated latest checkpoint, label maps out of range
+or of the wrong size, COCO records mmdet would drop, a neck that does not fit the backbone, backbone
+arguments out of range, and --cfg-options values that cannot apply.
+
+The expected causes come from the definitions, not from our code: mmseg's ``reduce_zero_label`` maps a
+stored label v to v - 1 (0 to the ignore index 255); mmdet's ``filter_empty_gt`` drops every image
+without an annotation of the dataset's classes; MAViT-T/S stage channels are the papers' 64-128-256-512
+and 64-128-320-512.
+"""
+import json
+import logging
+import os
+import os.path as osp
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from helpers import make_toy_sets
+from mmlinattn.checkpoint import (CheckpointError, check_model_checkpoint,
+                                  latest_intact_checkpoint)
+from mmlinattn.runtime import ConfigError, check_coco_annotations
+from tools import test as test_tool
+from tools import train as train_tool
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
+LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+
+
+@pytest.fixture(scope='module')
+def toy_data(tmp_path_factory):
+    return make_toy_sets(tmp_path_factory.mktemp('bad_input_toy'), seed=5, size=64, train=4, val=2)
+
+
+def _copy(toy_data, tmp_path, sub):
+    dst = tmp_path / sub
+    shutil.copytree(toy_data / sub, dst)
+    return dst
+
+
+def _seg_args(root):
+    return [f'{k}.dataset.data_root={root}/' for k in LOADERS]
+
+
+def _det_args(root):
+    ann = f'{root}/annotations/instances_val.json'
+    return [f'{k}.dataset.data_root={root}/' for k in LOADERS] + \
+        [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}']
+
+
+# --------------------------------------------------------------------------- whole-model checkpoints
+def _save_model_checkpoint(cfg_path, path):
+    """A checkpoint as mmengine's Runner writes it, of the model the config builds."""
+    from mmlinattn.runtime import load_config, model_registry
+    cfg = load_config(cfg_path)
+    model = model_registry(cfg).build(cfg.model)
+    torch.save({'meta': {'epoch': 1, 'iter': 2}, 'state_dict': model.state_dict()}, path)
+
+
+def test_checkpoint_of_another_size_is_never_evaluated(toy_data, tmp_path, capsys):
+    ade = toy_data / 'toy_ade'
+    ckpt = tmp_path / 'mavit-t.pth'
+    _save_model_checkpoint(SEG_CFG, ckpt)  # MAViT-T weights
+    capsys.readouterr()
+    rc = test_tool.main([SEG_CFG, str(ckpt), '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                         *_seg_args(ade), 'model.backbone.arch=small',       # ... a MAViT-S config
+                         'model.neck.in_channels=[64,128,320,512]'])
+    out = capsys.readouterr()
+    assert rc == 2
+    assert 'mavit-t.pth does not fit' in out.err
+    # stage 3 has 256 channels in T and 320 in S; stage 1 has 2 blocks in T and 3 in S
+    assert 'checkpoint (256,) vs model (320,)' in out.err
+    assert 'missing from the file' in out.err and 'backbone.layers.0.blocks.2.' in out.err
+    assert "'mIoU':" not in out.out  # nothing was evaluated
+
+
+def test_fitting_checkpoint_is_accepted_and_partial_load_only_warns(tmp_path, caplog):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    good = tmp_path / 'good.pth'
+    torch.save({'state_dict': model.state_dict()}, good)
+    assert check_model_checkpoint(model, str(good)) == dict(mismatched=[], unexpected=[], missing=[])
+    other = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 5))  # another class count
+    bad = tmp_path / 'other_classes.pth'
+    torch.save({'state_dict': other.state_dict()}, bad)
+    with pytest.raises(CheckpointError, match=r'other_classes\.pth.*1\.weight: checkpoint \(5, 3\) '
+                                              r'vs model \(2, 3\)'):
+        check_model_checkpoint(model, str(bad))
+    with caplog.at_level(logging.WARNING, logger='mmlinattn'):
+        report = check_model_checkpoint(model, str(bad), partial=True)
+    assert len(report['mismatched']) == 2 and 'partial load' in caplog.text
+
+
+def _write_ckpt(path, value):
+    torch.save({'meta': {'iter': value}, 'state_dict': {'w': torch.full((64,), float(value))}}, path)
+
+
+def test_truncated_latest_checkpoint_no_longer_blocks_resume(tmp_path, caplog):
+    work = tmp_path / 'work'
+    work.mkdir()
+    _write_ckpt(work / 'iter_2.pth', 2)
+    _write_ckpt(work / 'iter_4.pth', 4)
+    os.utime(work / 'iter_2.pth', (1, 1))  # older
+    data = (work / 'iter_4.pth').read_bytes()
+    (work / 'iter_4.pth').write_bytes(data[:len(data) // 2])  # killed while copying, say
+    (work / 'last_checkpoint').write_text(str(work / 'iter_4.pth'))
+    with caplog.at_level(logging.WARNING, logger='mmlinattn'):
+        assert latest_intact_checkpoint(str(work), logging.getLogger('mmlinattn')) == \
+            str(work / 'iter_2.pth')
+    assert 'iter_4.pth' in caplog.text and 'skipped' in caplog.text
+
+    # every checkpoint broken: an error that names them, not torch's stream-reader message
+    (work / 'iter_2.pth').write_bytes(b'\0' * 10)
+    with pytest.raises(CheckpointError, match=r'no intact checkpoint.*iter_4\.pth.*iter_2\.pth'):
+        latest_intact_checkpoint(str(work))
+
+
+def test_resume_picks_the_intact_checkpoint_in_the_tool(toy_data, tmp_path):
+    work = tmp_path / 'work'
+    work.mkdir()
+    _write_ckpt(work / 'iter_2.pth', 2)
+    (work / 'iter_4.pth').write_bytes(b'PK\x03\x04 truncated')
+    (work / 'last_checkpoint').write_text(str(work / 'iter_4.pth'))
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
+                                  *_seg_args(toy_data / 'toy_ade')])
+    cfg = train_tool.build_cfg(args)
+    assert cfg.resume is True and cfg.load_from == str(work / 'iter_2.pth')
+
+
+# --------------------------------------------------------------------------- segmentation labels
+def _set_label(path, value, box=(slice(0, 4), slice(0, 4))):
+    lab = np.array(Image.open(path))
+    lab[box] = value
+    Image.fromarray(lab).save(path)
+
+
+def test_segmentation_label_out_of_range_in_training_names_file_and_value(toy_data, tmp_path):
+    ade = _copy(toy_data, tmp_path, 'toy_ade')
+    victim = sorted((ade / 'annotations/training').iterdir())[1]
+    _set_label(victim, 200)  # stored 200 -> 199 after reduce_zero_label; 4 classes
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                                  *_seg_args(ade)])
+    with pytest.raises(ConfigError) as e:
+        train_tool.build_cfg(args)
+    msg = str(e.value)
+    assert victim.name in msg and '[199]' in msg and '[0, 4)' in msg
+    assert 'train_dataloader.dataset' in msg and 'num_classes' in msg
+
+
+def test_segmentation_label_out_of_range_in_test_is_not_scored(toy_data, tmp_path, capsys):
+    ade = _copy(toy_data, tmp_path, 'toy_ade')
+    victim = sorted((ade / 'annotations/validation').iterdir())[0]
+    _set_label(victim, 6)  # -> 5, outside [0, 4); 255 stays the ignore index
+    _set_label(victim, 0, (slice(10, 12), slice(10, 12)))
+    (tmp_path / 'unused.pth').write_bytes(b'')  # the data is checked before the checkpoint is read
+    rc = test_tool.main([SEG_CFG, str(tmp_path / 'unused.pth'), '--cfg-options', *_seg_args(ade)])
+    err = capsys.readouterr().err
+    assert rc == 2 and victim.name in err and '[5]' in err and 'test_dataloader.dataset' in err
+
+
+def test_label_map_of_another_size_than_its_image(toy_data, tmp_path):
+    ade = _copy(toy_data, tmp_path, 'toy_ade')
+    victim = sorted((ade / 'annotations/training').iterdir())[2]
+    Image.open(victim).resize((48, 64), Image.NEAREST).save(victim)  # image is 64x64
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                                  *_seg_args(ade)])
+    with pytest.raises(ConfigError, match=rf'{victim.name} is 48x64 but its image .* is 64x64'):
+        train_tool.build_cfg(args)
+
+
+def test_segmentation_set_with_no_image(toy_data, tmp_path):
+    ade = _copy(toy_data, tmp_path, 'toy_ade')
+    for f in (ade / 'images/training').iterdir():
+        f.rename(f.with_suffix('.png.bak'))
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                                  *_seg_args(ade)])
+    with pytest.raises(ConfigError, match=r"train_dataloader\.dataset: no image found .*'\.jpg'"):
+        train_tool.build_cfg(args)
+
+
+# --------------------------------------------------------------------------- COCO
+def _rewrite(path, edit):
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return data
+
+
+def test_coco_category_not_in_categories_is_listed(toy_data, tmp_path):
+    coco = _copy(toy_data, tmp_path, 'toy_coco')
+    ann = coco / 'annotations/instances_train.json'
+    data = _rewrite(ann, lambda d: d['annotations'][0].update(category_id=77))
+    warnings = check_coco_annotations(str(ann))
+    rid = data['annotations'][0]['id']
+    assert any(f'annotation {rid}: category_id 77 is not in "categories"' in w for w in warnings)
+
+
+def test_coco_without_annotations_would_leave_training_empty(toy_data, tmp_path):
+    coco = _copy(toy_data, tmp_path, 'toy_coco')
+    _rewrite(coco / 'annotations/instances_train.json', lambda d: d.update(annotations=[]))
+    args = train_tool.parse_args([DET_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                                  *_det_args(coco)])
+    with pytest.raises(ConfigError) as e:
+        train_tool.build_cfg(args)
+    msg = str(e.value)
+    assert 'instances_train.json' in msg and 'empty after filtering' in msg
+    assert 'train_dataloader.dataset.filter_cfg.filter_empty_gt' in msg
+
+
+def test_coco_with_no_image_is_an_error(tmp_path):
+    path = tmp_path / 'a.json'
+    path.write_text(json.dumps(dict(images=[], annotations=[], categories=[])))
+    with pytest.raises(ConfigError, match=r'a\.json: "images" is empty'):
+        check_coco_annotations(str(path))
+
+
+# --------------------------------------------------------------------------- model assembly
+def test_neck_channels_not_matching_the_backbone_name_both_keys(toy_data, tmp_path):
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                                  *_seg_args(toy_data / 'toy_ade'),
+                                  'model.neck.in_channels=[64,128,320,512]'])
+    with pytest.raises(ConfigError) as e:
+        train_tool.build_cfg(args)
+    msg = str(e.value)
+    assert 'model.neck.in_channels=[64, 128, 320, 512]' in msg
+    assert 'model.backbone.out_indices=[0, 1, 2, 3]' in msg and '[64, 128, 256, 512]' in msg
+    assert not os.listdir(tmp_path)  # before any runner or work dir
+
+
+def test_head_channels_without_a_neck(toy_data, tmp_path):
+    """UperNet-style: no neck, the heads read the backbone at their in_index."""
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                                  *_seg_args(toy_data / 'toy_ade'), 'model.neck=None',
+                                  'model.decode_head.in_channels=[64,128,256,999]',
+                                  'model.decode_head.in_index=[0,1,2,3]'])
+    with pytest.raises(ConfigError, match=r'model\.decode_head\.in_channels=\[64, 128, 256, 999\].*'
+                                          r'\[64, 128, 256, 512\]'):
+        train_tool.build_cfg(args)
+
+
+@pytest.mark.parametrize('option,expected', [
+    ('model.backbone.frozen_stages=7', r'frozen_stages=7'),
+    ('model.backbone.drop_path_rate=-1', r'drop_path_rate=-1 must lie in \[0, 1\)'),
+    ('model.backbone.out_indices=[]', r'out_indices is empty; choose stages from \[0, 1, 2, 3\]'),
+])
+def test_backbone_arguments_out_of_range_stop_before_work(toy_data, tmp_path, option, expected):
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                                  *_seg_args(toy_data / 'toy_ade'), option])
+    with pytest.raises(ConfigError, match=r'model\.backbone: .*' + expected):
+        train_tool.build_cfg(args)
+
+
+# --------------------------------------------------------------------------- --cfg-options
+def test_cfg_option_value_of_the_wrong_type_names_key_and_value(tmp_path):
+    args = train_tool.parse_args([SEG_CFG, '--cfg-options', 'train_cfg.max_iters=abc'])
+    with pytest.raises(ConfigError, match=r"train_cfg\.max_iters='abc': expected a number "
+                                          r"\(the config has train_cfg\.max_iters=\d+\)"):
+        train_tool.build_cfg(args)
+
+
+def test_cfg_option_without_equals_is_named(capsys):
+    with pytest.raises(SystemExit) as e:
+        train_tool.parse_args([SEG_CFG, '--cfg-options', 'train_cfg.max_iters'])
+    assert e.value.code == 2
+    assert "'train_cfg.max_iters': expected key=value" in capsys.readouterr().err
+
+
+def test_cfg_option_typo_gets_a_suggestion():
+    from mmlinattn.runtime import load_config
+    with pytest.warns(UserWarning, match=r'train_cfg\.max_itres.*did you mean train_cfg\.max_iters'):
+        load_config(SEG_CFG, {'train_cfg.max_itres': 3})
