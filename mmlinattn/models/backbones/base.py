@@ -92,8 +92,14 @@ class LinAttnBackbone(BaseModule):
                  for i, d in enumerate(self.embed_dims)]))
 
     def _output(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """Stage i's (B, C, H, W) output through its output norm, if any."""
-        return getattr(self, self.out_norm_name)[i](x) if self.out_norm else x
+        """Stage i's (B, C, H, W) output through its output norm, if any, in contiguous NCHW memory.
+
+        The maps come out of token layouts by a permute, i.e. with channels-last strides; convolutions
+        keep that layout, and mmcv's C++ RoIAlign reads its input as plain NCHW memory without checking
+        the strides - the RoI heads of a detector then see scrambled features (they do not learn).
+        """
+        x = getattr(self, self.out_norm_name)[i](x) if self.out_norm else x
+        return x.contiguous()
 
     @classmethod
     def resolve_arch(cls, arch) -> dict:
