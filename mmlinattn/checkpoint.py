@@ -192,6 +192,18 @@ def _fmt(keys: Sequence[str], limit: int = 12) -> str:
     return ', '.join(keys[:limit]) + more
 
 
+def _misfit(mismatched: List[str], missing: List[str], unexpected: List[str], limit: int) -> str:
+    """'N shape mismatch(es): ...; N key(s) missing from the checkpoint: ...; N key(s) not in the
+    model: ...' (the non-empty parts: the first ``limit`` mismatches, ``2 * limit`` keys)."""
+    parts = []
+    for items, what, n in ((mismatched, 'shape mismatch(es)', limit),
+                           (missing, 'key(s) missing from the checkpoint', 2 * limit),
+                           (unexpected, 'key(s) not in the model', 2 * limit)):
+        if items:
+            parts.append(f'{len(items)} {what}: {_fmt(items, n)}')
+    return '; '.join(parts)
+
+
 def fit_state_dict(model: torch.nn.Module, state: Dict[str, Tensor], *,
                    drop_prefixes: Iterable[str] = (), tolerated: Iterable[str] = (),
                    new_prefixes: Iterable[str] = (), prefix: str = '',
@@ -228,17 +240,10 @@ def fit_state_dict(model: torch.nn.Module, state: Dict[str, Tensor], *,
     new = [k for k in missing if new_prefixes and k.startswith(new_prefixes)]
     missing = [k for k in missing if k not in new]
     if mismatched or unexpected or missing:
-        parts = []
-        if mismatched:
-            parts.append(f'shape mismatches: {_fmt(mismatched, 6)}')
-        if missing:
-            parts.append(f'missing from the checkpoint: {_fmt(missing)}')
-        if unexpected:
-            parts.append(f'not in the model: {_fmt(unexpected)}')
         raise CheckpointError(
             f'{path} does not fit {type(model).__name__}'
             f'{" (" + model.arch_name + ")" if hasattr(model, "arch_name") else ""} - is it the '
-            f'checkpoint of another architecture/size? ' + '; '.join(parts))
+            f'checkpoint of another architecture/size? ' + _misfit(mismatched, missing, unexpected, 6))
     model.load_state_dict(to_load, strict=False)
     logger.info(f'loaded {len(to_load)} tensors from {path} into {type(model).__name__}')
     if dropped:
@@ -281,15 +286,9 @@ def check_model_checkpoint(model: torch.nn.Module, path: str, *, partial: bool =
     report = dict(mismatched=mismatched, unexpected=unexpected, missing=missing)
     if not (mismatched or unexpected or missing):
         return report
-    parts = []
-    if mismatched:
-        parts.append(f'{len(mismatched)} shape mismatch(es): {_fmt(mismatched, 4)}')
-    if missing:
-        parts.append(f'{len(missing)} model key(s) missing from the file: {_fmt(missing, 4)}')
-    if unexpected:
-        parts.append(f'{len(unexpected)} key(s) the model does not have: {_fmt(unexpected, 4)}')
     name = type(_unwrap(model)).__name__
-    msg = f'{what} {path} does not fit the config\'s model ({name}): ' + '; '.join(parts)
+    msg = f'{what} {path} does not fit the config\'s model ({name}): ' + \
+        _misfit(mismatched, missing, unexpected, 4)
     if partial:
         logger.warning(msg + ' - loading the fitting keys only (partial load requested)')
         return report

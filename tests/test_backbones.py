@@ -229,7 +229,7 @@ def test_wrong_architecture_fails_with_keys_and_shapes(tmp_path):
     with pytest.raises(CheckpointError) as e:
         MAViT(arch='tiny').load_pretrained(str(path))
     msg = str(e.value)
-    assert 'small.pth' in msg and 'shape mismatches' in msg and '(320,' in msg
+    assert 'small.pth' in msg and 'shape mismatch' in msg and '(320,' in msg
     path = tmp_path / 'swin_s.pth'
     save_authors_file(path, 'inline_swin', 'small')
     with pytest.raises(CheckpointError, match='not in the model: .*layers.2.blocks.6.norm1'):

@@ -75,7 +75,7 @@ def test_checkpoint_of_another_size_is_never_evaluated(toy_data, tmp_path, capsy
     assert 'mavit-t.pth does not fit' in out.err
     # stage 3 has 256 channels in T and 320 in S; stage 1 has 2 blocks in T and 3 in S
     assert 'checkpoint (256,) vs model (320,)' in out.err
-    assert 'missing from the file' in out.err and 'backbone.layers.0.blocks.2.' in out.err
+    assert 'missing from the checkpoint' in out.err and 'backbone.layers.0.blocks.2.' in out.err
     assert "'mIoU':" not in out.out  # nothing was evaluated
 
 
