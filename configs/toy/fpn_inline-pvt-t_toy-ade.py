@@ -5,6 +5,6 @@ _base_ = [
 ]
 model = dict(
     data_preprocessor=dict(size=(128, 128)),
-    backbone=dict(_delete_=True, type='InLinePVT', arch='tiny', drop_path_rate=0.0, init_cfg=None),
+    backbone=dict(_delete_=True, type='InLinePVT', arch='tiny', drop_path_rate=0.0),
     neck=dict(in_channels=[64, 128, 320, 512]),
     decode_head=dict(num_classes=4))

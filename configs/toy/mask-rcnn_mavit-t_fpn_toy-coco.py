@@ -8,7 +8,6 @@ model = dict(
     # output LayerNorms the toy Mask R-CNN barely learned; the cause was channels-last-strided
     # backbone outputs read wrongly by mmcv's RoIAlign (fixed: the outputs are now contiguous, and
     # with out_norm=True the toy Mask R-CNN reaches bbox AP50 0.95). See docs/from_scratch.md.
-    backbone=dict(_delete_=True, type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=False,
-                  init_cfg=None),
+    backbone=dict(_delete_=True, type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=False),
     neck=dict(in_channels=[64, 128, 256, 512]))
 default_hooks = dict(logger=dict(type='LoggerHook', interval=10))

@@ -5,6 +5,6 @@ _base_ = [
 ]
 model = dict(
     backbone=dict(_delete_=True, type='InLinePVT', arch='tiny', drop_path_rate=0.0,
-                  out_indices=(1, 2, 3), init_cfg=None),
+                  out_indices=(1, 2, 3)),
     neck=dict(in_channels=[128, 320, 512], start_level=0))
 default_hooks = dict(logger=dict(type='LoggerHook', interval=10))

@@ -9,6 +9,6 @@ model = dict(
     # backbone outputs read wrongly by mmcv's RoIAlign (fixed: the outputs are now contiguous, and
     # with out_norm=True the toy Mask R-CNN reaches bbox AP50 0.95). See docs/from_scratch.md.
     backbone=dict(_delete_=True, type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=False,
-                  out_indices=(1, 2, 3), init_cfg=None),
+                  out_indices=(1, 2, 3)),
     neck=dict(in_channels=[128, 256, 512], start_level=0))
 default_hooks = dict(logger=dict(type='LoggerHook', interval=10))

@@ -5,6 +5,6 @@ _base_ = [
 ]
 model = dict(
     data_preprocessor=dict(size=(128, 128)),
-    backbone=dict(_delete_=True, type='InLineSwin', arch='tiny', drop_path_rate=0.0, init_cfg=None),
+    backbone=dict(_delete_=True, type='InLineSwin', arch='tiny', drop_path_rate=0.0),
     decode_head=dict(in_channels=[96, 192, 384, 768], channels=128, num_classes=4),
     auxiliary_head=dict(in_channels=384, channels=64, num_classes=4))

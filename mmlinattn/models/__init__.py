@@ -1,4 +1,5 @@
 from .backbones import InLinePVT, InLineSwin, MAViT  # noqa: F401  (registers them)
-from .classification import MAViTClsNeck, authors_to_classifier  # noqa: F401
+from .classification import MAViTClsNeck, authors_to_classifier, classifier_to_authors  # noqa: F401
 
-__all__ = ['InLinePVT', 'InLineSwin', 'MAViT', 'MAViTClsNeck', 'authors_to_classifier']
+__all__ = ['InLinePVT', 'InLineSwin', 'MAViT', 'MAViTClsNeck', 'authors_to_classifier',
+           'classifier_to_authors']

@@ -50,3 +50,23 @@ def authors_to_classifier(state: Dict[str, torch.Tensor], family: str) -> Dict[s
         else:
             out['backbone.' + k] = v
     return out
+
+
+def classifier_to_authors(state: Dict[str, torch.Tensor], family: str) -> Dict[str, torch.Tensor]:
+    """The inverse of :func:`authors_to_classifier`: an mmpretrain ImageClassifier's state dict (ours,
+    e.g. trained with ``configs/toy/*_toy-cls.py``) in the authors' key layout, so that it loads into
+    a detector or segmentor exactly as their released files do (``init_cfg=dict(type='Pretrained',
+    checkpoint=...)``)."""
+    out = {}
+    for k, v in state.items():
+        if k.startswith('head.fc.'):
+            out['head.' + k[8:]] = v[:, :, None, None] if (family == 'mavit' and v.dim() == 2) else v
+        elif family == 'mavit' and k.startswith(('neck.proj.', 'neck.norm.')):
+            out[k[5:]] = v
+        elif family == 'inline_swin' and k.startswith('backbone.out_norms.3.norm.'):
+            out['norm.' + k[len('backbone.out_norms.3.norm.'):]] = v
+        elif k.startswith('backbone.'):
+            out[k[9:]] = v
+        else:
+            raise KeyError(f'{k}: not a key of a {family} ImageClassifier built from configs/classification')
+    return out

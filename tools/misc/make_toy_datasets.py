@@ -6,6 +6,11 @@
 * ``toy_coco/``: ``train/*.jpg``, ``val/*.jpg``, ``annotations/instances_{train,val}.json`` with
   polygon masks; three categories (circle, square, triangle; each with its own colour range) on
   noisy, textured backgrounds, 1-4 instances per image, some cut by the image border.
+* ``toy_cls/`` (only with ``--only cls`` or ``--with-cls``): ``{train,val}/<class>/*.jpg`` in
+  mmpretrain's ``CustomDataset`` folder layout: which shape is in the middle of the image, drawn as
+  in the other two sets (same colour ranges, backgrounds), sometimes beside a smaller shape of another
+  class. The pretraining set of ``tools/finetune_chain.py``: its objects look like the detection
+  set's, as ImageNet's objects look like COCO's.
 * ``toy_ade/``: ``images/{training,validation}/*.jpg`` and ``annotations/{training,validation}/*.png``
   in ADE20K's layout: label 1 = background, 2-4 = the shapes, 0 = a thin unlabelled rim around each
   shape ("ignore" after ``reduce_zero_label``, as ADE20K's 0).
@@ -28,6 +33,8 @@ from PIL import Image, ImageDraw, ImageFilter
 CLASSES = ('circle', 'square', 'triangle')
 # base colour per class (RGB); each instance jitters it
 COLOURS = ((220, 60, 50), (50, 170, 70), (60, 90, 220))
+# (train, val, size) per dataset
+DEFAULTS = dict(coco=(160, 40, 128), ade=(160, 40, 128), cls=(600, 150, 64))
 
 
 def _background(rng, size):
@@ -153,6 +160,32 @@ def _write_ade(root, split, n, size, rng):
         label.save(osp.join(ann_dir, name + '.png'))
 
 
+def _write_cls(root, split, n, size, rng):
+    """``n`` images per split, classes in turn: one shape of the class in its colour range, centred
+    within the middle third of the image; in 30 % of them a smaller shape of another class (in its
+    own colour range) as a distractor."""
+    for c in CLASSES:
+        os.makedirs(osp.join(root, split, c))
+    for i in range(n):
+        cls = i % len(CLASSES)
+        img = _background(rng, size)
+        draw = ImageDraw.Draw(img)
+        if rng.random() < 0.3:  # distractor: smaller, another class, anywhere
+            other = int((cls + rng.integers(1, len(CLASSES))) % len(CLASSES))
+            poly = _shape_polygon(rng, other, size)
+            cx, cy = np.mean(poly, axis=0)
+            poly = [(cx + 0.4 * (x - cx), cy + 0.4 * (y - cy)) for x, y in poly]
+            draw.polygon(poly, fill=_colour(rng, other))
+        r = rng.uniform(0.2, 0.34) * size
+        cx, cy = rng.uniform(0.35, 0.65, size=2) * size
+        rot = rng.uniform(0, 2 * math.pi)
+        k = {0: 24, 1: 4, 2: 3}[cls]
+        poly = [(cx + r * math.cos(rot + 2 * math.pi * j / k), cy + r * math.sin(rot + 2 * math.pi * j / k))
+                for j in range(k)]
+        draw.polygon(poly, fill=_colour(rng, cls))
+        img.save(osp.join(root, split, CLASSES[cls], f'{split}_{i:05d}.jpg'), quality=92)
+
+
 def _atomic_dataset(final_dir, writer, params):
     """Write with ``writer(tmp_dir)`` then rename into ``final_dir`` (replacing an older copy)."""
     parent = osp.dirname(osp.abspath(final_dir))
@@ -205,25 +238,40 @@ def make_toy_ade(out, seed=0, train=160, val=40, size=128):
     return params
 
 
+def make_toy_cls(out, seed=0, train=600, val=150, size=64):
+    params = dict(kind='cls', seed=seed, train=train, val=val, size=size)
+
+    def write(tmp):
+        _write_cls(tmp, 'train', train, size, np.random.default_rng(seed + 20))
+        _write_cls(tmp, 'val', val, size, np.random.default_rng(seed + 21))
+    _atomic_dataset(out, write, params)
+    return params
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--out', default='data', help='parent folder of toy_coco/ and toy_ade/')
     p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--train', type=int, default=160)
-    p.add_argument('--val', type=int, default=40)
-    p.add_argument('--size', type=int, default=128)
+    p.add_argument('--train', type=int, help='training images (default 160; toy_cls: 600)')
+    p.add_argument('--val', type=int, help='validation images (default 40; toy_cls: 150)')
+    p.add_argument('--size', type=int, help='image side in pixels (default 128; toy_cls: 64)')
     p.add_argument('--force', action='store_true', help='rewrite even if complete')
-    p.add_argument('--only', choices=['coco', 'ade'], help='write one of the two')
+    p.add_argument('--only', choices=['coco', 'ade', 'cls'], help='write only this one')
+    p.add_argument('--with-cls', action='store_true', help='also write toy_cls (the classification set)')
     args = p.parse_args(argv)
-    for name, fn in (('coco', make_toy_coco), ('ade', make_toy_ade)):
+    for name, fn in (('coco', make_toy_coco), ('ade', make_toy_ade), ('cls', make_toy_cls)):
         if args.only and args.only != name:
             continue
+        if name == 'cls' and not (args.only == 'cls' or args.with_cls):
+            continue
+        train, val, size = DEFAULTS[name]
+        params = dict(kind=name, seed=args.seed, train=args.train or train, val=args.val or val,
+                      size=args.size or size)
         path = osp.join(args.out, f'toy_{name}')
-        params = dict(kind=name, seed=args.seed, train=args.train, val=args.val, size=args.size)
         if is_complete(path, params) and not args.force:
             print(f'{path}: complete, kept (use --force to rewrite)')
             continue
-        fn(path, seed=args.seed, train=args.train, val=args.val, size=args.size)
+        fn(path, **{k: v for k, v in params.items() if k != 'kind'})
         print(f'{path}: written')
     return 0
 
