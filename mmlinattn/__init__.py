@@ -10,5 +10,6 @@ compat.apply()
 from . import ops  # noqa: F401,E402
 from . import models  # noqa: F401,E402  (registers the backbones)
 from . import distributed  # noqa: F401,E402  (registers the CPU DDP wrapper)
+from . import hooks  # noqa: F401,E402  (registers PlainParamGroupsHook)
 
 __all__ = ['__version__', 'ops', 'models']

@@ -59,6 +59,11 @@ def build_cfg(args):
     else:
         check_data_paths(cfg, ('train_dataloader', 'val_dataloader'))
     check_model_channels(cfg)
+    if cfg.get('compile'):
+        # mmengine compiles train_step, optimizer step included: dynamo needs plain-dict param groups
+        hooks = list(cfg.get('custom_hooks') or [])
+        if not any(h.get('type') == 'PlainParamGroupsHook' for h in hooks):
+            cfg.custom_hooks = hooks + [dict(type='PlainParamGroupsHook')]
     return cfg
 
 

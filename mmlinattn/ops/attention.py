@@ -37,19 +37,11 @@ def _scale(q: Tensor, scale: Optional[float]) -> float:
     return q.shape[-1] ** -0.5 if scale is None else float(scale)
 
 
-class _Float32Math:
-    """Context that switches autocast off and promotes half inputs to float32."""
-
-    def __init__(self, *tensors: Tensor):
-        self.tensors = [t.float() if t.dtype in _LOW_PRECISION else t for t in tensors]
-        self._ctx = torch.autocast(device_type=tensors[0].device.type, enabled=False)
-
-    def __enter__(self):
-        self._ctx.__enter__()
-        return self.tensors
-
-    def __exit__(self, *exc):
-        return self._ctx.__exit__(*exc)
+def _float32(*tensors: Tensor):
+    """Half inputs promoted to float32 (others as they are). Callers run their math under
+    ``torch.autocast(..., enabled=False)`` written as a plain ``with`` statement, which
+    ``torch.compile`` traces without a graph break (a helper class entering autocast does not)."""
+    return [t.float() if t.dtype in _LOW_PRECISION else t for t in tensors]
 
 
 # Tokens per chunk on the no-autograd path: the per-chunk intermediates of (B, h, chunk, d) stay in
@@ -108,7 +100,8 @@ def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
     s = _scale(q, scale)
     phi = get_kernel(kernel)
     out_dtype = v.dtype
-    with _Float32Math(q, k, v) as (q, k, v):
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        q, k, v = _float32(q, k, v)
         b, h, n, d = q.shape
         step = _step(n, q, k, v)
         kv, sum_k, sum_v = _key_pass(k, v, phi, step)
@@ -155,7 +148,8 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
     _check_qkv(q, k, v)
     s = _scale(q, scale)
     out_dtype = v.dtype
-    with _Float32Math(q, k, v) as (q, k, v):
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        q, k, v = _float32(q, k, v)
         b, h, n, d = q.shape
         grad = _needs_grad(q, k, v)
         step = _step(n, q, k, v)
@@ -220,7 +214,8 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'relu',
     _check_qkv(q, k, v)
     phi = get_kernel(kernel)
     out_dtype = v.dtype
-    with _Float32Math(q, k, v) as (q, k, v):
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        q, k, v = _float32(q, k, v)
         n = q.shape[-2]
         step = _step(n, q, k, v)
         kv, sum_k, _ = _key_pass(k, v, phi, step)
