@@ -7,6 +7,10 @@ One process, one run: for every size it times a batch-1 fp32 forward (inference 
 InLine-Swin-T vs mmdet's Swin-T, InLine-PVT-S vs mmdet's PVT-S, and MAViT-T, prints the times,
 the ratios (Swin-T / InLine-Swin-T, PVT-S / InLine-PVT-S, PVT-S / MAViT-T) and the peak memory,
 and saves a PNG plot and a JSON file.
+
+``--compile`` also times every model compiled with ``torch.compile`` (inductor, one compilation per
+size, not counted) and prints the compiled times, the eager/compiled speedup of each model and the
+same ratios between the compiled models.
 """
 import argparse
 import json
@@ -57,6 +61,7 @@ def main(argv=None):
                                                    'PVT-S (mmdet)', 'MAViT-T'])
     p.add_argument('--channels-last', action='store_true', help='channels_last inputs/weights')
     p.add_argument('--no-memory', action='store_true', help='skip the (slower) memory pass')
+    p.add_argument('--compile', action='store_true', help='also time the torch.compile-d models')
     p.add_argument('--out', default='work_dirs/benchmark')
     args = p.parse_args(argv)
     torch.manual_seed(0)
@@ -70,7 +75,7 @@ def main(argv=None):
     rows = []
     for hw in sizes:
         x = torch.randn(1, 3, *hw)
-        t, mem = {}, {}
+        t, mem, tc = {}, {}, {}
         for name, m in models.items():
             xi = x
             if args.channels_last:
@@ -79,15 +84,34 @@ def main(argv=None):
                 t[name] = timeit(lambda: m(xi), min_time=0.5, max_reps=10)
                 if not args.no_memory:
                     mem[name] = peak_memory(lambda: m(xi)) / 2 ** 20
-        rows.append(dict(size=list(hw), time_s=t, peak_mb=mem))
+            if args.compile:
+                # no_grad, not inference_mode: dynamo's guards on mmdet's PVT (a tensor made from a
+                # numpy array) fail inside inference_mode in torch 2.14
+                torch._dynamo.reset()
+                mc = torch.compile(m, dynamic=False)
+                try:
+                    with torch.no_grad():
+                        tc[name] = timeit(lambda: mc(xi), min_time=0.5, max_reps=10)
+                except Exception as e:  # report and go on with the other models
+                    print(f'{name}: torch.compile failed: {type(e).__name__}: {str(e)[:200]}')
+                    tc[name] = float('nan')
+        rows.append(dict(size=list(hw), time_s=t, peak_mb=mem, compiled_time_s=tc))
 
         def ratio(a, b):
             return t[a] / t[b] if a in t and b in t else float('nan')
         print(f'{hw[0]:>4}x{hw[1]:<5} | ' + ' | '.join(f'{t[n] * 1e3:13.1f}ms' for n in models) +
               f' | {ratio("Swin-T (mmdet)", "InLine-Swin-T"):8.2f} {ratio("PVT-S (mmdet)", "InLine-PVT-S"):8.2f}'
-              f' {ratio("PVT-S (mmdet)", "MAViT-T"):9.2f}')
+              f' {ratio("PVT-S (mmdet)", "MAViT-T"):9.2f}', flush=True)
         if mem:
             print(f'{"peak MB":>10} | ' + ' | '.join(f'{mem[n]:15.0f}' for n in models) + ' |')
+        if tc:
+            def cratio(a, b):
+                return tc[a] / tc[b] if a in tc and b in tc else float('nan')
+            print(f'{"compiled":>10} | ' + ' | '.join(f'{tc[n] * 1e3:13.1f}ms' for n in models) +
+                  f' | {cratio("Swin-T (mmdet)", "InLine-Swin-T"):8.2f} '
+                  f'{cratio("PVT-S (mmdet)", "InLine-PVT-S"):8.2f} {cratio("PVT-S (mmdet)", "MAViT-T"):9.2f}')
+            print(f'{"eager/comp":>10} | ' + ' | '.join(f'{t[n] / tc[n]:14.2f}x' for n in models) + ' |',
+                  flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(osp.join(args.out, 'benchmark_backbones.json'), 'w') as f:
         json.dump(dict(torch=torch.__version__, threads=torch.get_num_threads(), rows=rows), f,

@@ -8,7 +8,13 @@ SDPA and to plain linear, the ratio to the *floor* (the two unavoidable matmuls 
 of the same shapes timed alone in the same run), and the GFLOP/s each reaches next to a large GEMM
 measured in the same run. Peak memory is what the op allocates on top of its inputs (torch profiler).
 A PNG plot and a JSON file go to --out.
+
+``--repeats R`` times every op R times, the ops interleaved within each round, and adds a table of the
+ratios to the floor per round: best and median over the rounds (the spread of a noisy machine).
+``--compile`` adds InLine and MALA compiled with ``torch.compile`` (inductor, fused elementwise
+kernels around the GEMMs; compiled once per N, the compile time is not counted).
 """
+import statistics
 import argparse
 import json
 import os
@@ -42,12 +48,17 @@ def main():
     p.add_argument('--softmax-max-tokens', type=int, default=32768,
                    help='skip SDPA above this N (it is quadratic: 64k takes ~15 s a call)')
     p.add_argument('--threads', type=int, default=None)
+    p.add_argument('--repeats', type=int, default=1, help='timing rounds (best and median reported)')
+    p.add_argument('--compile', action='store_true', help='also time torch.compile-d InLine and MALA')
     p.add_argument('--out', default='work_dirs/benchmark_attention')
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     h, d, b = args.heads, args.head_dim, args.batch
+    if args.compile:
+        compiled_inline = torch.compile(inline_attention, dynamic=False)
+        compiled_mala = torch.compile(mala_attention, dynamic=False)
     ref_gflops = gemm_gflops()
     print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}')
     print(f'reference GEMM 2048^3: {ref_gflops:.1f} GFLOP/s; B={b} h={h} d={d} fp32\n')
@@ -71,11 +82,22 @@ def main():
         }
         if n <= args.softmax_max_tokens:
             ops['sdpa'] = lambda: F.scaled_dot_product_attention(q, k, v)
+        if args.compile:
+            ops['inline_c'] = lambda: compiled_inline(q, k, v)
+            ops['mala_c'] = lambda: compiled_mala(q, k, v)
         with torch.inference_mode():
-            times = {name: timeit(fn) for name, fn in ops.items()}
-            mem = {name: peak_memory(fn) / 2 ** 20 for name, fn in ops.items()}
+            rounds = {name: [] for name in ops}
+            for _ in range(args.repeats):
+                for name, fn in ops.items():
+                    rounds[name].append(timeit(fn))
+            times = {name: min(ts) for name, ts in rounds.items()}
+            mem = {name: peak_memory(fn) / 2 ** 20 for name, fn in ops.items()
+                   if not name.endswith('_c')}
         flops_lin = 4 * b * h * n * d * d
-        row = dict(N=n, time_s=times, peak_mb=mem, gflops_linear_ops=flops_lin / 1e9,
+        spread = {name: [t / f for t, f in zip(ts, rounds['floor'])] for name, ts in rounds.items()
+                  if name in ('inline', 'mala', 'inline_c', 'mala_c')}
+        row = dict(N=n, time_s=times, peak_mb=mem, rounds_s=rounds,
+                   floor_ratio_best_median={k: [min(v), statistics.median(v)] for k, v in spread.items()}, gflops_linear_ops=flops_lin / 1e9,
                    gflops_sdpa=4 * b * h * n * n * d / 1e9, gemm_ref_gflops=ref_gflops)
         rows.append(row)
         sd = times.get('sdpa', float('nan'))
@@ -86,6 +108,13 @@ def main():
               f'{sd / times["inline"]:8.1f} | '
               f'{flops_lin / times["inline"] / 1e9:7.1f} {flops_lin / times["mala"] / 1e9:7.1f} | '
               f'{mem["inline"]:6.1f} {mem["mala"]:6.1f} {mem.get("sdpa", float("nan")):7.1f}')
+    names = [n for n in ('inline', 'mala', 'inline_c', 'mala_c') if n in rows[0]['floor_ratio_best_median']]
+    print(f'\nratio to the floor over {args.repeats} round(s), best / median '
+          f'(_c: torch.compile, inductor)')
+    print(f'{"N":>6} | ' + ' | '.join(f'{n:>13}' for n in names))
+    for r in rows:
+        br = r['floor_ratio_best_median']
+        print(f'{r["N"]:>6} | ' + ' | '.join(f'{br[n][0]:5.2f} / {br[n][1]:5.2f}' for n in names))
     os.makedirs(args.out, exist_ok=True)
     with open(osp.join(args.out, 'benchmark_attention.json'), 'w') as f:
         json.dump(dict(threads=torch.get_num_threads(), torch=torch.__version__, rows=rows), f, indent=1)
