@@ -228,24 +228,24 @@ def make_toy_coco(out, seed=0, train=160, val=40, size=128):
     return params
 
 
-def make_toy_ade(out, seed=0, train=160, val=40, size=128):
-    params = dict(kind='ade', seed=seed, train=train, val=val, size=size)
+def _two_splits(out, kind, writer, splits, seed_offset, seed, train, val, size):
+    """A dataset of ``writer(root, split, n, size, rng)`` for the train and val ``splits``, each split
+    with its own generator (``seed + seed_offset`` and the next)."""
+    params = dict(kind=kind, seed=seed, train=train, val=val, size=size)
 
     def write(tmp):
-        _write_ade(tmp, 'training', train, size, np.random.default_rng(seed + 10))
-        _write_ade(tmp, 'validation', val, size, np.random.default_rng(seed + 11))
+        writer(tmp, splits[0], train, size, np.random.default_rng(seed + seed_offset))
+        writer(tmp, splits[1], val, size, np.random.default_rng(seed + seed_offset + 1))
     _atomic_dataset(out, write, params)
     return params
+
+
+def make_toy_ade(out, seed=0, train=160, val=40, size=128):
+    return _two_splits(out, 'ade', _write_ade, ('training', 'validation'), 10, seed, train, val, size)
 
 
 def make_toy_cls(out, seed=0, train=600, val=150, size=64):
-    params = dict(kind='cls', seed=seed, train=train, val=val, size=size)
-
-    def write(tmp):
-        _write_cls(tmp, 'train', train, size, np.random.default_rng(seed + 20))
-        _write_cls(tmp, 'val', val, size, np.random.default_rng(seed + 21))
-    _atomic_dataset(out, write, params)
-    return params
+    return _two_splits(out, 'cls', _write_cls, ('train', 'val'), 20, seed, train, val, size)
 
 
 def main(argv=None):
