@@ -6,7 +6,7 @@ The chain a user follows with the authors' ImageNet files, at toy scale on the C
 
 1. **pretrain**: the backbone as an mmpretrain ``ImageClassifier`` (the authors' classification neck and
    head) on the toy classification set (``data/toy_cls``: which shape is in the middle of the image,
-   whatever its colour), with ``tools/train.py configs/toy/<backbone>_toy-cls.py``;
+   the shapes drawn as in the toy detection set), with ``tools/train.py configs/toy/<backbone>_toy-cls.py``;
 2. **save**: the trained classifier is rewritten in the authors' checkpoint layout
    (``{'model': {<backbone keys>, <neck keys>, 'head.*'}}``, the same keys as their released files);
 3. **fine-tune**: the toy Mask R-CNN (toy COCO) and the toy Semantic FPN (toy ADE20K layout) are trained
@@ -48,7 +48,7 @@ METRICS = ('accuracy/top1', 'coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP'
            'mIoU')
 
 
-def train(config, work_dir, options, quiet=False):
+def train(config, work_dir, options):
     """``tools/train.py config`` in a subprocess; returns (last value of each metric, wall seconds)."""
     os.makedirs(work_dir, exist_ok=True)
     cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), config, '--work-dir', work_dir,
@@ -61,7 +61,7 @@ def train(config, work_dir, options, quiet=False):
         for line in proc.stdout:
             log.write(line)
             lines.append(line)
-            if not quiet and ('Epoch(val' in line or 'Iter(val' in line):
+            if 'Epoch(val' in line or 'Iter(val' in line:
                 print('   ' + line.rstrip()[:200], flush=True)
     if proc.wait() != 0:
         raise SystemExit(f'finetune_chain: {" ".join(cmd)} failed ({proc.returncode}); the end of its '
@@ -158,9 +158,10 @@ def main(argv=None):
         # 1. pretrain the classifier
         e = args.pretrain_epochs
         cls_dir = osp.join(work, 'pretrain')
-        cls_metrics, cls_s = train(osp.join(ROOT, cls_cfg), cls_dir, data_options('cls', data, args.quick) + seed + [
+        cls_opts = data_options('cls', data, args.quick) + seed + [
             f'train_cfg.max_epochs={e}', f'train_cfg.val_interval={e}', f'param_scheduler.1.end={e}',
-            f'optim_wrapper.optimizer.lr={args.pretrain_lr}'])
+            f'optim_wrapper.optimizer.lr={args.pretrain_lr}']
+        cls_metrics, cls_s = train(osp.join(ROOT, cls_cfg), cls_dir, cls_opts)
         # 2. save it in the authors' layout
         pretrained = export_authors_layout(last_checkpoint(cls_dir), family,
                                            osp.join(work, f'{args.backbone}_toy-cls_authors-layout.pth'))
@@ -170,8 +171,9 @@ def main(argv=None):
     e, n = args.det_epochs, args.seg_iters
     det_iters = e * -(-(8 if args.quick else (args.finetune_images or 160)) // 4)  # batch 4
     det_opts = data_options('det', data, args.quick, args.finetune_images) + seed + [
-        f'param_scheduler.0.end={max(1, det_iters // 8)}', f'train_cfg.max_epochs={e}', f'train_cfg.val_interval={e}', f'param_scheduler.1.end={e}',
-        f'param_scheduler.1.milestones=[{e}]']
+        f'train_cfg.max_epochs={e}', f'train_cfg.val_interval={e}',
+        f'param_scheduler.0.end={max(1, det_iters // 8)}',  # warm-up iterations
+        f'param_scheduler.1.end={e}', f'param_scheduler.1.milestones=[{e}]']
     seg_opts = data_options('seg', data, args.quick, args.finetune_images) + seed + [
         f'train_cfg.max_iters={n}', f'train_cfg.val_interval={n}', f'param_scheduler.0.end={max(1, n // 8)}',
         f'param_scheduler.1.begin={max(1, n // 8)}', f'param_scheduler.1.end={n}',
@@ -186,7 +188,8 @@ def main(argv=None):
             results[task, start] = train(derived_config(base, wd, ckpt), wd, opts)
 
     rows = []
-    for task, model, keys in (('det', 'Mask R-CNN', ('coco/bbox_mAP_50', 'coco/bbox_mAP', 'coco/segm_mAP_50')),
+    for task, model, keys in (('det', 'Mask R-CNN', ('coco/bbox_mAP_50', 'coco/bbox_mAP',
+                                                     'coco/segm_mAP_50')),
                               ('seg', 'Semantic FPN', ('mIoU',))):
         for key in keys:
             rows.append((f'toy {model}, {args.backbone}', key.split('/')[-1],
