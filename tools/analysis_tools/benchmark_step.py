@@ -3,6 +3,7 @@ input size and per-GPU batch: time and peak memory, one progress line per config
 
     python tools/analysis_tools/benchmark_step.py CONFIG [CONFIG ...]
     python tools/analysis_tools/benchmark_step.py --matrix --references --out docs/benchmarks/step_cost
+    python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 1024 --batch 1
     python tools/analysis_tools/benchmark_step.py --matrix --device cuda --amp          # on a GPU
 
 * training step = forward + backward + optimizer step (the config's optim_wrapper, paramwise rules
@@ -16,7 +17,9 @@ input size and per-GPU batch: time and peak memory, one progress line per config
 
 ``--matrix`` takes the smallest variant of every cell of the config matrix; ``--references`` adds,
 for each model family, the same detector / segmentor with mmdet's Swin-T and PVT-S backbones (only the
-backbone and the neck / head input channels changed). ``--amp`` runs both under autocast (fp16 on
+backbone and the neck / head input channels changed); ``--with-references`` does the same for the given
+configs. ``--size H[xW]`` trains and tests at that input size instead of the config's scale (a
+resolution sweep is one run per size). ``--amp`` runs both under autocast (fp16 on
 CUDA, bf16 on the CPU) with AmpOptimWrapper on CUDA. SyncBN is reverted to BN (one process).
 """
 import argparse
@@ -78,8 +81,12 @@ def swap_backbone(cfg, ref):
             cfg.model.auxiliary_head.in_channels = ch[2]
 
 
-def _scales(cfg):
-    """(train hw, test hw) at the config's real scale."""
+def _scales(cfg, size=None):
+    """(train hw, test hw) at the config's real scale, or both ``size`` (H, W) if given."""
+    if size:
+        if cfg.default_scope == 'mmseg' and cfg.model.data_preprocessor.get('size'):
+            cfg.model.data_preprocessor.size = tuple(size)  # it pads every input to this size
+        return tuple(size), tuple(size)
     if cfg.default_scope == 'mmseg':
         size = tuple(cfg.model.data_preprocessor.get('size') or (512, 512))
         return size, size
@@ -129,7 +136,7 @@ def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1):
+def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1, size=None):
     """Build the model of ``config`` (optionally with a reference backbone) and time one training step
     and one inference; returns a dict."""
     import torch
@@ -143,11 +150,11 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1)
     cfg.model.backbone.init_cfg = None
     if ref:
         swap_backbone(cfg, ref)
+    train_hw, test_hw = _scales(cfg, size)
     models = model_registry(cfg)
     model = revert_sync_batchnorm(models.build(cfg.model)).to(device)
     model.init_weights()
     n = batch or cfg.train_dataloader.batch_size
-    train_hw, test_hw = _scales(cfg)
     det = cfg.default_scope == 'mmdet'
     make = (lambda k, hw: det_batch(k, hw, 'mask_head' in str(cfg.model))) if det else seg_batch
     ow_cfg = dict(cfg.optim_wrapper)
@@ -207,6 +214,8 @@ def run_job(config, ref, args):
         cmd.append('--amp')
     if args.batch:
         cmd += ['--batch', str(args.batch)]
+    if args.size:
+        cmd += ['--size', f'{args.size[0]}x{args.size[1]}']
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith('RESULT ')]
     if r.returncode != 0 or not lines:
@@ -257,6 +266,10 @@ def main(argv=None):
     p.add_argument('--amp', action='store_true', help='autocast (fp16 on CUDA with AmpOptimWrapper, bf16 on CPU)')
     p.add_argument('--batch', type=int, help='images per step (default: the config\'s per-GPU batch)')
     p.add_argument('--warmup', type=int, default=1, help='untimed training steps first')
+    p.add_argument('--size', type=lambda v: tuple(int(x) for x in (v.split('x') * 2)[:2]),
+                   help='H or HxW: train and test at this input size instead of the config\'s scale')
+    p.add_argument('--with-references', action='store_true',
+                   help="also run each given config's detector / segmentor with mmdet's Swin-T and PVT-S")
     p.add_argument('--out', help='write OUT.json and OUT.md')
     p.add_argument('--table', help='only print the table of a saved OUT.json')
     p.add_argument('--one', help=argparse.SUPPRESS)
@@ -267,7 +280,8 @@ def main(argv=None):
             print(table(json.load(f)))
         return 0
     if args.one:
-        res = measure_one(args.one, args.reference, args.device, args.amp, args.batch, args.warmup)
+        res = measure_one(args.one, args.reference, args.device, args.amp, args.batch, args.warmup,
+                          args.size)
         print('RESULT ' + json.dumps(res), flush=True)
         return 0
     jobs = [(c, None) for c in args.configs]
@@ -275,6 +289,12 @@ def main(argv=None):
         jobs += [(c, None) for c in matrix_configs()]
     if args.references:
         jobs += reference_jobs()
+    if args.with_references:  # one reference row per detector / segmentor recipe
+        seen = set()
+        for c in args.configs:
+            if _recipe(osp.basename(c)) not in seen:
+                seen.add(_recipe(osp.basename(c)))
+                jobs += [(c, ref) for ref in REFERENCES]
     if not jobs:
         p.error('give config files, --matrix or --references')
     rows = []
