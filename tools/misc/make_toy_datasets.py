@@ -52,14 +52,19 @@ def _background(rng, size):
     return img.filter(ImageFilter.GaussianBlur(0.6))
 
 
+def _regular_polygon(cls, cx, cy, r, rot):
+    """The vertices of class ``cls``'s shape (circle: a 24-gon, square, triangle) around (cx, cy)."""
+    n = {0: 24, 1: 4, 2: 3}[cls]
+    return [(cx + r * math.cos(rot + 2 * math.pi * i / n), cy + r * math.sin(rot + 2 * math.pi * i / n))
+            for i in range(n)]
+
+
 def _shape_polygon(rng, cls, size):
     """A polygon (list of (x, y)) of class ``cls``; centres may lie near or on the border."""
     r = rng.uniform(0.14, 0.28) * size
     cx, cy = rng.uniform(-0.05, 1.05, size=2) * size
     rot = rng.uniform(0, 2 * math.pi)
-    n = {0: 24, 1: 4, 2: 3}[cls]
-    pts = [(cx + r * math.cos(rot + 2 * math.pi * i / n), cy + r * math.sin(rot + 2 * math.pi * i / n))
-           for i in range(n)]
+    pts = _regular_polygon(cls, cx, cy, r, rot)
     # clamp to the image so that the drawn shape and the stored polygon are the same region
     return [(min(max(x, 0.0), size - 1.0), min(max(y, 0.0), size - 1.0)) for x, y in pts]
 
@@ -179,10 +184,7 @@ def _write_cls(root, split, n, size, rng):
         r = rng.uniform(0.2, 0.34) * size
         cx, cy = rng.uniform(0.35, 0.65, size=2) * size
         rot = rng.uniform(0, 2 * math.pi)
-        k = {0: 24, 1: 4, 2: 3}[cls]
-        poly = [(cx + r * math.cos(rot + 2 * math.pi * j / k), cy + r * math.sin(rot + 2 * math.pi * j / k))
-                for j in range(k)]
-        draw.polygon(poly, fill=_colour(rng, cls))
+        draw.polygon(_regular_polygon(cls, cx, cy, r, rot), fill=_colour(rng, cls))
         img.save(osp.join(root, split, CLASSES[cls], f'{split}_{i:05d}.jpg'), quality=92)
 
 
