@@ -42,10 +42,11 @@ def run(cmd, log=None):
     return ''.join(out)
 
 
-def metrics(text):
+def metrics(text, keys=('coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP', 'coco/segm_mAP_50',
+                         'mIoU', 'aAcc')):
+    """The last value of each metric in ``keys`` that an mmengine log ``text`` reports."""
     found = {}
-    for key in ('coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP', 'coco/segm_mAP_50', 'mIoU',
-                'aAcc'):
+    for key in keys:
         m = re.findall(re.escape(key) + r"'?:\s*([-0-9.]+)", text)
         if m:
             found[key] = float(m[-1])

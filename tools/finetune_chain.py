@@ -28,13 +28,14 @@ the test suite), its numbers mean nothing. Every step is a ``tools/train.py`` ru
 import argparse
 import os
 import os.path as osp
-import re
 import subprocess
 import sys
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from tools.demo import metrics  # noqa: E402  (the log parser of the demo)
 
 # name -> (family of the checkpoint layout, classifier config, detector config, segmentor config)
 BACKBONES = {
@@ -66,13 +67,7 @@ def train(config, work_dir, options):
     if proc.wait() != 0:
         raise SystemExit(f'finetune_chain: {" ".join(cmd)} failed ({proc.returncode}); the end of its '
                          f'log ({work_dir}/train.log):\n' + ''.join(lines[-40:]))
-    text = ''.join(lines)
-    found = {}
-    for key in METRICS:
-        m = re.findall(re.escape(key) + r"'?:\s*([-0-9.]+)", text)
-        if m:
-            found[key] = float(m[-1])
-    return found, time.time() - t0
+    return metrics(''.join(lines), METRICS), time.time() - t0
 
 
 def last_checkpoint(work_dir):
