@@ -48,6 +48,15 @@ def build_models(names):
     return models
 
 
+def ratios(t):
+    """The table's last columns from one size's times: Swin-T / InLine-Swin-T, PVT-S / InLine-PVT-S,
+    PVT-S / MAViT-T (nan where a model was not run)."""
+    def ratio(a, b):
+        return t[a] / t[b] if a in t and b in t else float('nan')
+    return (f'{ratio("Swin-T (mmdet)", "InLine-Swin-T"):8.2f} {ratio("PVT-S (mmdet)", "InLine-PVT-S"):8.2f}'
+            f' {ratio("PVT-S (mmdet)", "MAViT-T"):9.2f}')
+
+
 def parse_size(s):
     h, _, w = s.partition('x')
     return (int(h), int(w or h))
@@ -97,19 +106,13 @@ def main(argv=None):
                     tc[name] = float('nan')
         rows.append(dict(size=list(hw), time_s=t, peak_mb=mem, compiled_time_s=tc))
 
-        def ratio(a, b):
-            return t[a] / t[b] if a in t and b in t else float('nan')
         print(f'{hw[0]:>4}x{hw[1]:<5} | ' + ' | '.join(f'{t[n] * 1e3:13.1f}ms' for n in models) +
-              f' | {ratio("Swin-T (mmdet)", "InLine-Swin-T"):8.2f} {ratio("PVT-S (mmdet)", "InLine-PVT-S"):8.2f}'
-              f' {ratio("PVT-S (mmdet)", "MAViT-T"):9.2f}', flush=True)
+              ' | ' + ratios(t), flush=True)
         if mem:
             print(f'{"peak MB":>10} | ' + ' | '.join(f'{mem[n]:15.0f}' for n in models) + ' |')
         if tc:
-            def cratio(a, b):
-                return tc[a] / tc[b] if a in tc and b in tc else float('nan')
             print(f'{"compiled":>10} | ' + ' | '.join(f'{tc[n] * 1e3:13.1f}ms' for n in models) +
-                  f' | {cratio("Swin-T (mmdet)", "InLine-Swin-T"):8.2f} '
-                  f'{cratio("PVT-S (mmdet)", "InLine-PVT-S"):8.2f} {cratio("PVT-S (mmdet)", "MAViT-T"):9.2f}')
+                  ' | ' + ratios(tc))
             print(f'{"eager/comp":>10} | ' + ' | '.join(f'{t[n] / tc[n]:14.2f}x' for n in models) + ' |',
                   flush=True)
     os.makedirs(args.out, exist_ok=True)

@@ -14,12 +14,12 @@ ratios to the floor per round: best and median over the rounds (the spread of a 
 ``--compile`` adds InLine and MALA compiled with ``torch.compile`` (inductor, fused elementwise
 kernels around the GEMMs; compiled once per N, the compile time is not counted).
 """
-import statistics
 import argparse
 import json
 import os
 import os.path as osp
 import platform
+import statistics
 import sys
 
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chatter
@@ -97,8 +97,8 @@ def main():
         spread = {name: [t / f for t, f in zip(ts, rounds['floor'])] for name, ts in rounds.items()
                   if name in ('inline', 'mala', 'inline_c', 'mala_c')}
         row = dict(N=n, time_s=times, peak_mb=mem, rounds_s=rounds,
-                   floor_ratio_best_median={k: [min(v), statistics.median(v)] for k, v in spread.items()}, gflops_linear_ops=flops_lin / 1e9,
-                   gflops_sdpa=4 * b * h * n * n * d / 1e9, gemm_ref_gflops=ref_gflops)
+                   floor_ratio_best_median={k: [min(v), statistics.median(v)] for k, v in spread.items()},
+                   gflops_linear_ops=flops_lin / 1e9, gflops_sdpa=4 * b * h * n * n * d / 1e9, gemm_ref_gflops=ref_gflops)
         rows.append(row)
         sd = times.get('sdpa', float('nan'))
         print(f'{n:>6} | {times["floor"] * 1e3:7.2f}m {sd * 1e3:8.1f}m {times["linear"] * 1e3:7.2f}m '

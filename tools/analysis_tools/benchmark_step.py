@@ -3,7 +3,7 @@ input size and per-GPU batch: time and peak memory, one progress line per config
 
     python tools/analysis_tools/benchmark_step.py CONFIG [CONFIG ...]
     python tools/analysis_tools/benchmark_step.py --matrix --references --out docs/benchmarks/step_cost
-    python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 1024 --batch 1
+    python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 1024
     python tools/analysis_tools/benchmark_step.py --matrix --device cuda --amp          # on a GPU
 
 * training step = forward + backward + optimizer step (the config's optim_wrapper, paramwise rules
