@@ -17,13 +17,14 @@ import argparse
 import json
 import os
 import os.path as osp
-import re
 import subprocess
 import sys
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
+
+from tools.demo import metrics  # noqa: E402  (the log parser of the demo)
 CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
 
 # name -> (backbone config, FPN in_channels)
@@ -109,10 +110,8 @@ def train_and_eval(name, backbone_cfg, in_channels, args):
     text = r.stdout + r.stderr
     if r.returncode != 0:
         raise RuntimeError(f'{name}: training failed:\n{text[-3000:]}')
-    ap = {}
-    for key in ('coco/bbox_mAP_50', 'coco/segm_mAP_50'):
-        found = re.findall(re.escape(key) + r': ([0-9.]+)', text)
-        ap[key.split('/')[1]] = float(found[-1]) if found else float('nan')
+    found = metrics(text, ('coco/bbox_mAP_50', 'coco/segm_mAP_50'))
+    ap = {key.split('/')[1]: found.get(key, float('nan')) for key in ('coco/bbox_mAP_50', 'coco/segm_mAP_50')}
     return ap, wall
 
 
