@@ -159,18 +159,15 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
         mean_v = sum_v / n
         kv = kv * (s / n)
         zvec = sum_k.transpose(-2, -1) * (s / n)  # s mean(phi(K))^T, (d x 1)
-        # without RoPE one GEMM gives numerator and z: phi(Q) [ kv | s mean(phi(K))^T ]
-        state = torch.cat([kv, zvec], dim=-1) if rope is None else None
 
         def chunk(qc, i):
             phq = elu_plus_one(qc)
-            if rope is None:
-                num_z = torch.matmul(phq, state)
-                num, z = num_z[..., :-1], num_z[..., -1:]
-            else:
-                z = torch.matmul(phq, zvec)  # un-rotated phi(q)
-                rq = apply_rope(phq, rope[0][i:i + qc.shape[-2]], rope[1][i:i + qc.shape[-2]])
-                num = torch.matmul(rq, kv)
+            # z from the un-rotated phi(q), in its own (d x 1) product: measured faster than one
+            # GEMM over the concatenated [kv | zvec] (d+1 columns), eager and compiled
+            z = torch.matmul(phq, zvec)
+            if rope is not None:
+                phq = apply_rope(phq, rope[0][i:i + qc.shape[-2]], rope[1][i:i + qc.shape[-2]])
+            num = torch.matmul(phq, kv)
             if not grad:  # same math, in place: fewer passes over the (chunk x d) tensors
                 if beta:
                     num = num.mul_(z.add(eps).reciprocal_().add_(1.0))
