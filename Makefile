@@ -24,7 +24,7 @@ test-all: install
 	@$(PY) -m pytest $(PYTEST_ARGS) tests; rc=$$?; [ $$rc -ne 5 ] || exit 1; exit $$rc
 
 bench: install
-	$(PY) tools/analysis_tools/benchmark_attention.py --out docs/benchmarks
+	$(PY) tools/analysis_tools/benchmark_attention.py --repeats 3 --out docs/benchmarks
 	$(PY) tools/analysis_tools/benchmark.py --out docs/benchmarks
 	$(PY) tools/analysis_tools/get_flops.py --all-backbones
 
