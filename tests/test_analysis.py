@@ -100,3 +100,24 @@ def test_sdpa_is_counted():
             return torch.nn.functional.scaled_dot_product_attention(q, q, q)
     flops, _ = get_flops.count(M(), (torch.randn(1, 2, 10, 4),))
     assert flops == 2 * (2 * 10 * 10 * 4)
+
+
+def test_benchmark_step_table_compares_models_at_the_same_size():
+    """A resolution sweep's table divides each reference's time by ours at the *same* size only;
+    inference-only rows (no training step) print '-' instead of a ratio."""
+    from tools.analysis_tools.benchmark_step import table
+
+    def row(bb, size, train, infer):  # reference rows carry the config they swapped the backbone in
+        return dict(config='upernet_inline-swin-t_160k_ade20k-512x512', backbone=bb, params_m=1.0, batch=2, size=[size, size], train_s=train,
+                    infer_s=infer, train_mem_mb=None if train is None else 10.0)
+    rows = [row('InLineSwin', 512, 2.0, 1.0), row('InLineSwin', 1024, 8.0, 4.0),
+            row('Swin-T', 512, 3.0, 1.5), row('Swin-T', 1024, 4.0, 8.0),
+            row('PVT-S', 512, 1.0, 0.5), row('PVT-S', 1024, None, 2.0)]
+    lines = table(rows).splitlines()
+    ours = [ln for ln in lines if '| InLineSwin |' in ln]
+    assert len(ours) == 2
+    # 512: Swin-T 3/2 = 1.50 (train), 1.5/1 = 1.50 (infer); PVT-S 1/2 = 0.50, 0.5/1 = 0.50
+    assert ours[0].startswith('| upernet_inline-swin-t_160k_ade20k-512x512 | 512x512 |')
+    assert ours[0].endswith('| 1.50 / 1.50 | 0.50 / 0.50 |')
+    # 1024: Swin-T 4/8 = 0.50, 8/4 = 2.00; PVT-S has no training step there
+    assert ours[1].endswith('| 0.50 / 2.00 | - / 0.50 |')

@@ -3,7 +3,9 @@ input size and per-GPU batch: time and peak memory, one progress line per config
 
     python tools/analysis_tools/benchmark_step.py CONFIG [CONFIG ...]
     python tools/analysis_tools/benchmark_step.py --matrix --references --out docs/benchmarks/step_cost
-    python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 1024
+    python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 512 1024
+    python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 2048 --no-train
+    python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 512 --compile
     python tools/analysis_tools/benchmark_step.py --matrix --device cuda --amp          # on a GPU
 
 * training step = forward + backward + optimizer step (the config's optim_wrapper, paramwise rules
@@ -18,9 +20,15 @@ input size and per-GPU batch: time and peak memory, one progress line per config
 ``--matrix`` takes the smallest variant of every cell of the config matrix; ``--references`` adds,
 for each model family, the same detector / segmentor with mmdet's Swin-T and PVT-S backbones (only the
 backbone and the neck / head input channels changed); ``--with-references`` does the same for the given
-configs. ``--size H[xW]`` trains and tests at that input size instead of the config's scale (a
-resolution sweep is one run per size). ``--amp`` runs both under autocast (fp16 on
-CUDA, bf16 on the CPU) with AmpOptimWrapper on CUDA. SyncBN is reverted to BN (one process).
+configs. ``--size H[xW] [H[xW] ...]`` trains and tests at these input sizes instead of the config's
+scale, every model at every size in one run (a resolution sweep; the ratios compare models at the same
+size). ``--no-train`` times inference only (for sizes whose training step does not fit in memory).
+``--compile`` wraps the backbone in ``torch.compile`` (inductor) before timing; the untimed warm-up
+calls compile it (at least one for each of training and inference), so the timed step runs the
+compiled code. Only the backbone is compiled: it is the part that differs between the compared models,
+and the detectors' heads have data-dependent shapes that recompile on every batch. ``--amp`` runs
+both under autocast (fp16 on CUDA, bf16 on the CPU) with AmpOptimWrapper on CUDA. SyncBN is reverted
+to BN (one process).
 """
 import argparse
 import json
@@ -136,9 +144,10 @@ def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1, size=None):
+def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1, size=None,
+                compiled=False, train=True):
     """Build the model of ``config`` (optionally with a reference backbone) and time one training step
-    and one inference; returns a dict."""
+    (unless ``train`` is False) and one inference; returns a dict."""
     import torch
     from mmengine.config import Config
     from mmengine.model import revert_sync_batchnorm
@@ -154,6 +163,9 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
     models = model_registry(cfg)
     model = revert_sync_batchnorm(models.build(cfg.model)).to(device)
     model.init_weights()
+    if compiled:
+        model.backbone = torch.compile(model.backbone)
+        warmup = max(warmup, 1)  # the first call compiles
     n = batch or cfg.train_dataloader.batch_size
     det = cfg.default_scope == 'mmdet'
     make = (lambda k, hw: det_batch(k, hw, 'mask_head' in str(cfg.model))) if det else seg_batch
@@ -188,7 +200,7 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
         seconds = time.perf_counter() - t0
         return seconds, (torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else _peak_rss_mb() - base_rss)
 
-    t_train, mem_train = timed(train_step, warmup)
+    t_train, mem_train = timed(train_step, warmup) if train else (None, None)
     model.eval()
     test = make(1, test_hw)
 
@@ -199,13 +211,18 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
     mem_infer = mem_infer if cuda else None
     return dict(config=osp.basename(config)[:-3], backbone=ref or cfg.model.backbone.type,
                 params_m=round(params, 2), batch=n, train_hw=list(train_hw), test_hw=list(test_hw),
-                train_s=round(t_train, 3), infer_s=round(t_infer, 3),
-                train_mem_mb=round(mem_train, 1), infer_mem_mb=None if mem_infer is None else round(mem_infer, 1),
+                size=list(size) if size else None, compiled=compiled,
+                train_s=_round(t_train, 3), infer_s=round(t_infer, 3),
+                train_mem_mb=_round(mem_train, 1), infer_mem_mb=_round(mem_infer, 1),
                 device=device, amp=amp, threads=torch.get_num_threads())
 
 
-def run_job(config, ref, args):
-    """One config in a fresh process (clean peak memory); returns its result dict."""
+def _round(x, digits):
+    return None if x is None else round(x, digits)
+
+
+def run_job(config, ref, args, size=None):
+    """One config at one size in a fresh process (clean peak memory); returns its result dict."""
     cmd = [sys.executable, osp.abspath(__file__), '--one', config, '--device', args.device,
            '--warmup', str(args.warmup)]
     if ref:
@@ -214,12 +231,20 @@ def run_job(config, ref, args):
         cmd.append('--amp')
     if args.batch:
         cmd += ['--batch', str(args.batch)]
-    if args.size:
-        cmd += ['--size', f'{args.size[0]}x{args.size[1]}']
+    if size:
+        cmd += ['--size', f'{size[0]}x{size[1]}']
+    if args.compile:
+        cmd.append('--compile')
+    if args.no_train:
+        cmd.append('--no-train')
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith('RESULT ')]
     if r.returncode != 0 or not lines:
-        return dict(config=osp.basename(config)[:-3], backbone=ref or '?',
+        if r.returncode < 0 or r.returncode == 137:  # killed, most often by the kernel's OOM killer
+            return dict(config=osp.basename(config)[:-3], backbone=ref or '?', size=size and list(size),
+                        error=f'process killed (signal {abs(r.returncode) if r.returncode < 0 else 9}), '
+                              'out of memory?')
+        return dict(config=osp.basename(config)[:-3], backbone=ref or '?', size=size and list(size),
                     error=(r.stderr or r.stdout).strip().splitlines()[-1][:200] if (r.stderr or r.stdout) else '?')
     return json.loads(lines[-1][len('RESULT '):])
 
@@ -229,30 +254,42 @@ def _recipe(name):
     return re.sub(r'(inline-pvt|inline-swin|mavit)-[tsmbl]', '{}', name)
 
 
+def _size(r):
+    return 'x'.join(map(str, r['size'])) if r.get('size') else ''
+
+
+def _ratio(ref, ours):
+    return '-' if ref is None or ours is None else f'{ref / ours:.2f}'
+
+
 def table(rows):
     """Markdown: time / memory per config, and the reference backbones' time over ours in the same
-    detector / segmentor (> 1: ours is faster)."""
-    head = ('| config | backbone | params (M) | batch | train step (s) | inference (s) | '
-            'train peak (MB) | Swin-T / this: train, infer | PVT-S / this: train, infer |')
-    out = [head, '|' + '---|' * 9]
-    refs = {(_recipe(r['config']), r['backbone']): r for r in rows
+    detector / segmentor at the same size (> 1: ours is faster)."""
+    sized = any(r.get('size') for r in rows)
+    head = ('| config | ' + ('size | ' if sized else '') + 'backbone | params (M) | batch | train step (s) | '
+            'inference (s) | train peak (MB) | Swin-T / this: train, infer | PVT-S / this: train, infer |')
+    out = [head, '|' + '---|' * (10 if sized else 9)]
+    refs = {(_recipe(r['config']), r['backbone'], _size(r)): r for r in rows
             if r.get('backbone') in REFERENCES and 'error' not in r}
     for r in rows:
+        size = f'{_size(r)} | ' if sized else ''
         if 'error' in r:
-            out.append(f"| {r['config']} | {r['backbone']} | error: {r['error']} |||||||")
+            out.append(f"| {r['config']} | {size}{r['backbone']} | error: {r['error']} |||||||")
             continue
         fam = _recipe(r['config'])
         ratios = []
         for ref in REFERENCES:
-            b = refs.get((fam, ref))
+            b = refs.get((fam, ref, _size(r)))
             if b is None or r['backbone'] in REFERENCES:
                 ratios.append('')
             else:
-                ratios.append(f"{b['train_s'] / r['train_s']:.2f} / {b['infer_s'] / r['infer_s']:.2f}")
+                ratios.append(f"{_ratio(b['train_s'], r['train_s'])} / {_ratio(b['infer_s'], r['infer_s'])}")
         name = _recipe(r['config']).format(r['backbone'].lower()) if r['backbone'] in REFERENCES \
             else r['config']
-        out.append(f"| {name} | {r['backbone']} | {r['params_m']} | {r['batch']} | {r['train_s']} | "
-                   f"{r['infer_s']} | {r['train_mem_mb']} | {ratios[0]} | {ratios[1]} |")
+        trained = r['train_s'] is not None  # inference-only rows (--no-train) have no batch
+        train, mem, batch = (r['train_s'], r['train_mem_mb'], r['batch']) if trained else ('-', '-', '-')
+        out.append(f"| {name} | {size}{r['backbone']} | {r['params_m']} | {batch} | {train} | "
+                   f"{r['infer_s']} | {mem} | {ratios[0]} | {ratios[1]} |")
     return '\n'.join(out)
 
 
@@ -266,8 +303,12 @@ def main(argv=None):
     p.add_argument('--amp', action='store_true', help='autocast (fp16 on CUDA with AmpOptimWrapper, bf16 on CPU)')
     p.add_argument('--batch', type=int, help='images per step (default: the config\'s per-GPU batch)')
     p.add_argument('--warmup', type=int, default=1, help='untimed training steps first')
-    p.add_argument('--size', type=lambda v: tuple(int(x) for x in (v.split('x') * 2)[:2]),
-                   help='H or HxW: train and test at this input size instead of the config\'s scale')
+    p.add_argument('--size', type=lambda v: tuple(int(x) for x in (v.split('x') * 2)[:2]), nargs='+',
+                   help='H or HxW, one or more: train and test at these input sizes instead of the '
+                        'config\'s scale (every model at every size)')
+    p.add_argument('--no-train', action='store_true', help='time inference only')
+    p.add_argument('--compile', action='store_true',
+                   help='torch.compile (inductor) the backbone; the warm-up calls compile it')
     p.add_argument('--with-references', action='store_true',
                    help="also run each given config's detector / segmentor with mmdet's Swin-T and PVT-S")
     p.add_argument('--out', help='write OUT.json and OUT.md')
@@ -281,7 +322,7 @@ def main(argv=None):
         return 0
     if args.one:
         res = measure_one(args.one, args.reference, args.device, args.amp, args.batch, args.warmup,
-                          args.size)
+                          args.size[0] if args.size else None, args.compile, not args.no_train)
         print('RESULT ' + json.dumps(res), flush=True)
         return 0
     jobs = [(c, None) for c in args.configs]
@@ -297,17 +338,20 @@ def main(argv=None):
                 jobs += [(c, ref) for ref in REFERENCES]
     if not jobs:
         p.error('give config files, --matrix or --references')
+    runs = [(size, config, ref) for size in (args.size or [None]) for config, ref in jobs]
     rows = []
-    for i, (config, ref) in enumerate(jobs, 1):
+    for i, (size, config, ref) in enumerate(runs, 1):
         t0 = time.time()
-        r = run_job(config, ref, args)
+        r = run_job(config, ref, args, size)
         rows.append(r)
-        what = osp.basename(config)[:-3] + (f' [{ref}]' if ref else '')
+        what = osp.basename(config)[:-3] + (f' [{ref}]' if ref else '') + (f' at {size[0]}x{size[1]}' if size else '')
         if 'error' in r:
-            print(f'[{i}/{len(jobs)}] {what}: ERROR {r["error"]}', flush=True)
+            print(f'[{i}/{len(runs)}] {what}: ERROR {r["error"]}', flush=True)
         else:
-            print(f'[{i}/{len(jobs)}] {what}: train step {r["train_s"]:.2f} s, inference {r["infer_s"]:.2f} s, '
-                  f'train peak +{r["train_mem_mb"]:.0f} MB ({time.time() - t0:.0f} s)', flush=True)
+            train = ('' if r['train_s'] is None else
+                     f'train step {r["train_s"]:.2f} s (peak +{r["train_mem_mb"]:.0f} MB), ')
+            print(f'[{i}/{len(runs)}] {what}: {train}inference {r["infer_s"]:.2f} s '
+                  f'({time.time() - t0:.0f} s)', flush=True)
     md = table(rows)
     print(md)
     if args.out:
