@@ -108,8 +108,9 @@ def test_benchmark_step_table_compares_models_at_the_same_size():
     from tools.analysis_tools.benchmark_step import table
 
     def row(bb, size, train, infer):  # reference rows carry the config they swapped the backbone in
-        return dict(config='upernet_inline-swin-t_160k_ade20k-512x512', backbone=bb, params_m=1.0, batch=2, size=[size, size], train_s=train,
-                    infer_s=infer, train_mem_mb=None if train is None else 10.0)
+        return dict(config='upernet_inline-swin-t_160k_ade20k-512x512', backbone=bb, params_m=1.0,
+                    batch=2, size=[size, size], train_s=train, infer_s=infer,
+                    train_mem_mb=None if train is None else 10.0)
     rows = [row('InLineSwin', 512, 2.0, 1.0), row('InLineSwin', 1024, 8.0, 4.0),
             row('Swin-T', 512, 3.0, 1.5), row('Swin-T', 1024, 4.0, 8.0),
             row('PVT-S', 512, 1.0, 0.5), row('PVT-S', 1024, None, 2.0)]
