@@ -150,7 +150,7 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
         q, k, v = _float32(q, k, v)
-        b, h, n, d = q.shape
+        n = q.shape[-2]
         grad = _needs_grad(q, k, v)
         step = _step(n, q, k, v)
         if rope is not None:

@@ -240,10 +240,9 @@ def run_job(config, ref, args, size=None):
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith('RESULT ')]
     if r.returncode != 0 or not lines:
-        if r.returncode < 0 or r.returncode == 137:  # killed, most often by the kernel's OOM killer
+        if r.returncode < 0:  # killed by a signal, most often SIGKILL from the kernel's OOM killer
             return dict(config=osp.basename(config)[:-3], backbone=ref or '?', size=size and list(size),
-                        error=f'process killed (signal {abs(r.returncode) if r.returncode < 0 else 9}), '
-                              'out of memory?')
+                        error=f'process killed (signal {-r.returncode}), out of memory?')
         return dict(config=osp.basename(config)[:-3], backbone=ref or '?', size=size and list(size),
                     error=(r.stderr or r.stdout).strip().splitlines()[-1][:200] if (r.stderr or r.stdout) else '?')
     return json.loads(lines[-1][len('RESULT '):])

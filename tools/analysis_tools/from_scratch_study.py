@@ -110,8 +110,9 @@ def train_and_eval(name, backbone_cfg, in_channels, args):
     text = r.stdout + r.stderr
     if r.returncode != 0:
         raise RuntimeError(f'{name}: training failed:\n{text[-3000:]}')
-    found = metrics(text, ('coco/bbox_mAP_50', 'coco/segm_mAP_50'))
-    ap = {key.split('/')[1]: found.get(key, float('nan')) for key in ('coco/bbox_mAP_50', 'coco/segm_mAP_50')}
+    keys = ('coco/bbox_mAP_50', 'coco/segm_mAP_50')
+    found = metrics(text, keys)
+    ap = {key.split('/')[1]: found.get(key, float('nan')) for key in keys}
     return ap, wall
 
 
