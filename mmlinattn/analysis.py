@@ -10,12 +10,12 @@
 * :func:`matrices_for_cores` - the same queries/keys scored by softmax, plain linear, InLine and
   MALA attention, for side-by-side maps (InLine Fig. 4, MALA Fig. 4/7).
 """
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 
 from mmlinattn.models.layers import QKVOAttention, TokenAttention, core_matrix
+from mmlinattn.ops.cores import CORES
 
 Tensor = torch.Tensor
 
@@ -98,14 +98,14 @@ def collect_attention(model: torch.nn.Module, x: Tensor,
 
 
 @torch.no_grad()
-def matrices_for_cores(q: Tensor, k: Tensor, scale: float,
-                       cores=('softmax', 'linear', 'inline', 'mala')) -> Dict[str, Tensor]:
-    """Score the same (B, h, N, d) queries and keys with several attentions."""
-    out = {}
-    for c in cores:
-        kernel = 'elu' if c == 'linear' else None
-        out[c] = core_matrix(c, q, k, scale, kernel=kernel)
-    return out
+def matrices_for_cores(q: Tensor, k: Tensor, scale: float, cores: Optional[Sequence[str]] = None,
+                       kernels: Optional[Dict[str, str]] = None) -> Dict[str, Tensor]:
+    """Score the same (B, h, N, d) queries and keys with several attentions: ``cores`` (default:
+    every core of :data:`mmlinattn.ops.cores.CORES`), each with its default kernel unless ``kernels``
+    names one (default: ELU+1 for plain linear attention, as in MALA's figures)."""
+    kernels = {'linear': 'elu'} if kernels is None else kernels
+    return {c: core_matrix(c, q, k, scale, kernel=kernels.get(c))
+            for c in (list(CORES) if cores is None else cores)}
 
 
 def summarize(records: List[Dict], tol: float = 1e-3) -> List[Dict]:
@@ -124,7 +124,3 @@ def attention_map(attn: Tensor, hw: Tuple[int, int], query: Tuple[int, int]) -> 
     """The (H, W) map of one query's attention weights (head-averaged)."""
     i = query[0] * hw[1] + query[1]
     return attn[..., i, :].reshape(-1, *hw).mean(0)
-
-
-def resize_image(img: Tensor, size: Tuple[int, int]) -> Tensor:
-    return F.interpolate(img, size=size, mode='bilinear', align_corners=False)

@@ -107,8 +107,8 @@ def test_unknown_arch_and_attn_type_list_choices():
         InLineSwin(arch='tiny', attn_type='IIXS')
     with pytest.raises(ValueError, match='M=mala'):
         MAViT(arch='tiny', attn_type='MMS')
-    with pytest.raises(ValueError, match='block count'):
-        InLineSwin(arch='tiny', attn_type='IIMS')
+    with pytest.raises(ValueError, match='has 2 blocks but the stage has 6'):
+        InLineSwin(arch='tiny', attn_type='II(I2)S')
 
 
 def test_attn_type_overrides():
@@ -140,18 +140,22 @@ def test_swin_global_inline_equals_literal_windows_at_224():
 
 
 FAMILY_NAME = {InLineSwin: 'inline_swin', InLinePVT: 'inline_pvt', MAViT: 'mavit'}
-# classification-only parts of the released files (the authors' heads and final norms)
-HEAD_PREFIXES = {InLineSwin: ('head.', 'norm.'), InLinePVT: ('head.',),
-                 MAViT: ('head.', 'proj.', 'norm.')}
-# buffers the authors' files carry that we recompute on the fly
-RECOMPUTED = ('relative_position_index', 'attn_mask')
 ALL_ARCHS = [(cls, a) for cls in (InLineSwin, InLinePVT, MAViT) for a in FAMILY_ARCHS[FAMILY_NAME[cls]]]
 
 
+def _derived(cls, arch):
+    """Buffers of the authors' model that are a function of the architecture (the manifest's)."""
+    return tuple(authors_manifest(FAMILY_NAME[cls], arch)['derived_buffers'])
+
+
 def _expected_backbone_keys(cls, arch):
-    """name -> shape of the authors' file, minus the classification parts and recomputed buffers."""
-    return {k: tuple(shape) for k, shape, _ in authors_manifest(FAMILY_NAME[cls], arch)['keys']
-            if not k.startswith(HEAD_PREFIXES[cls]) and k.rsplit('.', 1)[-1] not in RECOMPUTED}
+    """name -> shape of the authors' file, minus the classification parts (the manifest's
+    ``classification_prefixes``) and the buffers derived from the architecture, which a backbone may
+    recompute instead of loading."""
+    manifest = authors_manifest(FAMILY_NAME[cls], arch)
+    heads, derived = tuple(manifest['classification_prefixes']), _derived(cls, arch)
+    return {k: tuple(shape) for k, shape, _ in manifest['keys']
+            if not k.startswith(heads) and k.rsplit('.', 1)[-1] not in derived}
 
 
 @pytest.mark.parametrize('cls,arch', ALL_ARCHS, ids=[f'{FAMILY_NAME[c]}-{a}' for c, a in ALL_ARCHS])
@@ -161,8 +165,10 @@ def test_our_names_and_shapes_are_the_authors(cls, arch):
     ours = {k: tuple(v.shape) for k, v in cls(arch=arch).state_dict().items()}
     theirs = _expected_backbone_keys(cls, arch)
     missing = sorted(k for k in theirs if k not in ours)
-    wrong = sorted(f'{k}: {theirs[k]} vs {ours[k]}' for k in theirs if k in ours and ours[k] != theirs[k])
-    extra = sorted(k for k in ours if k not in theirs and not k.startswith(NEW_PREFIXES[cls]))
+    full = {k: tuple(shape) for k, shape, _ in authors_manifest(FAMILY_NAME[cls], arch)['keys']}
+    wrong = sorted(f'{k}: {full[k]} vs {ours[k]}' for k in full if k in ours and ours[k] != full[k])
+    extra = sorted(k for k in ours if k not in theirs and not k.startswith(NEW_PREFIXES[cls])
+                   and k.rsplit('.', 1)[-1] not in _derived(cls, arch))
     assert not missing and not wrong and not extra, (missing[:5], wrong[:5], extra[:5])
 
 
@@ -180,9 +186,10 @@ def _check_loaded(cls, arch, tmp_path):
     theirs = _expected_backbone_keys(cls, arch)
     for k in theirs:
         assert torch.equal(loaded[k], state[k]), f'{k} not loaded from the authors\' file'
-    # nothing of ours was left at its initial value except the output norms
-    assert sorted(k for k in loaded if k not in theirs) == sorted(
-        k for k in loaded if k.startswith(NEW_PREFIXES[cls]))
+    # nothing of ours was left at its initial value except the output norms (and the buffers that
+    # are a function of the architecture)
+    assert sorted(k for k in loaded if k not in theirs and k.rsplit('.', 1)[-1] not in
+                  _derived(cls, arch)) == sorted(k for k in loaded if k.startswith(NEW_PREFIXES[cls]))
     with torch.no_grad():
         outs = model.eval()(torch.randn(1, 3, 64, 64))
     assert all(torch.isfinite(o).all() for o in outs)

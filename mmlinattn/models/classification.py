@@ -20,7 +20,13 @@ from mmlinattn.registry import MODELS
 
 @MODELS.register_module()
 class MAViTClsNeck(BaseModule):
-    """MAViT's classification neck: Conv1x1(C -> projection) -> BN -> Swish -> GAP."""
+    """MAViT's classification neck: Conv1x1(C -> projection) -> BN -> Swish -> GAP.
+
+    Args:
+        in_channels (int): channels of the last stage.
+        projection (int): channels of the projection (2048 for T/S/B, 2560 for L in the releases).
+        init_cfg (dict | None): mmengine init config.
+    """
 
     def __init__(self, in_channels: int = 512, projection: int = 2048, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
@@ -34,22 +40,17 @@ class MAViTClsNeck(BaseModule):
         return (x.mean(dim=(2, 3)),)
 
 
+def _layout(family: str):
+    from .backbones import LAYOUTS
+    if family not in LAYOUTS:
+        raise KeyError(f'unknown family {family!r}; choose one of {sorted(LAYOUTS)}')
+    return LAYOUTS[family]
+
+
 def authors_to_classifier(state: Dict[str, torch.Tensor], family: str) -> Dict[str, torch.Tensor]:
-    """Rename the authors' classification state dict to our ImageClassifier's keys."""
-    out = {}
-    for k, v in state.items():
-        last = k.rsplit('.', 1)[-1]
-        if last in ('relative_position_index', 'attn_mask'):
-            continue
-        if k.startswith('head.'):
-            out['head.fc.' + k[5:]] = v.flatten(1) if (family == 'mavit' and v.dim() == 4) else v
-        elif family == 'mavit' and k.startswith(('proj.', 'norm.')):
-            out['neck.' + k] = v
-        elif family == 'inline_swin' and k.startswith('norm.'):
-            out['backbone.out_norms.3.norm.' + k[5:]] = v
-        else:
-            out['backbone.' + k] = v
-    return out
+    """Rename the authors' classification state dict to our ImageClassifier's keys (the family's
+    :class:`~mmlinattn.checkpoint.AuthorsLayout`)."""
+    return _layout(family).to_classifier(state)
 
 
 def classifier_to_authors(state: Dict[str, torch.Tensor], family: str) -> Dict[str, torch.Tensor]:
@@ -57,16 +58,4 @@ def classifier_to_authors(state: Dict[str, torch.Tensor], family: str) -> Dict[s
     e.g. trained with ``configs/toy/*_toy-cls.py``) in the authors' key layout, so that it loads into
     a detector or segmentor exactly as their released files do (``init_cfg=dict(type='Pretrained',
     checkpoint=...)``)."""
-    out = {}
-    for k, v in state.items():
-        if k.startswith('head.fc.'):
-            out['head.' + k[8:]] = v[:, :, None, None] if (family == 'mavit' and v.dim() == 2) else v
-        elif family == 'mavit' and k.startswith(('neck.proj.', 'neck.norm.')):
-            out[k[5:]] = v
-        elif family == 'inline_swin' and k.startswith('backbone.out_norms.3.norm.'):
-            out['norm.' + k[len('backbone.out_norms.3.norm.'):]] = v
-        elif k.startswith('backbone.'):
-            out[k[9:]] = v
-        else:
-            raise KeyError(f'{k}: not a key of a {family} ImageClassifier built from configs/classification')
-    return out
+    return _layout(family).from_classifier(state)

@@ -33,6 +33,11 @@ def _check_qkv(q: Tensor, k: Tensor, v: Optional[Tensor] = None) -> None:
         raise ValueError(f'v {tuple(v.shape)} must be (B, h, N, d_v) with the B, h, N of k {tuple(k.shape)}')
 
 
+def _batch_flat(*tensors: Tensor):
+    """Extra leading dims (e.g. Swin's windows) folded into B, for the shape checks."""
+    return [t.flatten(0, -4) if t.dim() > 4 else t for t in tensors]
+
+
 def _scale(q: Tensor, scale: Optional[float]) -> float:
     return q.shape[-1] ** -0.5 if scale is None else float(scale)
 
@@ -236,15 +241,19 @@ def linear_attention_reference(q, k, v, kernel='relu', eps=1e-6):
 
 
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = None,
-                      attn_bias: Optional[Tensor] = None) -> Tensor:
-    """Softmax attention through ``torch.nn.functional.scaled_dot_product_attention``."""
-    _check_qkv(q, k, v)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, scale=_scale(q, scale))
+                      attn_bias: Optional[Tensor] = None, dropout_p: float = 0.) -> Tensor:
+    """Softmax attention through ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Leading dims beyond (B, h) are allowed (Swin's (B, nW, h, N, d) windows with an (nW, h, N, N)
+    bias); ``dropout_p`` is SDPA's attention dropout (pass 0 at inference)."""
+    _check_qkv(*_batch_flat(q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p,
+                                          scale=_scale(q, scale))
 
 
 def softmax_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,
                              attn_bias: Optional[Tensor] = None) -> Tensor:
-    _check_qkv(q, k)
+    _check_qkv(*_batch_flat(q, k))
     logits = torch.matmul(q, k.transpose(-2, -1)) * _scale(q, scale)
     if attn_bias is not None:
         logits = logits + attn_bias

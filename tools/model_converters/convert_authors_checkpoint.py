@@ -9,45 +9,37 @@ mismatched keys. DST holds ``{'state_dict': ..., 'meta': {...}}`` with our key n
 excluded); it is written to a temporary file and renamed, so it is never left half-written.
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+import torch
 
-import torch  # noqa: E402
+from mmlinattn.checkpoint import (CheckpointError, extract_state_dict, read_checkpoint,
+                                  write_atomic)
+from mmlinattn.models.backbones import FAMILIES, LAYOUTS
 
-from mmlinattn.checkpoint import CheckpointError  # noqa: E402
-from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
 
-FAMILIES = {'inline_pvt': InLinePVT, 'inline_swin': InLineSwin, 'mavit': MAViT}
+def _save(obj, dst):
+    write_atomic(dst, lambda tmp: torch.save(obj, tmp))
 
 
 def convert_classifier(family, src, dst, use_ema=False, allow_unsafe=False):
     """The whole classifier (backbone + neck + head) for configs/classification/."""
-    from mmlinattn.checkpoint import extract_state_dict, read_checkpoint
-    from mmlinattn.models import authors_to_classifier
     state = extract_state_dict(read_checkpoint(src, allow_unsafe=allow_unsafe), use_ema, src)
-    out = authors_to_classifier(state, family)
-    tmp = dst + '.tmp'
-    os.makedirs(osp.dirname(osp.abspath(dst)), exist_ok=True)
-    torch.save({'state_dict': out, 'meta': dict(source=osp.basename(src), family=family)}, tmp)
-    os.replace(tmp, dst)
+    out = LAYOUTS[family].to_classifier(state)
+    _save({'state_dict': out, 'meta': dict(source=osp.basename(src), family=family)}, dst)
     return out
 
 
 def convert(family, arch, src, dst, use_ema=False, allow_unsafe=False):
-    cls = FAMILIES[family]
-    model = cls(arch=arch)
+    """The backbone alone, through the family's checkpoint filter (as ``init_cfg`` Pretrained)."""
+    model = FAMILIES[family](arch=arch)
     report = model.load_pretrained(src, use_ema=use_ema, allow_unsafe=allow_unsafe)
     new = set(report['new'])
     state = {k: v for k, v in model.state_dict().items() if k not in new}
     meta = dict(source=osp.basename(src), family=family, arch=arch, use_ema=use_ema,
                 dropped=report['dropped'], converter='mmlinattn')
-    tmp = dst + '.tmp'
-    os.makedirs(osp.dirname(osp.abspath(dst)), exist_ok=True)
-    torch.save({'state_dict': state, 'meta': meta}, tmp)
-    os.replace(tmp, dst)
+    _save({'state_dict': state, 'meta': meta}, dst)
     return report
 
 

@@ -9,25 +9,25 @@ from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from mmlinattn.checkpoint import extract_state_dict, fit_state_dict, read_checkpoint
-from mmlinattn.models.layers import CORE_LETTERS, LayerNorm2d
+from mmlinattn.checkpoint import AuthorsLayout, extract_state_dict, fit_state_dict, read_checkpoint
+from mmlinattn.models.layers import LayerNorm2d
+from mmlinattn.ops.cores import parse_attn_type
 
 
 class LinAttnBackbone(BaseModule):
     """Base class: ``arch`` resolution, ``init_cfg`` Pretrained loading of the authors' files,
     ``frozen_stages`` and ``norm_eval``.
 
-    Subclasses define ``arch_zoo``, ``attn_letters`` (the ``attn_type`` letters their blocks support),
-    ``_ckpt_drop_prefixes`` (classification parts of the authors' checkpoints), ``_ckpt_tolerated``
-    (buffers we recompute), ``out_norm_name`` (the attribute holding the output norms) and
-    ``_stage_modules(i)`` (the modules of stage i; i = 0 the stem).
+    Subclasses define ``arch_zoo``, ``default_attn_type``, ``authors_layout`` (the
+    :class:`~mmlinattn.checkpoint.AuthorsLayout` of the released checkpoints: classification parts,
+    recomputed buffers, size-dependent tensors), ``out_norm_name`` (the attribute holding the output
+    norms) and ``_stage_modules(i)`` (the modules of stage i; i = 0 the stem).
     """
     arch_zoo: Dict[str, dict] = {}
     arch_keys: Sequence[str] = ()
-    attn_letters: str = 'ISL'
+    default_attn_type: str = ''
     out_norm_name: str = 'out_norms'
-    _ckpt_drop_prefixes: Sequence[str] = ('head.',)
-    _ckpt_tolerated: Sequence[str] = ()
+    authors_layout: AuthorsLayout = AuthorsLayout('base', classification=('head.',))
 
     def __init__(self, init_cfg=None):
         super().__init__(init_cfg=copy.deepcopy(init_cfg))
@@ -37,10 +37,11 @@ class LinAttnBackbone(BaseModule):
         """Keys that the authors' classification files cannot have: our output norms."""
         return (self.out_norm_name + '.',)
 
-    @classmethod
-    def letters(cls) -> Dict[str, str]:
-        """``attn_type`` letter -> core name, for this family."""
-        return {k: CORE_LETTERS[k] for k in cls.attn_letters}
+    def _block_cores(self, attn_type, arch: dict) -> List[List[str]]:
+        """One core name per block from ``attn_type`` (or the arch's / family's default); the
+        letters and names are those of :data:`mmlinattn.ops.cores.CORES`."""
+        spec = attn_type or arch.get('attn_type') or self.default_attn_type
+        return parse_attn_type(spec, self.depths, type(self).__name__)
 
     # ------------------------------------------------------------------ construction
     def _setup(self, arch, out_indices: Sequence[int], frozen_stages: int, norm_eval: bool,
@@ -102,6 +103,11 @@ class LinAttnBackbone(BaseModule):
         return x.contiguous()
 
     @classmethod
+    def stage_channels(cls, arch) -> List[int]:
+        """Channels of every stage of ``arch`` (a name or a dict), without building the model."""
+        return [int(c) for c in cls.resolve_arch(arch)['embed_dims']]
+
+    @classmethod
     def resolve_arch(cls, arch) -> dict:
         if isinstance(arch, str):
             key = arch.lower()
@@ -151,16 +157,14 @@ class LinAttnBackbone(BaseModule):
     def _post_init(self):
         """Hook for inits that must follow the generic one (e.g. layer-scale values)."""
 
-    def convert_state_dict(self, state: dict) -> dict:
-        """Adapt checkpoint tensors to this model (e.g. resize position tables). Default: as is."""
-        return state
-
     def load_pretrained(self, checkpoint: str, use_ema: bool = False, prefix: str = '',
                         allow_unsafe: bool = False) -> dict:
-        """Load the authors' classification checkpoint (or our own backbone weights).
+        """Load the authors' classification checkpoint (or our own backbone weights) through the
+        family's :attr:`authors_layout` filter.
 
         Raises :class:`mmlinattn.checkpoint.CheckpointError` naming the path and the first mismatched
-        keys when the file does not fit this architecture.
+        keys when the file does not fit this architecture. Returns the load report (``loaded``,
+        ``dropped``, ``ignored``, ``new`` key lists).
         """
         logger = MMLogger.get_current_instance()
         obj = read_checkpoint(checkpoint, allow_unsafe=allow_unsafe, logger=logger)
@@ -172,10 +176,16 @@ class LinAttnBackbone(BaseModule):
         # the model's state has to be initialised for keys the checkpoint does not carry
         self.apply(self._default_init)
         self._post_init()
-        state = self.convert_state_dict(state)
-        return fit_state_dict(self, state, drop_prefixes=self._ckpt_drop_prefixes,
-                              tolerated=self._ckpt_tolerated, new_prefixes=self._new_prefixes,
-                              path=checkpoint, logger=logger)
+        layout = self.authors_layout
+        state, filtered = layout.filter(state, self)
+        report = fit_state_dict(self, state, tolerated=layout.tolerated,
+                                new_prefixes=self._new_prefixes, path=checkpoint, logger=logger)
+        if filtered['dropped']:
+            logger.info(f'dropped {len(filtered["dropped"])} classification keys: '
+                        f'{", ".join(filtered["dropped"][:50])}')
+        report['dropped'] = filtered['dropped']
+        report['ignored'] = filtered['ignored'] + report['ignored']
+        return report
 
     # ------------------------------------------------------------------ freezing
     def _stage_modules(self, i: int) -> Iterable[nn.Module]:
@@ -209,8 +219,10 @@ class LinAttnBackbone(BaseModule):
                     m.eval()
         return self
 
-    @staticmethod
-    def run_block(block: nn.Module, with_cp: bool, *args):
-        if with_cp and torch.is_grad_enabled():
-            return torch.utils.checkpoint.checkpoint(block, *args, use_reentrant=False)
-        return block(*args)
+
+
+def run_block(block: nn.Module, with_cp: bool, *args):
+    """``block(*args)``, with activation checkpointing when ``with_cp`` and autograd is on."""
+    if with_cp and torch.is_grad_enabled():
+        return torch.utils.checkpoint.checkpoint(block, *args, use_reentrant=False)
+    return block(*args)

@@ -3,35 +3,76 @@ reduction, per-stage learned position tables resized bilinearly, no final norm.
 
 Parameter names equal the authors' (``patch_embed{i}.{proj,norm}``, ``pos_embed{i}``,
 ``block{i}.{j}.{norm1,attn.{q,kv,proj,residual.0,residual.2},norm2,mlp.fc1,mlp.fc2}``), so their
-ImageNet checkpoints load by dropping ``head``.
+ImageNet checkpoints load by dropping ``head``. A stage is a patch embedding, a position table and
+its blocks; the names are flat (``patch_embed2``, not ``stages.1.patch_embed``) because the released
+files are, so :meth:`InLinePVT.stage` gathers a stage's parts and :meth:`InLinePVT.forward_stage`
+runs them.
 """
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
-from mmlinattn.checkpoint import resize_pos_embed
+from mmcv.cnn import build_norm_layer
+
+from mmlinattn.checkpoint import AuthorsLayout, resize_pos_embed
 from mmlinattn.models.layers import DropPath, Mlp, PatchEmbed, TokenAttention
+from mmlinattn.ops.cores import get_core
 from mmlinattn.registry import MODELS
 
-from .base import LinAttnBackbone
-from .utils import parse_stage_attn
+from .base import LinAttnBackbone, run_block
+
+PVT_NORM = dict(type='LN', eps=1e-6)  # the blocks' LayerNorm, as PVT v1
 
 
 class PVTBlock(nn.Module):
-    def __init__(self, dim, num_heads, mlp_ratio, core, drop_path, sr_ratio=1, attn_cfg=None):
+    """One PVT block: ``x + attn(LN(x))``, then ``x + MLP(LN(x))``, each with drop path.
+
+    Args:
+        dim (int): channels.
+        num_heads (int): heads.
+        mlp_ratio (float): MLP hidden width / ``dim``.
+        core (str): a core of :data:`mmlinattn.ops.cores.CORES`.
+        drop_path (float): stochastic depth rate of this block.
+        sr_ratio (int): spatial reduction of keys/values (cores marked ``reduced_kv`` only).
+        attn_cfg (dict | None): further :class:`TokenAttention` options.
+        norm_cfg (dict): the two norms (``LN``, eps 1e-6).
+    """
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, core: str, drop_path: float,
+                 sr_ratio: int = 1, attn_cfg: Optional[dict] = None, norm_cfg: dict = PVT_NORM):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm1 = build_norm_layer(norm_cfg, dim)[1]
         self.attn = TokenAttention(dim, num_heads, core=core, qkv_layout='q_kv', sr_ratio=sr_ratio,
                                    **(attn_cfg or {}))
         self.drop_path = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm2 = build_norm_layer(norm_cfg, dim)[1]
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
 
     def forward(self, x, hw):
         x = x + self.drop_path(self.attn(self.norm1(x), hw))
         return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class PVTStage(NamedTuple):
+    """The parts of one InLine-PVT stage (registered on the backbone under the authors' flat names)."""
+    patch_embed: PatchEmbed
+    pos_embed: nn.Parameter
+    pos_drop: nn.Dropout
+    blocks: nn.ModuleList
+
+
+def _resize_pos_tables(state: Dict[str, torch.Tensor], model: 'InLinePVT') -> Dict[str, torch.Tensor]:
+    """Position tables learned at another size, bilinearly resized to the model's (square tables)."""
+    out = dict(state)
+    for i, hw in enumerate(model.pos_hw):
+        key = f'pos_embed{i + 1}'
+        if key in out and out[key].shape[1] != hw[0] * hw[1]:
+            side = int(math.isqrt(out[key].shape[1]))
+            if side * side == out[key].shape[1]:
+                out[key] = resize_pos_embed(out[key], (side, side), hw)
+    return out
 
 
 @MODELS.register_module()
@@ -41,15 +82,33 @@ class InLinePVT(LinAttnBackbone):
 
     Args:
         arch (str | dict): ``'tiny'``, ``'small'``, ``'medium'``, ``'large'``, or a dict with
-            ``embed_dims, depths, num_heads, mlp_ratios``.
-        attn_type (str): one letter per stage, ``I`` InLine (default ``'IIII'``), ``S`` softmax (PVT's
-            spatial-reduction attention, sr ratios 8/4/2/1), ``L`` plain linear attention.
-        attn_cfg (dict): TokenAttention options (``kernel``, ``local_residual``) for ablations.
+            ``embed_dims, depths, num_heads`` and ``mlp_ratio`` (one per stage; ``mlp_ratios``, the
+            former key, is read too) unless the ``mlp_ratio`` argument is given.
+        in_channels (int): image channels.
+        attn_type (str | list | None): the core of every block (see
+            :func:`mmlinattn.ops.cores.parse_attn_type`): one letter per stage, ``I`` InLine (default
+            ``'IIII'``), ``S`` softmax (PVT's spatial-reduction attention, sr ratios 8/4/2/1), ``L``
+            plain linear, ``M`` MALA, ... or a mixed stage in parentheses.
+        attn_cfg (dict | None): :class:`TokenAttention` options (``kernel``, ``local_residual``,
+            ``core_options``) for ablations.
+        out_indices (Sequence[int]): stages whose features are returned.
+        frozen_stages (int): -1 nothing frozen, 0 the first patch embedding and position table, k
+            also stages 1..k.
+        norm_eval (bool): keep BatchNorm layers in eval mode while training.
+        with_cp (bool): activation checkpointing of each block while training.
+        drop_path_rate (float | None): stochastic depth at the last block (``None``: the arch's).
+        drop_rate (float): dropout after adding the position tables.
         pretrain_img_size (int): size the position tables were learned at (224).
+        patch_size (int): stride of the first patch embedding (4).
+        sr_ratios (Sequence[int]): spatial reduction per stage of the ``S`` stages.
+        mlp_ratio (float | Sequence[float] | None): MLP hidden width / channels, one value or one per
+            stage (``None``: the arch's, 8/8/4/4).
         out_norm (bool): add a LayerNorm on each output (off by default: the authors' model has none).
         pad_patches (bool): ``False`` (default, PVT v1's behaviour): each strided patch conv drops the
             remainder of a size that is not a multiple of its patch, so inputs need at least 32 px
             per side; ``True`` zero-pads the bottom/right instead (any size, ceil-sized maps).
+        norm_cfg (dict): the blocks' norms (``LN``, eps 1e-6).
+        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors' file.
     """
     arch_zoo = {
         'tiny': dict(depths=[2, 2, 2, 2], drop_path_rate=0.1),
@@ -58,12 +117,11 @@ class InLinePVT(LinAttnBackbone):
         'large': dict(depths=[3, 8, 27, 3], drop_path_rate=0.3),
     }
     for _v in arch_zoo.values():
-        _v.update(embed_dims=[64, 128, 320, 512], num_heads=[2, 4, 10, 16], mlp_ratios=[8, 8, 4, 4])
+        _v.update(embed_dims=[64, 128, 320, 512], num_heads=[2, 4, 10, 16], mlp_ratio=[8, 8, 4, 4])
     del _v
-    arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
-    attn_letters = 'ISL'
+    arch_keys = ('embed_dims', 'depths', 'num_heads')
     default_attn_type = 'IIII'
-    _ckpt_drop_prefixes = ('head.',)
+    authors_layout = AuthorsLayout('inline_pvt', classification=('head.',), adapt=_resize_pos_tables)
 
     def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
                  attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
@@ -71,21 +129,22 @@ class InLinePVT(LinAttnBackbone):
                  drop_path_rate: Optional[float] = None, drop_rate: float = 0.,
                  pretrain_img_size: int = 224, patch_size: int = 4,
                  sr_ratios: Sequence[int] = (8, 4, 2, 1), out_norm: bool = False,
-                 pad_patches: bool = False, init_cfg=None):
+                 pad_patches: bool = False, mlp_ratio=None, norm_cfg: dict = PVT_NORM,
+                 init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
         self._set_dims(arch['embed_dims'])
         dims, depths, n = self.embed_dims, self.depths, self.num_stages
-        heads, ratios = list(arch['num_heads']), list(arch['mlp_ratios'])
-        cores = parse_stage_attn(attn_type or self.default_attn_type, depths, self.letters(),
-                                 type(self).__name__)
-        self.num_heads = heads
+        heads = list(arch['num_heads'])
+        ratios = self._mlp_ratios(arch, mlp_ratio)
+        cores = self._block_cores(attn_type, arch)
         self.pos_hw = []
         side = pretrain_img_size // patch_size
         for i in range(n):
             if i > 0:
                 side = side // 2
             self.pos_hw.append((side, side))
+            # the authors' flat names: patch_embed{i}, pos_embed{i}, pos_drop{i}, block{i}
             setattr(self, f'patch_embed{i + 1}',
                     PatchEmbed(in_channels if i == 0 else dims[i - 1], dims[i],
                                patch_size if i == 0 else 2, pad=pad_patches))
@@ -93,45 +152,55 @@ class InLinePVT(LinAttnBackbone):
             setattr(self, f'pos_drop{i + 1}', nn.Dropout(drop_rate))
             setattr(self, f'block{i + 1}', nn.ModuleList([
                 PVTBlock(dims[i], heads[i], ratios[i], cores[i][j], self.dpr[i][j],
-                         sr_ratio=sr_ratios[i] if cores[i][j] == 'softmax' else 1, attn_cfg=attn_cfg)
+                         sr_ratio=sr_ratios[i] if get_core(cores[i][j]).reduced_kv else 1,
+                         attn_cfg=attn_cfg, norm_cfg=norm_cfg)
                 for j in range(depths[i])]))
         self._build_out_norms(out_norm, eps=1e-6)
         self._freeze_stages()
 
+    def _mlp_ratios(self, arch: dict, mlp_ratio) -> List[float]:
+        ratio = mlp_ratio if mlp_ratio is not None else arch.get('mlp_ratio', arch.get('mlp_ratios'))
+        if ratio is None:
+            raise ValueError(f'{type(self).__name__}: give mlp_ratio (one value or one per stage) '
+                             'in the arch dict or as an argument')
+        ratios = list(ratio) if isinstance(ratio, (list, tuple)) else [ratio] * self.num_stages
+        if len(ratios) != self.num_stages:
+            raise ValueError(f'{type(self).__name__}: mlp_ratio {ratio!r} needs one value per stage '
+                             f'({self.num_stages})')
+        return ratios
+
+    def stage(self, i: int) -> PVTStage:
+        """The parts of stage ``i`` (0-based)."""
+        return PVTStage(*(getattr(self, f'{name}{i + 1}') for name in PVTStage._fields[:3]),
+                        getattr(self, f'block{i + 1}'))
+
     def _post_init(self):
         for i in range(self.num_stages):
-            nn.init.trunc_normal_(getattr(self, f'pos_embed{i + 1}'), std=.02)
-
-    def convert_state_dict(self, state):
-        """Resize position tables learned at another size (square tables assumed)."""
-        for i in range(self.num_stages):
-            key = f'pos_embed{i + 1}'
-            if key in state and state[key].shape[1] != self.pos_hw[i][0] * self.pos_hw[i][1]:
-                side = int(math.isqrt(state[key].shape[1]))
-                if side * side == state[key].shape[1]:
-                    state[key] = resize_pos_embed(state[key], (side, side), self.pos_hw[i])
-        return state
+            nn.init.trunc_normal_(self.stage(i).pos_embed, std=.02)
 
     def _stage_modules(self, i):
         # 0: the stem (patch_embed1 + pos_embed1); s >= 1: everything of stage s
         if i == 0:
             return [self.patch_embed1, self.pos_embed1]
-        return [getattr(self, f'patch_embed{i}'), getattr(self, f'pos_embed{i}'),
-                getattr(self, f'block{i}')]
+        parts = self.stage(i - 1)
+        return [parts.patch_embed, parts.pos_embed, parts.blocks]
 
     def get_pos_embed(self, i: int, hw: Tuple[int, int]) -> torch.Tensor:
-        pos = getattr(self, f'pos_embed{i + 1}')
-        return resize_pos_embed(pos, self.pos_hw[i], hw)
+        return resize_pos_embed(self.stage(i).pos_embed, self.pos_hw[i], hw)
+
+    def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Stage ``i``: an NCHW map (the image for i = 0) -> the stage's NCHW map."""
+        parts = self.stage(i)
+        x, hw = parts.patch_embed(x)
+        x = parts.pos_drop(x + self.get_pos_embed(i, hw))
+        for blk in parts.blocks:
+            x = run_block(blk, self.with_cp, x, hw)
+        return x.transpose(1, 2).reshape(x.shape[0], -1, *hw)
 
     def forward(self, x):
-        b = x.shape[0]
         outs = []
         for i in range(self.num_stages):
-            x, hw = getattr(self, f'patch_embed{i + 1}')(x)
-            x = getattr(self, f'pos_drop{i + 1}')(x + self.get_pos_embed(i, hw))
-            for blk in getattr(self, f'block{i + 1}'):
-                x = self.run_block(blk, self.with_cp, x, hw)
-            x = x.transpose(1, 2).reshape(b, -1, *hw)
+            x = self.forward_stage(i, x)
             if i in self.out_indices:
                 outs.append(self._output(i, x))
             if i >= max(self.out_indices):

@@ -12,19 +12,22 @@ InLine blocks attend globally over the whole map at any resolution (no partition
 ``inline_window=56`` keeps the authors' literal classification behaviour at larger sizes instead:
 56 x 56 windows, shifted by 28 on odd blocks when the map is larger than the window.
 """
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
+from mmcv.cnn import build_norm_layer
 
+from mmlinattn.checkpoint import AuthorsLayout
 from mmlinattn.models.layers import (DropPath, Mlp, PatchEmbed, TokenAttention,
                                      WindowSoftmaxAttention, pad_to_multiple)
+from mmlinattn.ops.cores import get_core, parse_attn_type
 from mmlinattn.registry import MODELS
 
-from .base import LinAttnBackbone
-from .utils import parse_stage_attn
+from .base import LinAttnBackbone, run_block
 
 MASK_VALUE = -100.0
+SWIN_NORM = dict(type='LN', eps=1e-5)  # torch's default eps, as Swin's nn.LayerNorm
 
 
 def window_partition(x: torch.Tensor, ws: int) -> torch.Tensor:
@@ -54,20 +57,39 @@ def shift_mask(hp: int, wp: int, ws: int, shift: int, device) -> torch.Tensor:
 
 
 class SwinBlock(nn.Module):
-    """One block; ``core`` 'inline'/'linear' (global or literal windows) or 'softmax' (windows)."""
+    """One Swin block: ``x + attn(LN(x))``, then ``x + MLP(LN(x))``, each with drop path.
 
-    def __init__(self, dim, num_heads, core, window_size=7, shift=False, mlp_ratio=4.,
-                 drop_path=0., inline_window: Optional[int] = None, attn_cfg=None):
+    Args:
+        dim (int): channels.
+        num_heads (int): heads.
+        core (str): a core of :data:`mmlinattn.ops.cores.CORES`. A core that takes an attention bias
+            (softmax) runs in Swin's shifted windows with the relative position bias; the others run
+            over the whole map (``inline_window=None``) or in literal windows of ``inline_window``.
+        window_size (int): the softmax window side (7).
+        shift (bool): shift the windows by half a window (odd blocks).
+        mlp_ratio (float): MLP hidden width / ``dim``.
+        drop_path (float): stochastic depth rate of this block.
+        inline_window (int | None): window of the non-softmax cores (``None``: global).
+        attn_cfg (dict | None): further :class:`TokenAttention` options (``kernel``,
+            ``local_residual``, ``core_options``) for the non-window cores.
+        norm_cfg (dict): the two norms (``LN``, eps 1e-5 as Swin).
+    """
+
+    def __init__(self, dim: int, num_heads: int, core: str, window_size: int = 7,
+                 shift: bool = False, mlp_ratio: float = 4., drop_path: float = 0.,
+                 inline_window: Optional[int] = None, attn_cfg: Optional[dict] = None,
+                 norm_cfg: dict = SWIN_NORM):
         super().__init__()
         self.core, self.shift, self.window_size = core, shift, window_size
         self.inline_window = inline_window
-        self.norm1 = nn.LayerNorm(dim)
-        if core == 'softmax':
-            self.attn = WindowSoftmaxAttention(dim, num_heads, window_size)
+        self.windowed = get_core(core).bias
+        self.norm1 = build_norm_layer(norm_cfg, dim)[1]
+        if self.windowed:
+            self.attn = WindowSoftmaxAttention(dim, num_heads, window_size, core=core)
         else:
             self.attn = TokenAttention(dim, num_heads, core=core, qkv_layout='qkv', **(attn_cfg or {}))
         self.drop_path = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim)
+        self.norm2 = build_norm_layer(norm_cfg, dim)[1]
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
 
     def _windowed(self, x: torch.Tensor, ws: int, shift: int, fn):
@@ -85,7 +107,7 @@ class SwinBlock(nn.Module):
     def attention(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
         b, n, c = x.shape
         h, w = hw
-        if self.core != 'softmax':
+        if not self.windowed:
             win = self.inline_window
             if win is None or (h <= win and w <= win):
                 return self.attn(x, hw)
@@ -114,11 +136,16 @@ class SwinBlock(nn.Module):
 class PatchMerging(nn.Module):
     """2x2 neighbourhood concat (timm order x00, x10, x01, x11) -> LN(4C) -> Linear(4C, 2C).
 
-    Odd maps are zero-padded at the bottom/right first."""
+    Odd maps are zero-padded at the bottom/right first.
 
-    def __init__(self, dim: int):
+    Args:
+        dim (int): input channels C.
+        norm_cfg (dict): the norm over the 4C concatenation.
+    """
+
+    def __init__(self, dim: int, norm_cfg: dict = SWIN_NORM):
         super().__init__()
-        self.norm = nn.LayerNorm(4 * dim)
+        self.norm = build_norm_layer(norm_cfg, 4 * dim)[1]
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
     def forward(self, x, hw):
@@ -130,40 +157,42 @@ class PatchMerging(nn.Module):
 
 
 class SwinStage(nn.Module):
-    def __init__(self, dim, depth, num_heads, cores, dprs, downsample, window_size, mlp_ratio,
-                 inline_window, attn_cfg):
+    """A stage: ``depth`` blocks (shifted windows on odd blocks) and the patch merging after them.
+
+    Args:
+        dim (int): channels.
+        depth (int): blocks.
+        num_heads (int): heads.
+        cores (list[str]): one core name per block.
+        dprs (list[float]): one drop-path rate per block.
+        downsample (bool): end with a :class:`PatchMerging` (all but the last stage).
+        window_size (int): softmax window side.
+        mlp_ratio (float): MLP hidden width / ``dim``.
+        inline_window (int | None): window of the non-softmax cores (``None``: global).
+        attn_cfg (dict | None): :class:`TokenAttention` options.
+        norm_cfg (dict): norms of the blocks and of the patch merging.
+        with_cp (bool): activation checkpointing of each block while training.
+    """
+
+    def __init__(self, dim: int, depth: int, num_heads: int, cores: Sequence[str],
+                 dprs: Sequence[float], downsample: bool, window_size: int = 7,
+                 mlp_ratio: float = 4., inline_window: Optional[int] = None,
+                 attn_cfg: Optional[dict] = None, norm_cfg: dict = SWIN_NORM,
+                 with_cp: bool = False):
         super().__init__()
+        self.with_cp = with_cp
         self.blocks = nn.ModuleList([
             SwinBlock(dim, num_heads, cores[i], window_size, shift=(i % 2 == 1), mlp_ratio=mlp_ratio,
-                      drop_path=dprs[i], inline_window=inline_window, attn_cfg=attn_cfg)
+                      drop_path=dprs[i], inline_window=inline_window, attn_cfg=attn_cfg,
+                      norm_cfg=norm_cfg)
             for i in range(depth)])
-        self.downsample = PatchMerging(dim) if downsample else None
+        self.downsample = PatchMerging(dim, norm_cfg) if downsample else None
 
-
-def parse_swin_attn(attn_type, depths, owner='InLineSwin'):
-    """Swin letters: one per stage, ``I`` InLine, ``S`` softmax, ``L`` plain linear, ``M`` mixed -
-    a trailing number k (e.g. ``'IIMS2'``) makes the first k blocks of each ``M`` stage InLine and the
-    rest softmax."""
-    letters_map = InLineSwin.letters()
-    if not isinstance(attn_type, str):
-        return parse_stage_attn(attn_type, depths, letters_map, owner)
-    n = len(depths)
-    letters, k = attn_type[:n], attn_type[n:]
-    valid = "one letter per stage from I (InLine), S (softmax), L (linear), M (mixed, then k)"
-    if len(letters) != n or any(c not in 'ISLM' for c in letters):
-        raise ValueError(f'{owner}: unknown attn_type {attn_type!r}: {valid}, e.g. IIIS or IIMS2')
-    if 'M' in letters and not k.isdigit():
-        raise ValueError(f'{owner}: attn_type {attn_type!r} has an M stage but no block count after '
-                         f'the letters (e.g. IIMS2)')
-    if k and 'M' not in letters:
-        raise ValueError(f'{owner}: unknown attn_type {attn_type!r}: {valid}')
-    out = []
-    for i, c in enumerate(letters):
-        if c == 'M':
-            out.append(['inline' if j < int(k) else 'softmax' for j in range(depths[i])])
-        else:
-            out.append([letters_map[c]] * depths[i])
-    return out
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        """(B, N, C) tokens of an ``hw`` map through the blocks (no merging: see ``downsample``)."""
+        for blk in self.blocks:
+            x = run_block(blk, self.with_cp, x, hw)
+        return x
 
 
 @MODELS.register_module()
@@ -172,14 +201,31 @@ class InLineSwin(LinAttnBackbone):
     Attention").
 
     Args:
-        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'`` or a dict with ``embed_dims, depths,
-            num_heads`` (and optionally ``attn_type``, ``drop_path_rate``).
-        attn_type (str | None): per-stage letters (see :func:`parse_swin_attn`); default the arch's
-            (tiny ``IIIS``, small ``IISS``, base ``IIMS2``).
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'`` or a dict with ``embed_dims`` (stage
+            1's width, doubling per stage, or a list), ``depths``, ``num_heads`` (and optionally
+            ``attn_type``, ``drop_path_rate``).
+        in_channels (int): image channels.
+        attn_type (str | list | None): the core of every block (see
+            :func:`mmlinattn.ops.cores.parse_attn_type`): one letter per stage (``I`` InLine, ``S``
+            Swin's shifted-window softmax, ``L`` linear, ``M`` MALA, ...) or a mixed stage in
+            parentheses; default the arch's (tiny ``IIIS``, small ``IISS``, base ``II(I2S)S``: two
+            InLine blocks, then softmax, in stage 3). The old spelling ``IIMS2`` still reads, with a
+            ``FutureWarning``.
+        attn_cfg (dict | None): :class:`TokenAttention` options (``kernel``, ``local_residual``,
+            ``core_options``) for ablations.
+        out_indices (Sequence[int]): stages whose features are returned.
+        frozen_stages (int): -1 nothing frozen, 0 the patch embedding, k also stages 1..k.
+        norm_eval (bool): keep BatchNorm layers in eval mode while training.
+        with_cp (bool): activation checkpointing of each block while training.
+        drop_path_rate (float | None): stochastic depth at the last block (``None``: the arch's).
         window_size (int): softmax window (7).
+        patch_size (int): patch embedding stride (4).
+        mlp_ratio (float): MLP hidden width / channels (4).
         inline_window (int | None): ``None`` global InLine (default); an int for the authors' literal
             windowed behaviour.
-        attn_cfg (dict): TokenAttention options (``kernel``, ``local_residual``) for ablations.
+        out_norm (bool): a LayerNorm on each returned stage (``out_norms.<i>``, as mmdet's Swin).
+        norm_cfg (dict): norms of the patch embedding, blocks and patch merging (``LN``, eps 1e-5).
+        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors' file.
     """
     arch_zoo = {
         'tiny': dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24],
@@ -187,32 +233,47 @@ class InLineSwin(LinAttnBackbone):
         'small': dict(embed_dims=96, depths=[2, 2, 18, 2], num_heads=[3, 6, 12, 24],
                       attn_type='IISS', drop_path_rate=0.3),
         'base': dict(embed_dims=128, depths=[2, 2, 18, 2], num_heads=[4, 8, 16, 32],
-                     attn_type='IIMS2', drop_path_rate=0.5),
+                     attn_type='II(I2S)S', drop_path_rate=0.5),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
-    attn_letters = 'ISL'
-    _ckpt_drop_prefixes = ('head.', 'norm.')
-    _ckpt_tolerated = ('relative_position_index', 'attn_mask')
+    default_attn_type = 'IIII'
+    # classification parts: the final norm (our out_norms.3 in the classifier) and the head; the
+    # window index and shift-mask buffers of the released files are recomputed here
+    authors_layout = AuthorsLayout(
+        'inline_swin', classification=('head.', 'norm.'),
+        recomputed=('relative_position_index', 'attn_mask'),
+        classifier=(('head.', 'head.fc.'), ('norm.', 'backbone.out_norms.3.norm.')))
 
     def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
                  attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
                  drop_path_rate: Optional[float] = None, window_size: int = 7, patch_size: int = 4,
                  mlp_ratio: float = 4., inline_window: Optional[int] = None, out_norm: bool = True,
-                 init_cfg=None):
+                 norm_cfg: dict = SWIN_NORM, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
-        dims0, heads, n = arch['embed_dims'], list(arch['num_heads']), self.num_stages
-        self._set_dims([dims0 * 2 ** i for i in range(n)] if isinstance(dims0, int) else dims0)
+        heads, n = list(arch['num_heads']), self.num_stages
+        self._set_dims(self.stage_channels(arch))
         dims = self.embed_dims
-        cores = parse_swin_attn(attn_type or arch.get('attn_type', 'I' * n), self.depths)
-        self.num_heads = heads
-        self.patch_embed = PatchEmbed(in_channels, dims[0], patch_size, pad=True)
+        # legacy_mixed: the old 'IIMS2' spelling of a mixed stage, read with a FutureWarning
+        cores = parse_attn_type(attn_type or arch.get('attn_type') or self.default_attn_type,
+                                self.depths, type(self).__name__, legacy_mixed=True)
+        self.patch_embed = PatchEmbed(in_channels, dims[0], patch_size, pad=True, norm_cfg=norm_cfg)
         self.layers = nn.ModuleList([
-            SwinStage(dims[i], self.depths[i], heads[i], cores[i], self.dpr[i], i < n - 1, window_size,
-                      mlp_ratio, inline_window, attn_cfg) for i in range(n)])
+            SwinStage(dims[i], self.depths[i], heads[i], cores[i], self.dpr[i], i < n - 1,
+                      window_size, mlp_ratio, inline_window, attn_cfg, norm_cfg, with_cp)
+            for i in range(n)])
         self._build_out_norms(out_norm, eps=1e-5)
         self._freeze_stages()
+
+    @classmethod
+    def stage_channels(cls, arch) -> List[int]:
+        """``embed_dims`` is stage 1's width (doubling per stage) or a list of all four."""
+        arch = cls.resolve_arch(arch)
+        dims0 = arch['embed_dims']
+        if isinstance(dims0, int):
+            return [dims0 * 2 ** i for i in range(len(arch['depths']))]
+        return [int(c) for c in dims0]
 
     def _post_init(self):
         for m in self.modules():
@@ -227,8 +288,7 @@ class InLineSwin(LinAttnBackbone):
         x, hw = self.patch_embed(x)
         outs = []
         for i, layer in enumerate(self.layers):
-            for blk in layer.blocks:
-                x = self.run_block(blk, self.with_cp, x, hw)
+            x = layer(x, hw)
             if i in self.out_indices:
                 outs.append(self._output(i, x.transpose(1, 2).reshape(b, -1, *hw)))
             if i >= max(self.out_indices):

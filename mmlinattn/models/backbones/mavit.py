@@ -6,21 +6,27 @@ Parameter names equal the authors' (``patch_embed.proj.{0,1,3,4,6,7,9,10}``,
 load by dropping the classification parts (``proj``, ``norm``, ``head``). Downstream outputs are each
 stage's features *before* its downsampling, each through a new LayerNorm ``extra_norms.{i}``.
 """
+import warnings
 from typing import Optional, Sequence
 
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
+from mmlinattn.checkpoint import AuthorsLayout
 from mmlinattn.models.layers import DropPath, LayerNorm2d, QKVOAttention, RoPE
 from mmlinattn.registry import MODELS
 
-from .base import LinAttnBackbone
-from .utils import parse_stage_attn
+from .base import LinAttnBackbone, run_block
 
 
 class ConvFFN(nn.Module):
-    """1x1 -> GELU -> (t + DWConv3x3(t)) -> 1x1 (names ``fc1``, ``dwconv``, ``fc2``)."""
+    """1x1 -> GELU -> (t + DWConv3x3(t)) -> 1x1 (names ``fc1``, ``dwconv``, ``fc2``).
+
+    Args:
+        dim (int): channels in and out.
+        hidden (int): hidden channels.
+    """
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
@@ -35,17 +41,28 @@ class ConvFFN(nn.Module):
 
 
 class MAViTBlock(nn.Module):
-    """CPE -> x + gamma_1 * attn(LN(x)) -> x + gamma_2 * FFN(LN(x))."""
+    """CPE -> x + gamma_1 * attn(LN(x)) -> x + gamma_2 * FFN(LN(x)).
 
-    def __init__(self, dim: int, num_heads: int, core: str, ffn_ratio: float = 3.5,
-                 drop_path: float = 0., layer_scale: Optional[float] = 1.0, attn_cfg=None):
+    Args:
+        dim (int): channels.
+        num_heads (int): heads.
+        core (str): a core of :data:`mmlinattn.ops.cores.CORES`.
+        mlp_ratio (float): ConvFFN hidden width / ``dim`` (3.5).
+        drop_path (float): stochastic depth rate of this block.
+        layer_scale (float | None): initial LayerScale (``gamma_1``, ``gamma_2``); ``None``: none.
+        attn_cfg (dict | None): :class:`QKVOAttention` options.
+    """
+
+    def __init__(self, dim: int, num_heads: int, core: str, mlp_ratio: float = 3.5,
+                 drop_path: float = 0., layer_scale: Optional[float] = 1.0,
+                 attn_cfg: Optional[dict] = None):
         super().__init__()
         self.pos = nn.Conv2d(dim, dim, 3, 1, 1, groups=dim)
         self.norm1 = LayerNorm2d(dim, eps=1e-6)
         self.attn = QKVOAttention(dim, num_heads, core=core, **(attn_cfg or {}))
         self.drop_path = DropPath(drop_path)
         self.norm2 = LayerNorm2d(dim, eps=1e-6)
-        self.ffn = ConvFFN(dim, int(ffn_ratio * dim))
+        self.ffn = ConvFFN(dim, int(mlp_ratio * dim))
         self.layer_scale = layer_scale
         if layer_scale is not None:
             self.gamma_1 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_scale)))
@@ -64,7 +81,13 @@ class MAViTBlock(nn.Module):
 
 
 class Downsample(nn.Module):
-    """Conv3x3 stride 2 + norm (names ``reduction``, ``norm``)."""
+    """Conv3x3 stride 2 + norm (names ``reduction``, ``norm``).
+
+    Args:
+        dim (int): input channels.
+        out_dim (int): output channels.
+        norm_cfg (dict): the norm after the conv (BN in the released models).
+    """
 
     def __init__(self, dim: int, out_dim: int, norm_cfg: dict):
         super().__init__()
@@ -76,18 +99,50 @@ class Downsample(nn.Module):
 
 
 class MAViTStage(nn.Module):
-    def __init__(self, dim, out_dim, depth, num_heads, cores, dprs, layer_scale, norm_cfg,
-                 ffn_ratio, attn_cfg):
+    """A stage: its 2-D RoPE tables (``RoPE.angle``), ``depth`` blocks and the downsampling after them.
+
+    Args:
+        dim (int): channels.
+        out_dim (int | None): channels after the downsampling (``None``: the last stage, none).
+        depth (int): blocks.
+        num_heads (int): heads.
+        cores (list[str]): one core name per block.
+        dprs (list[float]): one drop-path rate per block.
+        layer_scale (float | None): initial LayerScale of the blocks (``None``: no LayerScale).
+        norm_cfg (dict): norm of the downsampling.
+        mlp_ratio (float): ConvFFN hidden width / ``dim``.
+        attn_cfg (dict | None): :class:`QKVOAttention` options.
+        with_cp (bool): activation checkpointing of each block while training.
+    """
+
+    def __init__(self, dim: int, out_dim: Optional[int], depth: int, num_heads: int,
+                 cores: Sequence[str], dprs: Sequence[float], layer_scale: Optional[float],
+                 norm_cfg: dict, mlp_ratio: float = 3.5, attn_cfg: Optional[dict] = None,
+                 with_cp: bool = False):
         super().__init__()
+        self.with_cp = with_cp
         self.RoPE = RoPE(dim, num_heads)
         self.blocks = nn.ModuleList([
-            MAViTBlock(dim, num_heads, cores[i], ffn_ratio, dprs[i], layer_scale, attn_cfg)
+            MAViTBlock(dim, num_heads, cores[i], mlp_ratio, dprs[i], layer_scale, attn_cfg)
             for i in range(depth)])
         self.downsample = Downsample(dim, out_dim, norm_cfg) if out_dim else None
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) through the blocks (no downsampling: see ``downsample``)."""
+        rope = self.RoPE(x.shape[-2:])
+        for blk in self.blocks:
+            x = run_block(blk, self.with_cp, x, rope)
+        return x
+
 
 class Stem(nn.Module):
-    """Four 3x3 convs, stride 4 in total (names ``proj.{0,1,3,4,6,7,9,10}``)."""
+    """Four 3x3 convs, stride 4 in total (names ``proj.{0,1,3,4,6,7,9,10}``).
+
+    Args:
+        in_channels (int): image channels.
+        dim (int): output channels (stage 1's width).
+        norm_cfg (dict): the norm after each conv.
+    """
 
     def __init__(self, in_channels: int, dim: int, norm_cfg: dict):
         super().__init__()
@@ -111,57 +166,71 @@ class MAViT(LinAttnBackbone):
 
     Args:
         arch (str | dict): ``'tiny'``, ``'small'``, ``'base'``, ``'large'`` (or t/s/b/l), or a dict with
-            ``embed_dims, depths, num_heads, drop_path_rate, layer_scale``.
-        attn_type (str | None): one letter per stage, ``M`` MALA, ``S`` softmax, ``L`` plain linear,
-            ``I`` InLine. Default ``'MMSS'`` as the released models; ``'MMMM'`` is all-MALA.
+            ``embed_dims, depths, num_heads`` (and optionally ``drop_path_rate``, ``layer_scale``).
+        in_channels (int): image channels.
+        attn_type (str | list | None): the core of every block (see
+            :func:`mmlinattn.ops.cores.parse_attn_type`): one letter per stage, ``M`` MALA, ``S``
+            softmax, ``L`` plain linear, ``I`` InLine, ... or a mixed stage in parentheses. Default
+            ``'MMSS'`` as the released models; ``'MMMM'`` is all-MALA.
         attn_cfg (dict | None): options of the attention module (``kernel``, ``use_rope``, ``beta``,
             ``gamma``) for ablations.
-        out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate, init_cfg: as in mmdet.
-            ``init_cfg=dict(type='Pretrained', checkpoint=PATH, use_ema=False)`` loads the authors'
-            ``MAViT_*.pth`` directly (``use_ema=True`` picks ``model_ema``).
+        out_indices (Sequence[int]): stages whose features are returned.
+        frozen_stages (int): -1 nothing frozen, 0 the stem, k also stages 1..k.
+        norm_eval (bool): keep BatchNorm layers (stem, downsampling) in eval mode while training.
+        with_cp (bool): activation checkpointing of each block while training.
+        drop_path_rate (float | None): stochastic depth at the last block (``None``: the arch's).
+        mlp_ratio (float): ConvFFN hidden width / channels (3.5). ``ffn_ratio``, its former name,
+            is still read, with a ``FutureWarning``.
         norm_cfg (dict): norm of stem and downsampling (``BN``; ``SyncBN`` for multi-GPU).
         out_norm (bool): add the LayerNorm on each output (the authors' downstream setup).
         layer_scale_init (float | list | None): override the arch's initial LayerScale values
             (e.g. a small value to start the blocks near identity when training from scratch).
+        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH, use_ema=False)`` loads the
+            authors' ``MAViT_*.pth`` directly (``use_ema=True`` picks ``model_ema``).
     """
     arch_zoo = {
         'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 6, 2], num_heads=[1, 2, 4, 8],
-                     drop_path_rate=0.1, layer_scale=[1., 1., 1., 1.], projection=2048),
+                     drop_path_rate=0.1, layer_scale=[1., 1., 1., 1.]),
         'small': dict(embed_dims=[64, 128, 320, 512], depths=[3, 5, 9, 3], num_heads=[1, 2, 5, 8],
-                      drop_path_rate=0.15, layer_scale=[1., 1., 1., 1.], projection=2048),
+                      drop_path_rate=0.15, layer_scale=[1., 1., 1., 1.]),
         'base': dict(embed_dims=[96, 192, 384, 512], depths=[4, 6, 12, 6], num_heads=[1, 2, 6, 8],
-                     drop_path_rate=0.4, layer_scale=[1., 1., 1e-6, 1e-6], projection=2048),
+                     drop_path_rate=0.4, layer_scale=[1., 1., 1e-6, 1e-6]),
         'large': dict(embed_dims=[96, 192, 448, 640], depths=[4, 7, 19, 8], num_heads=[1, 2, 7, 10],
-                      drop_path_rate=0.55, layer_scale=[1e-6] * 4, projection=2560),
+                      drop_path_rate=0.55, layer_scale=[1e-6] * 4),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
-    attn_letters = 'MSLI'
     default_attn_type = 'MMSS'
     out_norm_name = 'extra_norms'  # the authors' downstream name (extra_norms.<i>.norm.*)
-    _ckpt_drop_prefixes = ('head.', 'proj.', 'norm.')
-    _ckpt_tolerated = ('angle',)
+    # classification parts: the 1x1 projection + BN before pooling, and the head
+    authors_layout = AuthorsLayout(
+        'mavit', classification=('head.', 'proj.', 'norm.'), optional=('angle',),
+        classifier=(('head.', 'head.fc.'), ('proj.', 'neck.proj.'), ('norm.', 'neck.norm.')),
+        conv_head=True)
 
     def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
                  attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
-                 drop_path_rate: Optional[float] = None, ffn_ratio: float = 3.5,
+                 drop_path_rate: Optional[float] = None, mlp_ratio: float = 3.5,
                  norm_cfg: dict = dict(type='BN', requires_grad=True), out_norm: bool = True,
-                 layer_scale_init=None, init_cfg=None):
+                 layer_scale_init=None, init_cfg=None, ffn_ratio: Optional[float] = None):
         super().__init__(init_cfg=init_cfg)
+        if ffn_ratio is not None:
+            warnings.warn('MAViT: ffn_ratio is now called mlp_ratio (as in the other backbones)',
+                          FutureWarning, stacklevel=2)
+            mlp_ratio = ffn_ratio
         arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
         self._set_dims(arch['embed_dims'])
         dims, depths, n = self.embed_dims, self.depths, self.num_stages
-        self.num_heads = heads = list(arch['num_heads'])
+        heads = list(arch['num_heads'])
         layer_scale = arch.get('layer_scale', [None] * n)
         if layer_scale_init is not None:
             layer_scale = (list(layer_scale_init) if isinstance(layer_scale_init, (list, tuple))
                            else [layer_scale_init] * n)
-        cores = parse_stage_attn(attn_type or self.default_attn_type, depths, self.letters(),
-                                 type(self).__name__)
+        cores = self._block_cores(attn_type, arch)
         self.patch_embed = Stem(in_channels, dims[0], norm_cfg)
         self.layers = nn.ModuleList([
             MAViTStage(dims[i], dims[i + 1] if i < n - 1 else None, depths[i], heads[i], cores[i],
-                       self.dpr[i], layer_scale[i], norm_cfg, ffn_ratio, attn_cfg)
+                       self.dpr[i], layer_scale[i], norm_cfg, mlp_ratio, attn_cfg, with_cp)
             for i in range(n)])
         self._build_out_norms(out_norm, eps=1e-6)
         self._freeze_stages()
@@ -178,11 +247,7 @@ class MAViT(LinAttnBackbone):
 
     def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """Blocks of stage i (no downsampling)."""
-        layer = self.layers[i]
-        rope = layer.RoPE(x.shape[-2:])
-        for blk in layer.blocks:
-            x = self.run_block(blk, self.with_cp, x, rope)
-        return x
+        return self.layers[i](x)
 
     def forward(self, x):
         x = self.patch_embed(x)

@@ -4,8 +4,10 @@
 families); ``WindowSoftmaxAttention`` is Swin's W-MSA with relative position bias; ``QKVOAttention``
 is MAViT's channels-first module (qkvo projection, LePE, output gate, 2-D RoPE).
 
-The attention itself is chosen by a *core* name, so the papers' ablations are config switches:
-``'inline'``, ``'linear'``, ``'softmax'`` and ``'mala'`` (plus kernel / residual / beta / gamma options).
+The attention itself is chosen by a *core* name, an entry of the table
+:data:`mmlinattn.ops.cores.CORES` (``'inline'``, ``'linear'``, ``'softmax'``, ``'mala'``, and any core
+registered later), so the papers' ablations are config switches (plus kernel / residual / beta / gamma
+options). The modules ask the table what a core takes (kernel, RoPE, bias, spatial reduction).
 Every module can also return its explicit attention matrix (``attention_matrix``), computed from the
 same weights and inputs as the linear-time path, for the analysis tools.
 """
@@ -13,55 +15,32 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from mmlinattn.ops import (apply_rope, dynamic_depthwise_conv3x3, inline_attention,
-                           inline_attention_matrix, linear_attention, linear_attention_matrix,
-                           mala_attention, mala_attention_matrix, rope_sin_cos, softmax_attention,
-                           softmax_attention_matrix)
-from mmlinattn.ops.kernels import get_kernel, rope_angles
-
-CORES = ('inline', 'linear', 'softmax', 'mala')
-# One letter per core, for the backbones' per-stage ``attn_type`` strings (each family accepts the
-# letters of the cores its blocks support; InLine-Swin's ``M<k>`` mixed stage is parsed on top).
-CORE_LETTERS = {'I': 'inline', 'S': 'softmax', 'L': 'linear', 'M': 'mala'}
+from mmlinattn.ops import dynamic_depthwise_conv3x3, rope_sin_cos
+from mmlinattn.ops.cores import CORES, Core, get_core
+from mmlinattn.ops.kernels import rope_angles
 
 
-def check_core(core: str, allowed=CORES) -> str:
-    if core not in allowed:
-        raise ValueError(f'unknown attention core {core!r}; choose one of {list(allowed)}')
-    return core
+def run_core(core: str, q, k, v, scale: Optional[float] = None, kernel: Optional[str] = None,
+             rope=None, attn_bias=None, **options):
+    """Run the core called ``core`` (an entry of :data:`mmlinattn.ops.cores.CORES`) on (B, h, N, d)
+    q, k, v; settings it does not take are not passed (see :class:`mmlinattn.ops.cores.Core`)."""
+    return get_core(core)(q, k, v, scale=scale, kernel=kernel, rope=rope, attn_bias=attn_bias,
+                          **options)
 
 
-def run_core(core: str, q, k, v, scale: float, kernel: Optional[str] = None, rope=None,
-             beta: bool = True, gamma: bool = True, attn_bias=None):
-    """Dispatch (B, h, N, d) q, k, v to the attention function named ``core``.
-
-    ``rope`` (sin, cos) tables rotate q and k for the ``mala`` (numerator only) and ``softmax`` cores;
-    the ``inline`` and ``linear`` cores take none (their authors use none)."""
-    if core == 'inline':
-        return inline_attention(q, k, v, kernel=kernel or 'identity', scale=scale)
-    if core == 'mala':
-        return mala_attention(q, k, v, scale=scale, rope=rope, beta=beta, gamma=gamma)
-    if core == 'linear':  # RoPE is used by the mala and softmax cores only
-        return linear_attention(q, k, v, kernel=kernel or 'relu')
-    if rope is not None:
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    return softmax_attention(q, k, v, scale=scale, attn_bias=attn_bias)
-
-
-def core_matrix(core: str, q, k, scale: float, kernel: Optional[str] = None, rope=None,
-                beta: bool = True, gamma: bool = True, attn_bias=None):
+def core_matrix(core: str, q, k, scale: Optional[float] = None, kernel: Optional[str] = None,
+                rope=None, attn_bias=None, **options):
     """The explicit (B, h, N, N) attention matrix of ``core`` (quadratic; analysis only)."""
-    if core == 'inline':
-        return inline_attention_matrix(q, k, kernel=kernel or 'identity', scale=scale)
-    if core == 'mala':
-        return mala_attention_matrix(q, k, scale=scale, rope=rope, beta=beta, gamma=gamma)
-    if core == 'linear':
-        return linear_attention_matrix(q, k, kernel=kernel or 'relu')
-    if rope is not None:
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    return softmax_attention_matrix(q, k, scale=scale, attn_bias=attn_bias)
+    return get_core(core).attention_matrix(q, k, scale=scale, kernel=kernel, rope=rope,
+                                           attn_bias=attn_bias, **options)
+
+
+def _core_for_module(core: str, kernel: Optional[str]) -> Core:
+    """The table entry of ``core``, with ``kernel`` checked against it (fails early, listing both)."""
+    entry = get_core(core)
+    entry.kwargs(kernel=kernel)
+    return entry
 
 
 class LocalResidual(nn.Sequential):
@@ -69,6 +48,10 @@ class LocalResidual(nn.Sequential):
 
     ``Conv1d(C, C, 1, groups=h) -> GELU -> Conv1d(C, 9C, 1, groups=h)`` (parameter names ``0`` and
     ``2`` as in the authors' ``residual`` Sequential).
+
+    Args:
+        dim (int): channels C.
+        num_heads (int): heads h (the groups of both convs).
     """
 
     def __init__(self, dim: int, num_heads: int):
@@ -82,33 +65,43 @@ class LocalResidual(nn.Sequential):
 
 
 class TokenAttention(nn.Module):
-    """Global multi-head attention over the N = H*W tokens of a map, any core.
+    """Global multi-head attention over the N = H*W tokens of a map, any core of the table.
 
     Args:
-        dim, num_heads: channels and heads.
-        core: ``'inline'`` (default), ``'linear'`` or ``'softmax'``.
-        qkv_layout: ``'qkv'`` (one ``qkv`` Linear, the Swin family) or ``'q_kv'`` (``q`` and ``kv``
-            Linears, the PVT family) - the authors' parameter names.
-        local_residual: add InLine's local attention residual (default: on for ``inline``).
-        kernel: feature map phi for the linear cores (``identity`` for InLine, ``relu`` for linear).
-        sr_ratio: spatial reduction of keys/values (PVT softmax blocks only): a strided conv and a
-            LayerNorm (``sr``, ``norm``; eps ``norm_eps``, torch's default 1e-5 as in PVT v1).
+        dim (int): channels.
+        num_heads (int): heads; ``dim`` must be divisible by it.
+        core (str): a core name of :data:`mmlinattn.ops.cores.CORES` (``'inline'`` by default,
+            ``'softmax'``, ``'linear'``, ``'mala'``, ...).
+        qkv_bias (bool): biases in the q/k/v projections.
+        qkv_layout (str): ``'qkv'`` (one ``qkv`` Linear, the Swin family) or ``'q_kv'`` (``q`` and
+            ``kv`` Linears, the PVT family) - the authors' parameter names.
+        local_residual (bool | None): add InLine's local attention residual; ``None``: the core's
+            default (on for ``inline``).
+        kernel (str | None): feature map phi for the cores that take one (``None``: the core's
+            default, ``identity`` for InLine, ``relu`` for linear).
+        sr_ratio (int): spatial reduction of keys/values (PVT's softmax blocks; only cores marked
+            ``reduced_kv``): a strided conv and a LayerNorm (``sr``, ``norm``, eps ``norm_eps``).
+        attn_drop (float): attention dropout, for the cores that take ``dropout_p`` (softmax).
+        proj_drop (float): dropout after the output projection.
+        norm_eps (float): eps of the spatial-reduction LayerNorm (torch's default 1e-5, as PVT v1).
+        core_options (dict | None): further switches of the core (e.g. MALA's ``beta``/``gamma``);
+            those the core does not take are not passed to it.
     """
 
     def __init__(self, dim: int, num_heads: int, core: str = 'inline', qkv_bias: bool = True,
                  qkv_layout: str = 'qkv', local_residual: Optional[bool] = None,
                  kernel: Optional[str] = None, sr_ratio: int = 1, attn_drop: float = 0.,
-                 proj_drop: float = 0., norm_eps: float = 1e-5):
+                 proj_drop: float = 0., norm_eps: float = 1e-5, core_options: Optional[dict] = None):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
-        self.core = check_core(core, ('inline', 'linear', 'softmax'))
+        entry = _core_for_module(core, kernel)
+        self.core = core
         self.dim, self.num_heads = dim, num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
         self.kernel = kernel
-        if kernel is not None:
-            get_kernel(kernel)  # fails early, listing the valid kernels
+        self.core_options = dict(core_options or {})
         if qkv_layout == 'qkv':
             self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         elif qkv_layout == 'q_kv':
@@ -119,15 +112,17 @@ class TokenAttention(nn.Module):
         self.qkv_layout = qkv_layout
         self.sr_ratio = sr_ratio
         if sr_ratio > 1:
-            if core != 'softmax':
-                raise ValueError('spatial reduction (sr_ratio > 1) is only supported with softmax')
+            if not entry.reduced_kv:
+                reducible = [c.name for c in CORES.values() if c.reduced_kv]
+                raise ValueError(f'spatial reduction (sr_ratio > 1) is only supported with the cores '
+                                 f'{reducible}, not {core!r}')
             self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
             self.norm = nn.LayerNorm(dim, eps=norm_eps)
         self.attn_drop = attn_drop
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         if local_residual is None:
-            local_residual = core == 'inline'
+            local_residual = entry.local_residual
         self.residual = LocalResidual(dim, num_heads) if local_residual else None
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
@@ -152,10 +147,8 @@ class TokenAttention(nn.Module):
         if hw[0] * hw[1] != n:
             raise ValueError(f'{n} tokens do not form a {hw[0]}x{hw[1]} map')
         q, k, v, v_tokens = self._qkv(x, hw)
-        if self.core == 'softmax' and self.attn_drop > 0 and self.training:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop, scale=self.scale)
-        else:
-            out = run_core(self.core, q, k, v, self.scale, kernel=self.kernel)
+        out = run_core(self.core, q, k, v, self.scale, kernel=self.kernel,
+                       dropout_p=self.attn_drop if self.training else 0., **self.core_options)
         out = out.transpose(1, 2).reshape(b, n, c)
         if self.residual is not None:
             v_map = v_tokens.transpose(1, 2).reshape(b, c, *hw)
@@ -165,7 +158,7 @@ class TokenAttention(nn.Module):
     @torch.no_grad()
     def attention_matrix(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
         q, k, _, _ = self._qkv(x, hw)
-        return core_matrix(self.core, q, k, self.scale, kernel=self.kernel)
+        return core_matrix(self.core, q, k, self.scale, kernel=self.kernel, **self.core_options)
 
 
 def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
@@ -178,15 +171,29 @@ def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None)
 
 
 class WindowSoftmaxAttention(nn.Module):
-    """Swin's window multi-head self-attention with relative position bias (softmax, via SDPA).
+    """Swin's window multi-head self-attention with relative position bias.
 
     Input (B, nW, N, C) windows of ``window_hw`` tokens; ``mask`` (nW, N, N) with 0 / -100 entries.
     Parameter names follow Swin: ``qkv``, ``proj``, ``relative_position_bias_table``.
+
+    Args:
+        dim (int): channels.
+        num_heads (int): heads.
+        window_size (int): window side (7); the bias table has (2 * window_size - 1)^2 rows.
+        qkv_bias (bool): biases in the ``qkv`` projection.
+        attn_drop (float): attention dropout (while training).
+        proj_drop (float): dropout after the output projection.
+        core (str): a core of :data:`mmlinattn.ops.cores.CORES` that takes an additive attention
+            bias (``bias=True``); ``'softmax'``, Swin's, by default.
     """
 
     def __init__(self, dim: int, num_heads: int, window_size: int = 7, qkv_bias: bool = True,
-                 attn_drop: float = 0., proj_drop: float = 0.):
+                 attn_drop: float = 0., proj_drop: float = 0., core: str = 'softmax'):
         super().__init__()
+        if not get_core(core).bias:
+            raise ValueError(f'window attention needs a core that takes an attention bias; '
+                             f'{core!r} does not')
+        self.core = core
         self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
@@ -224,22 +231,26 @@ class WindowSoftmaxAttention(nn.Module):
                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         b, nw, n, c = x.shape
         q, k, v = self._qkv(x)
-        attn_bias = self._attn_bias(window_hw, mask, q.dtype)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_bias, scale=self.scale,
-            dropout_p=self.attn_drop if self.training else 0.)
+        out = run_core(self.core, q, k, v, self.scale,
+                       attn_bias=self._attn_bias(window_hw, mask, q.dtype),
+                       dropout_p=self.attn_drop if self.training else 0.)
         out = out.transpose(2, 3).reshape(b, nw, n, c)
         return self.proj_drop(self.proj(out))
 
     @torch.no_grad()
     def attention_matrix(self, x, window_hw, mask=None):
         q, k, _ = self._qkv(x)
-        return softmax_attention_matrix(q, k, scale=self.scale,
-                                        attn_bias=self._attn_bias(window_hw, mask, q.dtype))
+        return core_matrix(self.core, q, k, self.scale,
+                           attn_bias=self._attn_bias(window_hw, mask, q.dtype))
 
 
 class RoPE(nn.Module):
-    """MAViT's 2-D rotary position embedding; the buffer ``angle`` matches the authors' checkpoints."""
+    """MAViT's 2-D rotary position embedding; the buffer ``angle`` matches the authors' checkpoints.
+
+    Args:
+        dim (int): channels.
+        num_heads (int): heads; the head dim ``dim // num_heads`` must be divisible by 4.
+    """
 
     def __init__(self, dim: int, num_heads: int):
         super().__init__()
@@ -254,7 +265,17 @@ class QKVOAttention(nn.Module):
 
     ``q, k, v, o = split(Conv1x1(C -> 4C)(x))``; ``out = proj((core(q, k, v) + lepe(v)) * o)`` with
     ``lepe`` a depthwise 5x5 conv. Core ``'mala'`` (stages 1-2 of MAViT) or ``'softmax'`` (stages 3-4),
-    both with 2-D RoPE as in the authors' code; ``'linear'`` / ``'inline'`` for ablations.
+    both with 2-D RoPE as in the authors' code; any other core of the table for ablations.
+
+    Args:
+        dim (int): channels.
+        num_heads (int): heads; the head dim must be divisible by 4 for RoPE.
+        core (str): a core name of :data:`mmlinattn.ops.cores.CORES`.
+        kernel (str | None): feature map for the cores that take one (``None``: the core's default).
+        use_rope (bool): pass the stage's 2-D RoPE tables to the core (cores with ``rope='none'``
+            ignore them).
+        beta (bool): MALA's beta term (``False``: beta = 1, the paper's ablation).
+        gamma (bool): MALA's gamma term (``False``: gamma = 0).
     """
 
     def __init__(self, dim: int, num_heads: int, core: str = 'mala', kernel: Optional[str] = None,
@@ -262,7 +283,8 @@ class QKVOAttention(nn.Module):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
-        self.core = check_core(core)
+        _core_for_module(core, kernel)
+        self.core = core
         self.dim, self.num_heads = dim, num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5

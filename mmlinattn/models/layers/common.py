@@ -1,9 +1,10 @@
 """Small building blocks shared by the backbones."""
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from mmcv.cnn import build_norm_layer
 
 
 def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -15,7 +16,11 @@ def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 
 class DropPath(nn.Module):
-    """Stochastic depth per sample."""
+    """Stochastic depth per sample.
+
+    Args:
+        p (float): probability of dropping a sample's residual branch while training.
+    """
 
     def __init__(self, p: float = 0.):
         super().__init__()
@@ -29,7 +34,13 @@ class DropPath(nn.Module):
 
 
 class Mlp(nn.Module):
-    """Linear -> GELU -> Linear on tokens (names ``fc1``, ``fc2`` as in timm)."""
+    """Linear -> GELU -> Linear on tokens (names ``fc1``, ``fc2`` as in timm).
+
+    Args:
+        dim (int): channels in and out.
+        hidden (int): hidden channels.
+        drop (float): dropout after each Linear.
+    """
 
     def __init__(self, dim: int, hidden: int, drop: float = 0.):
         super().__init__()
@@ -43,7 +54,12 @@ class Mlp(nn.Module):
 
 
 class LayerNorm2d(nn.Module):
-    """LayerNorm over the channels of an NCHW map (the LayerNorm is ``.norm``, the authors' name)."""
+    """LayerNorm over the channels of an NCHW map (the LayerNorm is ``.norm``, the authors' name).
+
+    Args:
+        dim (int): channels.
+        eps (float): LayerNorm epsilon.
+    """
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
@@ -68,17 +84,23 @@ class PatchEmbed(nn.Module):
     Returns ``(tokens (B, N, C), (h, w))``. Parameter names ``proj`` and ``norm`` (Swin's and PVT's).
 
     Args:
+        in_channels (int): input channels.
+        dim (int): output channels.
+        patch (int): kernel size and stride of the conv.
         pad (bool): zero-pad the bottom/right of an input whose size is not a multiple of ``patch``, so
             the map is ``ceil(H / patch) x ceil(W / patch)`` (Swin). ``False`` lets the strided conv
             drop the remainder, ``floor(H / patch)`` (PVT v1).
         eps (float): LayerNorm epsilon (1e-5, torch's default, in both families).
+        norm_cfg (dict | None): build the norm from this mmcv config instead (``eps`` is then unused).
     """
 
-    def __init__(self, in_channels: int, dim: int, patch: int, pad: bool = True, eps: float = 1e-5):
+    def __init__(self, in_channels: int, dim: int, patch: int, pad: bool = True, eps: float = 1e-5,
+                 norm_cfg: Optional[dict] = None):
         super().__init__()
         self.patch, self.pad = patch, pad
         self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch, stride=patch)
-        self.norm = nn.LayerNorm(dim, eps=eps)
+        self.norm = (build_norm_layer(norm_cfg, dim)[1] if norm_cfg is not None
+                     else nn.LayerNorm(dim, eps=eps))
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         h, w = x.shape[-2:]

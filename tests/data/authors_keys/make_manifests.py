@@ -1,0 +1,93 @@
+"""Regenerate the manifests in this folder from the authors' own model definitions.
+
+    python tests/data/authors_keys/make_manifests.py --inline-repo PATH/TO/InLine --mala-repo PATH/TO/MALA
+
+PATH/TO/InLine is a clone of LeapLabTHU/InLine, PATH/TO/MALA a clone of qhfan/MALA (their model files
+need ``timm``, ``einops`` and ``fvcore``: ``pip install timm einops fvcore`` in a scratch
+environment). The script builds each released classifier from the authors' code with the arguments
+listed in README.md, and writes one JSON file per architecture:
+
+* ``keys``: every ``state_dict()`` entry in order, as ``[name, shape, dtype]``;
+* ``num_params``: the parameter count (the papers' model sizes);
+* ``classification_prefixes``: the top-level modules that only the ImageNet classifier uses (its
+  head and the final norm / projection before pooling), which a detection backbone drops;
+* ``derived_buffers``: buffers that are no learned weights and no normalisation statistics (window
+  index tables, shift masks, RoPE frequencies): a function of the architecture alone.
+
+Nothing in the test suite runs this script (the suite never reaches the network or the authors'
+code); it documents how the committed data was made, so it can be checked and remade.
+"""
+import argparse
+import importlib.util
+import json
+import os.path as osp
+import subprocess
+import sys
+
+HERE = osp.dirname(osp.abspath(__file__))
+
+# family -> (repository option, file in the repository, {arch: (constructor, kwargs)})
+SOURCES = {
+    'inline_swin': ('inline_repo', 'models/inline_swin.py', {
+        'tiny': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=96, depths=[2, 2, 6, 2],
+                                    num_heads=[3, 6, 12, 24], attn_type='IIIS')),
+        'small': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=96, depths=[2, 2, 18, 2],
+                                     num_heads=[3, 6, 12, 24], attn_type='IISS')),
+        'base': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=128, depths=[2, 2, 18, 2],
+                                    num_heads=[4, 8, 16, 32], attn_type='IIMS2')),
+    }),
+    'inline_pvt': ('inline_repo', 'models/inline_pvt.py', {
+        arch: (f'inline_pvt_{arch}', dict(la_sr_ratios='1111'))
+        for arch in ('tiny', 'small', 'medium', 'large')}),
+    'mavit': ('mala_repo', 'classfication_release/model.py', {
+        arch: (f'MALA_{arch[0].upper()}', {}) for arch in ('tiny', 'small', 'base', 'large')}),
+}
+# the classifier-only top-level modules of each family's released model
+CLASSIFICATION_PREFIXES = {'inline_swin': ['head.', 'norm.'], 'inline_pvt': ['head.'],
+                           'mavit': ['head.', 'proj.', 'norm.']}
+STATISTICS = ('running_mean', 'running_var', 'num_batches_tracked')
+
+
+def load_module(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def manifest(model, family: str, arch: str) -> dict:
+    params = dict(model.named_parameters())
+    state = model.state_dict()
+    derived = sorted({k.rsplit('.', 1)[-1] for k in state
+                      if k not in params and not k.endswith(STATISTICS)})
+    return {'family': family, 'arch': arch,
+            'num_params': sum(p.numel() for p in params.values()),
+            'classification_prefixes': CLASSIFICATION_PREFIXES[family],
+            'derived_buffers': derived,
+            'keys': [[k, list(v.shape), str(v.dtype).replace('torch.', '')] for k, v in state.items()]}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--inline-repo', required=True, help='a clone of LeapLabTHU/InLine')
+    p.add_argument('--mala-repo', required=True, help='a clone of qhfan/MALA')
+    p.add_argument('--out', default=HERE, help='where to write the JSON files (default: here)')
+    args = p.parse_args(argv)
+    for family, (repo_opt, rel, archs) in SOURCES.items():
+        repo = getattr(args, repo_opt)
+        module = load_module(osp.join(repo, rel), f'authors_{family}')
+        commit = subprocess.run(['git', '-C', repo, 'rev-parse', '--short', 'HEAD'],
+                                capture_output=True, text=True).stdout.strip() or '?'
+        for arch, (ctor, kwargs) in archs.items():
+            model = getattr(module, ctor)(**kwargs)
+            data = manifest(model, family, arch)
+            with open(osp.join(args.out, f'{family}_{arch}.json'), 'w') as f:
+                json.dump(data, f, separators=(',', ':'))
+            print(f'{family}_{arch}.json: {data["num_params"] / 1e6:.2f} M parameters, '
+                  f'{len(data["keys"])} entries ({rel} @ {commit})')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The table of attention cores: every entry's linear-time function against its own matrix, the
+``attn_type`` syntax, and a fifth core added as one table entry plus its function."""
+import warnings
+
+import pytest
+import torch
+
+from mmlinattn.models import InLinePVT, InLineSwin, MAViT
+from mmlinattn.models.layers import QKVOAttention, TokenAttention
+from mmlinattn.ops import apply_rope, rope_angles, rope_sin_cos
+from mmlinattn.ops.cores import (CORES, Core, format_attn_type, get_core, parse_attn_type,
+                                 register_core, unregister_core)
+
+
+def _qkv(n=24, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, 3, n, d, generator=g, dtype=torch.float64) for _ in range(3)]
+
+
+@pytest.mark.parametrize('name', list(CORES))
+def test_every_core_linear_equals_its_matrix_times_v(name):
+    """What the modules run (``core(q, k, v)``) is ``A @ v`` with the core's own explicit matrix, for
+    every entry of the table, with the RoPE tables passed the way the table says."""
+    core = get_core(name)
+    q, k, v = _qkv(n=24, d=8)
+    rope = tuple(t.double() for t in rope_sin_cos((4, 6), rope_angles(8, dtype=torch.float64)))
+    for kernel in core.kernels or (None,):
+        out = core(q, k, v, scale=0.3, kernel=kernel, rope=rope)
+        a = core.attention_matrix(q, k, scale=0.3, kernel=kernel, rope=rope)
+        assert a.shape == (2, 3, 24, 24)
+        torch.testing.assert_close(out, a @ v, rtol=1e-9, atol=1e-9)
+
+
+def test_core_entries_state_how_the_papers_use_rope():
+    """MALA rotates only its numerator (its z uses un-rotated features: docs/design.md 1.2), softmax
+    rotates q and k; InLine and plain linear take no RoPE (their authors use none)."""
+    assert get_core('mala').rope == 'inside' and get_core('softmax').rope == 'qk'
+    assert get_core('inline').rope == get_core('linear').rope == 'none'
+    q, k, v = _qkv(n=12, d=8, seed=1)
+    rope = tuple(t.double() for t in rope_sin_cos((3, 4), rope_angles(8, dtype=torch.float64)))
+    # softmax with RoPE == softmax of the rotated q and k, written out here
+    qr, kr = apply_rope(q, *rope), apply_rope(k, *rope)
+    want = torch.softmax(qr @ kr.transpose(-2, -1) * 8 ** -0.5, dim=-1) @ v
+    torch.testing.assert_close(get_core('softmax')(q, k, v, rope=rope), want)
+    # the RoPE tables do not reach InLine
+    torch.testing.assert_close(get_core('inline')(q, k, v, rope=rope), get_core('inline')(q, k, v))
+
+
+def test_core_rejects_what_it_cannot_take():
+    with pytest.raises(ValueError, match="kernels"):
+        get_core('inline').kwargs(kernel='sigmoid')
+    with pytest.raises(ValueError, match='no attention bias'):
+        get_core('mala').kwargs(attn_bias=torch.zeros(1))
+    with pytest.raises(ValueError, match="unknown attention core 'nope'"):
+        get_core('nope')
+    with pytest.raises(ValueError, match='taken by the inline core'):
+        register_core(Core('other', 'I', None, None))
+
+
+# ------------------------------------------------------------------ attn_type
+DEPTHS = [2, 2, 6, 2]
+
+
+def test_attn_type_letters_and_mixed_stages():
+    assert parse_attn_type('IIIS', DEPTHS) == [['inline'] * 2, ['inline'] * 2, ['inline'] * 6,
+                                               ['softmax'] * 2]
+    got = parse_attn_type('MS(I2S)L', DEPTHS)
+    assert got[2] == ['inline', 'inline'] + ['softmax'] * 4
+    assert got[0] == ['mala'] * 2 and got[3] == ['linear'] * 2
+    assert parse_attn_type('II(I1L2S)S', DEPTHS)[2] == ['inline', 'linear', 'linear'] + ['softmax'] * 3
+    # a list: letters, names or one name per block
+    assert parse_attn_type(['I', 'softmax', ['mala'] * 6, 'L'], DEPTHS)[1] == ['softmax'] * 2
+    for cores in (parse_attn_type('MS(I2S)L', DEPTHS), parse_attn_type('IIIS', DEPTHS)):
+        assert parse_attn_type(format_attn_type(cores), DEPTHS) == cores
+
+
+@pytest.mark.parametrize('spec,match', [
+    ('IIS', 'one entry per stage'),
+    ('IIXS', r'I \(InLine\)'),
+    ('II(I2)S', 'has 2 blocks but the stage has 6'),
+    ('II(I7S)S', 'has 7 blocks'),
+    ('II(IS2)S', 'only the last run'),
+    ('II()S', 'cannot read'),
+    ('II-S', "cannot read '-'"),
+])
+def test_attn_type_errors_name_the_problem(spec, match):
+    with pytest.raises(ValueError, match=match):
+        parse_attn_type(spec, DEPTHS, 'X')
+
+
+def test_swin_old_mixed_spelling_still_reads_with_a_warning():
+    """``IIMS2`` (M = mixed, 2 InLine blocks) was InLine-Swin-B's spelling; M now means MALA."""
+    with pytest.warns(FutureWarning, match=r"write 'II\(I2S\)S'"):
+        old = InLineSwin(arch='base', attn_type='IIMS2')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        new = InLineSwin(arch='base')  # the arch default is written in the new syntax
+    assert [[b.core for b in layer.blocks] for layer in old.layers] == \
+        [[b.core for b in layer.blocks] for layer in new.layers]
+    assert [b.core for b in new.layers[2].blocks][:3] == ['inline', 'inline', 'softmax']
+    # M alone is MALA in InLine-Swin as everywhere; it runs over the whole map like InLine
+    m = InLineSwin(arch='tiny', attn_type='IIMS')
+    assert {b.core for b in m.layers[2].blocks} == {'mala'} and not m.layers[2].blocks[0].windowed
+
+
+# ------------------------------------------------------------------ a fifth core
+def cosine_attention(q, k, v, scale=None):
+    """A_ij = (1 + cos(q_i, k_j)) / sum_m (1 + cos(q_i, k_m)), in linear time."""
+    qn, kn = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+    num = v.sum(dim=-2, keepdim=True) + qn @ (kn.transpose(-2, -1) @ v)
+    den = k.shape[-2] + qn @ kn.sum(dim=-2, keepdim=True).transpose(-2, -1)
+    return num / den
+
+
+def cosine_attention_matrix(q, k, scale=None):
+    cos = torch.nn.functional.cosine_similarity(q[..., :, None, :], k[..., None, :, :], dim=-1)
+    return (1 + cos) / (1 + cos).sum(dim=-1, keepdim=True)
+
+
+@pytest.fixture
+def cosine_core():
+    core = register_core(Core('cosine', 'C', cosine_attention, cosine_attention_matrix,
+                              title='cosine'))
+    yield core
+    unregister_core('cosine')
+
+
+def test_a_fifth_core_is_one_table_entry(cosine_core):
+    """Registering the entry is all it takes: every family accepts its letter, the modules run it,
+    and their attention matrices (the analysis tools' input) come from it."""
+    q, k, v = _qkv(n=20, d=8, seed=3)
+    torch.testing.assert_close(cosine_core(q, k, v), cosine_core.attention_matrix(q, k) @ v)
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 64, 64)
+    for model in (InLinePVT(arch='tiny', attn_type='CCII'),
+                  InLineSwin(arch='tiny', attn_type='C(C1I)IS'),
+                  MAViT(arch='tiny', attn_type='CCSS')):
+        model.init_weights()
+        model.eval()
+        with torch.no_grad():
+            outs = model(x)
+        assert len(outs) == 4 and all(torch.isfinite(o).all() for o in outs)
+        mods = [m for m in model.modules() if isinstance(m, (TokenAttention, QKVOAttention))
+                and m.core == 'cosine']
+        assert mods, type(model).__name__
+    # the module's matrix is the new core's, computed from the module's own q and k
+    attn = TokenAttention(16, 2, core='cosine').double().eval()
+    tokens = torch.randn(1, 12, 16, dtype=torch.float64)
+    a = attn.attention_matrix(tokens, (3, 4))
+    rows = a.sum(-1)
+    torch.testing.assert_close(rows, torch.ones_like(rows))
+    assert (a >= 0).all()
+
+
+def test_unknown_letter_lists_registered_cores(cosine_core):
+    with pytest.raises(ValueError, match=r'C \(cosine\)'):
+        MAViT(arch='tiny', attn_type='MMSX')
