@@ -18,7 +18,10 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_pvt_l.pth')),
     neck=dict(in_channels=[64, 128, 320, 512]))
 
+# every parameter decays, as in the source (no paramwise rules)
 optim_wrapper = dict(optimizer=dict(lr=0.0001429, weight_decay=0.0001))
 # the source trains 1 image per GPU on 8 GPUs; lr is for that total batch of 8
 train_dataloader = dict(batch_size=1)
 auto_scale_lr = dict(base_batch_size=8)
+# precision: the source trained in fp32, as this config does (--amp: mixed precision on a GPU)
+amp_loss_scale = None

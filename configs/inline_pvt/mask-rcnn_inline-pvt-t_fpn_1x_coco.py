@@ -18,4 +18,7 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_pvt_t.pth')),
     neck=dict(in_channels=[64, 128, 320, 512]))
 
+# every parameter decays, as in the source (no paramwise rules)
 optim_wrapper = dict(optimizer=dict(lr=0.0002, weight_decay=0.0001))
+# precision: the source trained in fp32, as this config does (--amp: mixed precision on a GPU)
+amp_loss_scale = None

@@ -19,4 +19,7 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/MAViT_T.pth')),
     neck=dict(in_channels=[64, 128, 256, 512]))
 
+# every parameter decays, as in the source (no paramwise rules)
 optim_wrapper = dict(optimizer=dict(lr=0.0001, weight_decay=0.0001))
+# precision: the source trained in fp32, as this config does (--amp: mixed precision on a GPU)
+amp_loss_scale = None

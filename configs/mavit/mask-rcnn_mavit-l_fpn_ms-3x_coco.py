@@ -19,7 +19,18 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/MAViT_L.pth')),
     neck=dict(in_channels=[96, 192, 448, 640]))
 
-optim_wrapper = dict(optimizer=dict(lr=0.0002, weight_decay=0.05))
+# no weight decay on parameters whose names contain these keys, as the source lists them
+optim_wrapper = dict(
+    optimizer=dict(lr=0.0002, weight_decay=0.05),
+    paramwise_cfg=dict(
+        custom_keys={
+            'absolute_pos_embed': dict(decay_mult=0.),
+            'relative_position_bias_table': dict(decay_mult=0.),
+            'norm': dict(decay_mult=0.),
+        }))
 # the source trains 1 image per GPU on 8 GPUs; lr is for that total batch of 8
 train_dataloader = dict(batch_size=1)
 auto_scale_lr = dict(base_batch_size=8)
+# precision: the source trained in mixed precision with a dynamic loss scale, as --amp does
+# on a GPU; fp32 without --amp
+amp_loss_scale = 'dynamic'

@@ -19,4 +19,15 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/MAViT_S.pth')),
     neck=dict(in_channels=[64, 128, 320, 512]))
 
-optim_wrapper = dict(optimizer=dict(lr=0.0004, weight_decay=0.05))
+# no weight decay on parameters whose names contain these keys, as the source lists them
+optim_wrapper = dict(
+    optimizer=dict(lr=0.0004, weight_decay=0.05),
+    paramwise_cfg=dict(
+        custom_keys={
+            'absolute_pos_embed': dict(decay_mult=0.),
+            'relative_position_bias_table': dict(decay_mult=0.),
+            'norm': dict(decay_mult=0.),
+        }))
+# precision: the source trained in mixed precision with a dynamic loss scale, as --amp does
+# on a GPU; fp32 without --amp
+amp_loss_scale = 'dynamic'

@@ -19,4 +19,9 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/MAViT_S.pth')),
     neck=dict(in_channels=[128, 320, 512], start_level=0))
 
+# every parameter decays, as in the source (no paramwise rules)
 optim_wrapper = dict(optimizer=dict(lr=0.0004, weight_decay=0.0001))
+# precision: the source trained in fp16 with a static loss scale of 512; on a GPU:
+#   --amp --cfg-options optim_wrapper.loss_scale=512.  (--amp alone scales dynamically;
+#   fp32 without --amp)
+amp_loss_scale = 512.0

@@ -20,4 +20,16 @@ model = dict(
     decode_head=dict(in_channels=[64, 128, 320, 512]),
     auxiliary_head=dict(in_channels=320))
 
-optim_wrapper = dict(optimizer=dict(lr=6e-05, weight_decay=0.01))
+# no weight decay on parameters whose names contain these keys, as the source lists them
+optim_wrapper = dict(
+    optimizer=dict(lr=6e-05, weight_decay=0.01),
+    paramwise_cfg=dict(
+        custom_keys={
+            'absolute_pos_embed': dict(decay_mult=0.),
+            'relative_position_bias_table': dict(decay_mult=0.),
+            'norm': dict(decay_mult=0.),
+        }))
+# precision: the source trained in fp16 with a static loss scale of 512; on a GPU:
+#   --amp --cfg-options optim_wrapper.loss_scale=512.  (--amp alone scales dynamically;
+#   fp32 without --amp)
+amp_loss_scale = 512.0

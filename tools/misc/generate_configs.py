@@ -4,10 +4,13 @@
     python tools/misc/generate_configs.py --check   # exit 1 if a committed config differs
 
 Every config is a few lines over ``configs/_base_``: the backbone (arch, drop path, the authors'
-ImageNet checkpoint under ``checkpoints/``), the neck/head input channels, and the family's learning
-rate and weight decay. The tests check that the committed files equal what this script writes.
+ImageNet checkpoint under ``checkpoints/``), the neck/head input channels, and its source's optimizer
+(type, learning rate, weight decay, the parameters kept out of weight decay), batch, precision and any
+schedule or test-pipeline detail the bases do not share. Each header names the source config and any
+deliberate deviation from it. The tests check that the committed files equal what this script writes.
 """
 import argparse
+import os
 import os.path as osp
 import sys
 
@@ -40,7 +43,7 @@ FAMILIES = {
 }
 
 # ------------------------------------------------------------------------------- recipes (docs/design.md section 4)
-# lr / weight decay per (algorithm, family); None = the schedule base's value.
+# lr / weight decay per (algorithm, family), at the source's total batch.
 RECIPES = {
     'mask-rcnn_1x': dict(
         bases=['models/mask-rcnn_fpn.py', 'datasets/coco_instance.py', 'schedules/schedule_1x.py',
@@ -61,7 +64,7 @@ RECIPES = {
         bases=['models/retinanet_fpn.py', 'datasets/coco_detection.py', 'schedules/schedule_1x.py',
                'default_runtime_det.py'],
         name='retinanet_{bb}_fpn_1x_coco', kind='det',
-        opt={'inline_pvt': (1e-4, 1e-4), 'inline_swin': (1e-4, 1e-4), 'mavit': (4e-4, 1e-4)}),
+        opt={'inline_pvt': (1e-4, 1e-4), 'inline_swin': (0.01, 1e-4), 'mavit': (4e-4, 1e-4)}),
     'fpn_80k': dict(
         bases=['models/fpn_ade20k.py', 'datasets/ade20k_512x512.py', 'schedules/schedule_80k.py',
                'default_runtime_seg.py'],
@@ -73,13 +76,21 @@ RECIPES = {
         name='upernet_{bb}_160k_ade20k-512x512', kind='seg',
         opt={'inline_swin': (6e-5, 0.01), 'mavit': (6e-5, 0.01)}),
 }
+# Bases a cell takes instead of its recipe's: (recipe, family) -> {recipe base: replacement}.
+BASE_SWAPS = {
+    # PVT tests at the keep-ratio scale rounded up to multiples of 32 (its AlignResize)
+    ('fpn_80k', 'inline_pvt'): {'datasets/ade20k_512x512.py': 'datasets/ade20k_512x512_align32.py'},
+}
 
 # ------------------------------------------------------------------------------- provenance
 # Where each cell's recipe comes from. MALA released its downstream configs; InLine did not, and its
-# paper trains "with the same setting as the baseline": PVT's and Swin's official downstream configs.
+# paper trains "with the same setting as the baseline": PVT's and Swin's official downstream configs
+# (mmdet's for the Swin RetinaNet, which Swin's repository lacks). Keys (recipe, family) or
+# (recipe, family, arch); {a} is the arch letter, {swin} Swin's size name.
 _MALA = 'qhfan/MALA '
 _PVT = 'whai362/PVT '
-_SWIN_DET = 'Swin-Transformer-Object-Detection configs/swin/'
+_SWIN_DET = 'SwinTransformer/Swin-Transformer-Object-Detection configs/swin/'
+_SWIN_SEG = 'SwinTransformer/Swin-Transformer-Semantic-Segmentation configs/swin/'
 SOURCES = {
     ('mask-rcnn_1x', 'mavit'): _MALA + 'detect/configs/MALA/maskrcnn_{a}_1x.py',
     ('mask-rcnn_3x', 'mavit'): _MALA + 'detect/configs/MALA/maskrcnn_{a}_3x.py',
@@ -89,22 +100,34 @@ SOURCES = {
     ('upernet_160k', 'mavit'): _MALA + 'segmentation/configs/MALA/Uper_{a}_2x.py',
     ('mask-rcnn_1x', 'inline_pvt'): _PVT + 'detection/configs/mask_rcnn_pvt_{a}_fpn_1x_coco.py',
     ('retinanet_1x', 'inline_pvt'): _PVT + 'detection/configs/retinanet_pvt_{a}_fpn_1x_coco.py',
-    ('fpn_80k', 'inline_pvt'): _PVT + 'segmentation/configs/sem_fpn/PVT/fpn_pvt_{a}_ade20k_40k.py '
-                                      '(2e-4 at 32 images for 40k = 1e-4 at 16 for 80k)',
-    ('mask-rcnn_1x', 'inline_swin'): _SWIN_DET + 'mask_rcnn_swin_*_adamw_1x/3x (lr 1e-4, wd 0.05)',
-    ('mask-rcnn_3x', 'inline_swin'): _SWIN_DET + 'mask_rcnn_swin_*_mstrain_480-800_adamw_3x_coco.py',
-    ('cascade_3x', 'inline_swin'): _SWIN_DET + 'cascade_mask_rcnn_swin_*_giou_4conv1f_adamw_3x_coco.py',
-    ('retinanet_1x', 'inline_swin'): "mmdet configs/swin/retinanet_swin-t-p4-w7_fpn_1x_coco.py",
-    ('upernet_160k', 'inline_swin'): 'Swin-Transformer-Semantic-Segmentation configs/swin/'
-                                     'upernet_swin_*_patch4_window7_512x512_160k_ade20k.py',
+    ('fpn_80k', 'inline_pvt'): _PVT + 'segmentation/configs/sem_fpn/PVT/fpn_pvt_{a}_ade20k_40k.py',
+    ('mask-rcnn_1x', 'inline_swin'):
+        _SWIN_DET + 'mask_rcnn_swin_tiny_patch4_window7_mstrain_480-800_adamw_1x_coco.py',
+    ('mask-rcnn_3x', 'inline_swin'):
+        _SWIN_DET + 'mask_rcnn_swin_{swin}_patch4_window7_mstrain_480-800_adamw_3x_coco.py',
+    ('mask-rcnn_3x', 'inline_swin', 'b'):
+        _SWIN_DET + 'mask_rcnn_swin_small_patch4_window7_mstrain_480-800_adamw_3x_coco.py',
+    ('cascade_3x', 'inline_swin'):
+        _SWIN_DET + 'cascade_mask_rcnn_swin_{swin}_patch4_window7_mstrain_480-800_giou_4conv1f_adamw_3x_coco.py',
+    ('retinanet_1x', 'inline_swin'):
+        'open-mmlab/mmdetection configs/swin/retinanet_swin-t-p4-w7_fpn_1x_coco.py',
+    ('upernet_160k', 'inline_swin'):
+        _SWIN_SEG + 'upernet_swin_{swin}_patch4_window7_512x512_160k_ade20k.py',
 }
+# Cells with no setting in their paper (the InLine paper reports Mask R-CNN 1x for PVT, Cascade 3x for
+# Swin-S/B, Semantic FPN for PVT and UperNet for Swin): the recipe is our choice, following the source.
+NO_PAPER_SETTING = {('retinanet_1x', 'inline_pvt'), ('retinanet_1x', 'inline_swin'),
+                    ('mask-rcnn_1x', 'inline_swin'), ('mask-rcnn_3x', 'inline_swin'),
+                    ('cascade_3x', 'inline_swin', 't')}
+
 # Downstream drop-path rates of the InLine families (their baselines' downstream values, not the
 # ImageNet ones); MAViT uses the authors' (the FAMILIES table). (recipe, family) -> {arch: rate}.
 DROP_PATH = {
     ('mask-rcnn_1x', 'inline_pvt'): {'t': 0.1, 's': 0.1, 'm': 0.0, 'l': 0.0},
     ('retinanet_1x', 'inline_pvt'): {'t': 0.1, 's': 0.1, 'm': 0.0, 'l': 0.0},
     ('fpn_80k', 'inline_pvt'): {'t': 0.1, 's': 0.1, 'm': 0.1, 'l': 0.1},
-    ('mask-rcnn_1x', 'inline_swin'): {'t': 0.2, 's': 0.2, 'b': 0.3},
+    # T: Swin's Mask R-CNN T 1x; S / B (no Swin 1x config): Swin-S Mask R-CNN 3x, Swin-B Cascade 3x
+    ('mask-rcnn_1x', 'inline_swin'): {'t': 0.1, 's': 0.2, 'b': 0.3},
     ('mask-rcnn_3x', 'inline_swin'): {'t': 0.2, 's': 0.2, 'b': 0.3},
     ('cascade_3x', 'inline_swin'): {'t': 0.2, 's': 0.2, 'b': 0.3},
     ('retinanet_1x', 'inline_swin'): {'t': 0.2},
@@ -114,15 +137,77 @@ DROP_PATH = {
 # that batch. auto_scale_lr's base batch becomes 8 for them.
 ONE_PER_GPU = {
     ('mask-rcnn_3x', 'mavit', 'l'): 2e-4, ('cascade_3x', 'mavit', 'l'): 2e-4,
-    ('mask-rcnn_1x', 'inline_pvt', 'l'): 2e-4 / 1.4, ('retinanet_1x', 'inline_pvt', 'l'): 1e-4 / 1.4,
+    ('mask-rcnn_1x', 'inline_pvt', 'l'): 2e-4 / 1.4,
 }
-# Deliberate deviations from the source, printed in the config header.
+
+# ------------------------------------------------------------------------------- optimizer details
+# SGD instead of AdamW: (recipe, family) -> momentum.
+SGD_MOMENTUM = {('retinanet_1x', 'inline_swin'): 0.9}
+# Parameters the source keeps out of weight decay: name substrings (mmengine paramwise_cfg.custom_keys,
+# decay_mult 0), as the source lists them. Cells absent here decay every parameter, as their sources
+# (PVT's configs, MALA's RetinaNet and Semantic FPN, mmdet's Swin RetinaNet).
+_SWIN_KEYS = ('absolute_pos_embed', 'relative_position_bias_table', 'norm')
+NO_DECAY_KEYS = {
+    ('mask-rcnn_1x', 'inline_swin'): _SWIN_KEYS,
+    ('mask-rcnn_3x', 'inline_swin'): _SWIN_KEYS,
+    ('cascade_3x', 'inline_swin'): _SWIN_KEYS,
+    ('upernet_160k', 'inline_swin'): _SWIN_KEYS,
+    ('mask-rcnn_1x', 'mavit'): _SWIN_KEYS,
+    ('mask-rcnn_3x', 'mavit'): _SWIN_KEYS,
+    ('cascade_3x', 'mavit'): ('absolute_pos_embed', 'relative_position_bias_table', 'rpe_table', 'norm'),
+    ('upernet_160k', 'mavit'): _SWIN_KEYS,
+}
+# paramwise_cfg.norm_decay_mult (no decay on any normalisation layer, BN of the heads included)
+NORM_DECAY_MULT = {('cascade_3x', 'mavit'): 0.}
+# Minimum lr of the poly decay where it differs from the schedule base (schedule_80k: 1e-6).
+POLY_MIN_LR = {('fpn_80k', 'inline_pvt'): 0.0}
+
+# ------------------------------------------------------------------------------- precision
+# How the source trained: None = fp32; 'dynamic' = mixed precision with a dynamic loss scale (MALA's
+# runtime fp16=dict(loss_scale='dynamic'), or apex O1 in Swin's and PVT's configs); a float = fp16 with
+# that static loss scale (mmcv's Fp16OptimizerHook). Written as `amp_loss_scale` in each config, which
+# trains in fp32 unless `--amp` is given. Keys (recipe, family) or (recipe, family, arch).
+AMP_LOSS_SCALE = {
+    ('mask-rcnn_1x', 'mavit'): 'dynamic', ('mask-rcnn_3x', 'mavit'): 'dynamic',
+    ('cascade_3x', 'mavit'): 'dynamic', ('retinanet_1x', 'mavit'): 512.0,
+    ('upernet_160k', 'mavit'): 512.0,
+    ('mask-rcnn_1x', 'inline_swin'): 'dynamic', ('mask-rcnn_3x', 'inline_swin'): 'dynamic',
+    ('cascade_3x', 'inline_swin'): 'dynamic',
+    ('retinanet_1x', 'inline_pvt', 'l'): 'dynamic',
+}
+_PRECISION_NOTE = {
+    None: ['# precision: the source trained in fp32, as this config does (--amp: mixed precision on a GPU)'],
+    'dynamic': ['# precision: the source trained in mixed precision with a dynamic loss scale, as --amp does',
+                '# on a GPU; fp32 without --amp'],
+    512.0: ['# precision: the source trained in fp16 with a static loss scale of 512; on a GPU:',
+            '#   --amp --cfg-options optim_wrapper.loss_scale=512.  (--amp alone scales dynamically;',
+            '#   fp32 without --amp)'],
+}
+
+# Deliberate deviations from the source, printed in the config header. Keys (recipe, family) or
+# (recipe, family, arch).
 DEVIATIONS = {
-    ('mask-rcnn_1x', 'inline_swin'): "single-scale 1x as the papers' 1x tables (Swin's own 1x config "
-                                     "trains multi-scale); S/B use Swin's 3x drop-path values",
-    ('mask-rcnn_3x', 'inline_swin'): "B's drop path 0.3 as Swin-B's cascade (Swin released no Mask "
-                                     "R-CNN Swin-B)",
+    ('mask-rcnn_1x', 'inline_swin'):
+        "single-scale training as the papers' 1x tables (Swin's 1x config trains multi-scale 480-800 "
+        "with crops)",
+    ('mask-rcnn_1x', 'inline_swin', 's'):
+        "single-scale training as the papers' 1x tables (Swin's 1x config trains multi-scale 480-800 "
+        "with crops); Swin released no Swin-S 1x: drop path 0.2 as Swin-S's Mask R-CNN 3x",
+    ('mask-rcnn_1x', 'inline_swin', 'b'):
+        "single-scale training as the papers' 1x tables (Swin's 1x config trains multi-scale 480-800 "
+        "with crops); Swin released no Swin-B 1x: drop path 0.3 as Swin-B's Cascade 3x",
+    ('mask-rcnn_3x', 'inline_swin', 'b'):
+        "Swin released no Mask R-CNN Swin-B: drop path 0.3 as Swin-B's Cascade 3x",
+    ('fpn_80k', 'inline_pvt'):
+        "16 images (8 GPUs x 2) for 80k iterations at lr 1e-4 where the source trains 32 (8 x 4) for "
+        "40k at 2e-4: the same images seen, the lr scaled linearly, as MAViT's 80k Semantic FPN",
+    ('upernet_160k', 'mavit', 'l'):
+        "2 images per GPU on 8 GPUs where the source sets 1 per GPU at the same lr 6e-5: the paper "
+        "trains every model at batch 16, and the config keeps the other sizes' lr (MALA's 1-per-GPU "
+        "detection configs halve theirs), so the source's batch reads as 16 GPUs x 1; 8 x 2 is the "
+        "same batch 16 at lr 6e-5 (set train_dataloader.batch_size=1 on 16 GPUs for the literal split)",
 }
+
 
 # The matrix: which archs of which family for each recipe.
 MATRIX = {
@@ -133,6 +218,13 @@ MATRIX = {
     'fpn_80k': {'inline_pvt': 'tsml', 'mavit': 'tsbl'},
     'upernet_160k': {'inline_swin': 'tsb', 'mavit': 'tsbl'},
 }
+
+
+def lookup(table, recipe, family, a, default=None):
+    """The arch-specific entry (recipe, family, arch), else the cell's (recipe, family), else default."""
+    if (recipe, family, a) in table:
+        return table[(recipe, family, a)]
+    return table.get((recipe, family), default)
 
 
 def drop_path(recipe, family, a):
@@ -155,20 +247,58 @@ def backbone_lines(family, a, out_indices=(0, 1, 2, 3), recipe=None):
     return lines
 
 
+def source_of(recipe, family, a):
+    src = lookup(SOURCES, recipe, family, a).format(a=a, swin=FAMILIES[family]['archs'][a])
+    if (recipe, family) in NO_PAPER_SETTING or (recipe, family, a) in NO_PAPER_SETTING:
+        return f'our choice (no setting in the paper), following {src}'
+    return src
+
+
+def optimizer_lines(recipe, family, a):
+    lr, wd = RECIPES[recipe]['opt'][family]
+    one_per_gpu = ONE_PER_GPU.get((recipe, family, a))
+    if one_per_gpu:
+        lr = float(f'{one_per_gpu:.4g}')
+    momentum = SGD_MOMENTUM.get((recipe, family))
+    if momentum is not None:
+        opt = (f"optimizer=dict(_delete_=True, type='SGD', lr={lr!r}, momentum={momentum!r}, "
+               f'weight_decay={wd!r})')
+    else:
+        opt = f'optimizer=dict(lr={lr!r}, weight_decay={wd!r})'
+    keys = NO_DECAY_KEYS.get((recipe, family))
+    norm_mult = NORM_DECAY_MULT.get((recipe, family))
+    if not keys and norm_mult is None:
+        line = f'optim_wrapper = dict({opt})'
+        return ['# every parameter decays, as in the source (no paramwise rules)'] + (
+            [line] if len(line) <= 100 else ['optim_wrapper = dict(', f'    {opt})'])
+    out = []
+    if keys:
+        out.append('# no weight decay on parameters whose names contain these keys, as the source lists them')
+    if norm_mult is not None:
+        out.append(f'# and weight decay x {norm_mult!r} on every normalisation layer (the heads\' BN too)')
+    out += ['optim_wrapper = dict(', f'    {opt},', '    paramwise_cfg=dict(']
+    if norm_mult is not None:
+        out.append(f'        norm_decay_mult={norm_mult!r},')
+    if keys:
+        out.append('        custom_keys={')
+        out += [f"            '{k}': dict(decay_mult=0.)," for k in keys]
+        out.append('        },')
+    out[-1] = out[-1].rstrip(',') + '))'
+    return out
+
+
 def render(recipe, family, a):
     rec, fam = RECIPES[recipe], FAMILIES[family]
     bb = f"{fam['prefix']}-{a}"
     ch = fam['channels'][a]
-    lr, wd = rec['opt'][family]
-    one_per_gpu = ONE_PER_GPU.get((recipe, family, a))
-    source = SOURCES[(recipe, family)].format(a=a)
-    deviation = DEVIATIONS.get((recipe, family)) or 'none'
+    deviation = lookup(DEVIATIONS, recipe, family, a) or 'none'
+    swaps = BASE_SWAPS.get((recipe, family), {})
     out = [f'# {rec["name"].format(bb=bb)}: {fam["type"]}-{a.upper()} ({fam["archs"][a]}); '
            'generated by tools/misc/generate_configs.py - edit the table there.',
-           f'# Recipe: {source}.',
+           f'# Recipe: {source_of(recipe, family, a)}.',
            f'# Deviations from it: {deviation}.',
            '_base_ = [']
-    out += [f"    '../_base_/{b}'," for b in rec['bases']]
+    out += [f"    '../_base_/{swaps.get(b, b)}'," for b in rec['bases']]
     out += [']', '', 'model = dict(']
     if recipe.startswith('retinanet'):
         # FPN starts at stage 2: request only the stages it uses (as mmdet's Swin RetinaNet), so no
@@ -182,17 +312,20 @@ def render(recipe, family, a):
                 f'    auxiliary_head=dict(in_channels={ch[2]}))']
     elif not recipe.startswith('retinanet'):
         out += [f'    neck=dict(in_channels={ch}))']
-    if one_per_gpu:
-        lr = float(f'{one_per_gpu:.4g}')
-    opt = f'optimizer=dict(lr={lr!r}, weight_decay={wd!r})'
-    if recipe == 'cascade_3x' and family == 'mavit':  # MALA's cascade: no decay on any norm
-        opt += ',\n                     paramwise_cfg=dict(norm_decay_mult=0.)'
-    out += ['', f'optim_wrapper = dict({opt})']
-    if one_per_gpu:
+    out += [''] + optimizer_lines(recipe, family, a)
+    min_lr = POLY_MIN_LR.get((recipe, family))
+    if min_lr is not None:
+        out += [f'# poly decay to {min_lr!r}, as the source (the schedule base decays to 1e-6)',
+                'param_scheduler = [',
+                f'    dict(type=\'PolyLR\', eta_min={min_lr!r}, power=0.9, begin=0, end=80000, '
+                'by_epoch=False),',
+                ']']
+    if (recipe, family, a) in ONE_PER_GPU:
         out += ['# the source trains 1 image per GPU on 8 GPUs; lr is for that total batch of 8',
                 'train_dataloader = dict(batch_size=1)',
                 'auto_scale_lr = dict(base_batch_size=8)']
-    out += ['']
+    scale = lookup(AMP_LOSS_SCALE, recipe, family, a)
+    out += _PRECISION_NOTE[scale] + [f'amp_loss_scale = {scale!r}', '']
     return rec['name'].format(bb=bb), '\n'.join(out)
 
 
@@ -209,21 +342,20 @@ def main(argv=None):
     p.add_argument('--check', action='store_true', help='only compare with the files on disk')
     args = p.parse_args(argv)
     stale = []
-    for rel, text in all_configs():
+    configs = list(all_configs())
+    for rel, text in configs:
         path = osp.join(ROOT, rel)
         old = open(path).read() if osp.exists(path) else None
         if old != text:
             stale.append(rel)
             if not args.check:
-                import os
                 os.makedirs(osp.dirname(path), exist_ok=True)
                 with open(path, 'w') as f:
                     f.write(text)
     if args.check and stale:
         print('out of date:\n  ' + '\n  '.join(stale))
         return 1
-    print(f'{len(list(all_configs()))} configs, {len(stale)} '
-          f'{"differ" if args.check else "written"}')
+    print(f'{len(configs)} configs, {len(stale)} {"differ" if args.check else "written"}')
     return 0
 
 

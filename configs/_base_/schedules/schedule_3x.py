@@ -1,4 +1,4 @@
-# 36 epochs, lr x0.1 at epochs 27 and 33, warmup 500 iterations, AdamW (no decay on norms/positions).
+# 36 epochs, lr x0.1 at epochs 27 and 33, warmup 500 iterations, AdamW (schedule_1x otherwise).
 _base_ = './schedule_1x.py'
 train_cfg = dict(max_epochs=36)
 param_scheduler = [

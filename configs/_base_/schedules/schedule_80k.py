@@ -1,4 +1,5 @@
-# 80k iterations, poly decay (power 0.9, min lr 1e-6), AdamW (Semantic FPN recipe of PVT/MALA).
+# 80k iterations, poly decay (power 0.9) to a minimum lr of 1e-6 (MALA's Semantic FPN; PVT's configs
+# decay to 0 and set their own param_scheduler), no warmup, AdamW, every parameter decays.
 _base_ = 'mmseg::_base_/schedules/schedule_80k.py'
 optim_wrapper = dict(
     type='OptimWrapper',
