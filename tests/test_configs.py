@@ -25,12 +25,21 @@ def test_generated_configs_are_up_to_date():
 
 
 def test_matrix_is_complete():
-    names = {osp.basename(c)[:-3] for c in MATRIX_CONFIGS}
-    want = {generate_configs.RECIPES[r]['name'].format(
-        bb=f"{generate_configs.FAMILIES[f]['prefix']}-{a}")
-        for r, fams in generate_configs.MATRIX.items() for f, archs in fams.items() for a in archs}
-    assert want <= names
-    assert len(want) == 47
+    """The configs on disk are exactly the generator's cells: one file per (recipe, family, arch) of
+    its matrix, none missing, none left over from an older table, none written twice."""
+    written = [osp.basename(rel)[:-3] for rel, _ in generate_configs.all_configs()]
+    cells = [(r, f, a) for r, fams in generate_configs.MATRIX.items() for f, archs in fams.items()
+             for a in archs]
+    assert len(set(written)) == len(written) == len(cells)
+    assert set(written) == {osp.basename(c)[:-3] for c in MATRIX_CONFIGS}
+
+
+# the detector / segmentor class and head each recipe builds (mmdet's and mmseg's names)
+MODEL_TYPES = {'mask-rcnn': ('MaskRCNN', 'StandardRoIHead'),
+               'cascade-mask-rcnn': ('CascadeRCNN', 'CascadeRoIHead'),
+               'retinanet': ('RetinaNet', 'RetinaHead'),
+               'fpn': ('EncoderDecoder', 'FPNHead'),
+               'upernet': ('EncoderDecoder', 'UPerHead')}
 
 
 @pytest.mark.parametrize('path', MATRIX_CONFIGS, ids=lambda p: osp.basename(p))
@@ -38,7 +47,13 @@ def test_config_builds(path):
     cfg = load(path)
     assert cfg.custom_imports['imports'] == ['mmlinattn']
     model = registry(cfg).build(cfg.model)
-    assert type(model.backbone).__name__ in ('InLinePVT', 'InLineSwin', 'MAViT')
+    detector, head = MODEL_TYPES[osp.basename(path).split('_')[0]]
+    assert type(model).__name__ == detector
+    head_module = next(getattr(model, k) for k in ('roi_head', 'bbox_head', 'decode_head')
+                       if hasattr(model, k))
+    assert type(head_module).__name__ == head
+    backbone = {'inline_pvt': 'InLinePVT', 'inline_swin': 'InLineSwin', 'mavit': 'MAViT'}
+    assert type(model.backbone).__name__ == backbone[osp.basename(osp.dirname(path))]
     ckpt = cfg.model.backbone.init_cfg['checkpoint']
     assert ckpt.startswith('checkpoints/') and ckpt.endswith('.pth')
     # learning rates are for the sources' 8 GPUs x the per-GPU batch (16, or 8 at 1 image per GPU)
@@ -51,7 +66,8 @@ def test_toy_config_builds(path):
     model = registry(cfg).build(cfg.model)
     assert cfg.model.backbone.get('init_cfg') is None  # toy runs start from scratch, offline
     assert cfg.train_dataloader.num_workers == 0
-    assert model is not None
+    assert type(model).__name__ == cfg.model.type
+    assert type(model.backbone).__name__ == cfg.model.backbone.type
 
 
 # Whole-model parameters from the papers (millions); ours must be within 3 %.
