@@ -22,7 +22,7 @@ from PIL import Image
 from helpers import make_toy_sets
 from mmlinattn.checkpoint import (CheckpointError, check_model_checkpoint,
                                   latest_intact_checkpoint)
-from mmlinattn.runtime import ConfigError, check_coco_annotations
+from mmlinattn.apis import ConfigError, check_coco_annotations
 from tools import test as test_tool
 from tools import train as train_tool
 
@@ -56,7 +56,7 @@ def _det_args(root):
 # --------------------------------------------------------------------------- whole-model checkpoints
 def _save_model_checkpoint(cfg_path, path):
     """A checkpoint as mmengine's Runner writes it, of the model the config builds."""
-    from mmlinattn.runtime import load_config, model_registry
+    from mmlinattn.apis import load_config, model_registry
     cfg = load_config(cfg_path)
     model = model_registry(cfg).build(cfg.model)
     torch.save({'meta': {'epoch': 1, 'iter': 2}, 'state_dict': model.state_dict()}, path)
@@ -270,6 +270,18 @@ def test_cfg_option_without_equals_is_named(capsys):
 
 
 def test_cfg_option_typo_gets_a_suggestion():
-    from mmlinattn.runtime import load_config
+    from mmlinattn.apis import load_config
     with pytest.warns(UserWarning, match=r'train_cfg\.max_itres.*did you mean train_cfg\.max_iters'):
         load_config(SEG_CFG, {'train_cfg.max_itres': 3})
+
+
+def test_runtime_keeps_the_names_tools_and_users_imported_from_it():
+    """``mmlinattn.runtime`` (the former home of the pre-flight checks and the runner set-up) still
+    gives the same objects as :mod:`mmlinattn.apis`."""
+    from mmlinattn import apis, runtime
+    names = ['ConfigError', 'CfgOptionsAction', 'check_cfg_options', 'load_config', 'model_registry',
+             'check_coco_annotations', 'check_seg_annotations', 'check_data_paths',
+             'check_model_channels', 'set_work_dir', 'prepare_env', 'enable_amp', 'add_common_args',
+             'parse_with_common_args', 'build_runner', 'close_distributed', 'COCO_CHECK_MAX_BYTES',
+             'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE']
+    assert {n: getattr(runtime, n) for n in names} == {n: getattr(apis, n) for n in names}

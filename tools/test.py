@@ -13,13 +13,10 @@ import numbers
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-
-import mmlinattn  # noqa: E402,F401
-from mmlinattn.checkpoint import CheckpointError, check_model_checkpoint  # noqa: E402
-from mmlinattn.runtime import (ConfigError, add_common_args, build_runner,  # noqa: E402
-                               check_data_paths, check_model_channels, close_distributed,
-                               load_config, parse_with_common_args, prepare_env, set_work_dir)
+import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
+from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_distributed,
+                            config_from_args, parse_with_common_args, preflight, tool_error)
+from mmlinattn.checkpoint import CheckpointError
 
 
 def parse_args(argv=None):
@@ -36,9 +33,7 @@ def parse_args(argv=None):
 
 
 def build_cfg(args):
-    cfg = load_config(args.config, args.cfg_options)
-    prepare_env(cfg, args.launcher)
-    set_work_dir(cfg, args.config, args.work_dir)
+    cfg = config_from_args(args)
     if not osp.isfile(args.checkpoint):
         raise ConfigError(f'checkpoint file not found: {args.checkpoint}')
     cfg.load_from = args.checkpoint
@@ -75,25 +70,18 @@ def build_cfg(args):
         vis['test_out_dir'] = args.show_dir
         if vis.get('type') == 'SegVisualizationHook':
             vis['interval'] = 1
-    check_data_paths(cfg, ('test_dataloader',))
-    check_model_channels(cfg)
+    preflight(cfg, ('test_dataloader',))
     return cfg
 
 
 def main(argv=None):
     args = parse_args(argv)
     try:
-        cfg = build_cfg(args)
-    except ConfigError as e:
-        print(f'tools/test.py: error: {e}', file=sys.stderr)
-        return 2
-    runner = build_runner(cfg)
-    try:  # before any evaluation: a checkpoint of another model is never scored
-        check_model_checkpoint(runner.model, args.checkpoint, logger=runner.logger)
-    except CheckpointError as e:
-        print(f'tools/test.py: error: {e}', file=sys.stderr)
-        return 2
+        runner = build_runner(build_cfg(args), args.checkpoint)
+    except (ConfigError, CheckpointError) as e:
+        return tool_error('tools/test.py', e)
     metrics = runner.test()
+
     def plain(v):  # numpy scalars printed as plain numbers
         real = isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
         return round(float(v), 4) if real else v

@@ -11,15 +11,11 @@ import argparse
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # repo root, for a plain checkout
-
-import mmlinattn  # noqa: E402,F401  (registers our modules, applies the stack fixes)
-from mmlinattn.checkpoint import (CheckpointError, check_model_checkpoint,  # noqa: E402
-                                  latest_intact_checkpoint)
-from mmlinattn.runtime import (ConfigError, add_common_args, build_runner,  # noqa: E402
-                               check_data_paths, check_model_channels, close_distributed,
-                               enable_amp, load_config, parse_with_common_args, prepare_env,
-                               set_work_dir)
+import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
+from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_distributed,
+                            config_from_args, enable_amp, parse_with_common_args, preflight,
+                            tool_error)
+from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint
 
 
 def parse_args(argv=None):
@@ -38,9 +34,7 @@ def parse_args(argv=None):
 
 
 def build_cfg(args):
-    cfg = load_config(args.config, args.cfg_options)
-    prepare_env(cfg, args.launcher)
-    set_work_dir(cfg, args.config, args.work_dir)
+    cfg = config_from_args(args)
     if args.amp:
         enable_amp(cfg)
     if args.resume == 'auto':
@@ -55,10 +49,7 @@ def build_cfg(args):
         cfg.resume, cfg.load_from = True, args.resume
     if args.no_validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-        check_data_paths(cfg, ('train_dataloader',))
-    else:
-        check_data_paths(cfg, ('train_dataloader', 'val_dataloader'))
-    check_model_channels(cfg)
+    preflight(cfg, ('train_dataloader',) if args.no_validate else ('train_dataloader', 'val_dataloader'))
     if cfg.get('compile'):
         # mmengine compiles train_step, optimizer step included: dynamo needs plain-dict param groups
         hooks = list(cfg.get('custom_hooks') or [])
@@ -71,18 +62,11 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         cfg = build_cfg(args)
+        resume = bool(cfg.get('resume'))
+        runner = build_runner(cfg, cfg.get('load_from'), partial=args.partial_load and not resume,
+                              what='resume checkpoint' if resume else 'load_from')
     except (ConfigError, CheckpointError) as e:
-        print(f'tools/train.py: error: {e}', file=sys.stderr)
-        return 2
-    runner = build_runner(cfg)
-    if cfg.get('load_from'):  # before any step: a misfit never trains or resumes silently
-        what = 'resume checkpoint' if cfg.get('resume') else 'load_from'
-        try:
-            check_model_checkpoint(runner.model, cfg.load_from, what=what, logger=runner.logger,
-                                   partial=args.partial_load and not cfg.get('resume'))
-        except CheckpointError as e:
-            print(f'tools/train.py: error: {e}', file=sys.stderr)
-            return 2
+        return tool_error('tools/train.py', e)
     runner.train()
     close_distributed()
     return 0

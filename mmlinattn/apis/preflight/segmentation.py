@@ -1,0 +1,109 @@
+"""Segmentation pre-flight: label maps checked against their images and the model's classes."""
+import os.path as osp
+import random
+from typing import Optional
+
+import numpy as np
+from mmengine.config import Config
+from mmengine.logging import MMLogger
+from PIL import Image
+
+from ..config import ConfigError
+from .datasets import dataset_class, dataset_classes
+
+# Segmentation sets up to this many files are checked file by file; larger ones by a seeded sample.
+SEG_CHECK_ALL_MAX = 2000
+SEG_CHECK_SAMPLE = 500
+
+
+def _seg_num_classes(cfg: Config, ds: dict) -> Optional[int]:
+    heads = cfg.get('model', {}).get('decode_head')
+    head = heads[0] if isinstance(heads, (list, tuple)) and heads else heads
+    if isinstance(head, dict) and isinstance(head.get('num_classes'), int):
+        return head['num_classes']
+    classes = dataset_classes(cfg, ds)
+    return len(classes) if classes else None
+
+
+def check_seg_annotations(cfg: Config, key: str, ds_cfg: dict, logger=None) -> None:
+    """Segmentation pre-flight: every (image, label map) pair the dataset lists has the same size, and
+    every label value - after ``reduce_zero_label`` and ``label_map``, as mmseg's loader applies them -
+    lies in ``[0, num_classes)`` or is the ignore index. Sets of up to ``SEG_CHECK_ALL_MAX`` files are
+    checked whole, larger ones by a seeded sample of ``SEG_CHECK_SAMPLE`` (the log says which). Only
+    image headers are read for the sizes.
+
+    An empty set, a size mismatch or an out-of-range label raise :class:`ConfigError` naming the files,
+    the values and the config key to change (mmseg would fail deep in the loss, or drop the pixels
+    from the mIoU without a word).
+    """
+    logger = logger or MMLogger.get_current_instance()
+    cls = dataset_class(cfg, ds_cfg)
+    if cls is None or not hasattr(cls, 'load_data_list'):
+        return
+    try:
+        ds = cls(**{k: v for k, v in ds_cfg.items() if k != 'type' and not k.startswith('_')},
+                 lazy_init=True)
+        infos = ds.load_data_list()
+    except Exception:  # noqa: BLE001 - listing failed: the dataset raises its own error when built
+        return
+    if not infos:
+        prefix = ds_cfg.get('data_prefix', {})
+        raise ConfigError(f'{key}: no image found under {ds_cfg.get("data_root", "")}'
+                          f'{prefix.get("img_path", "")} with suffix {getattr(ds, "img_suffix", "?")!r}'
+                          f' (set {key}.data_prefix.img_path / {key}.img_suffix)')
+    num_classes = _seg_num_classes(cfg, ds_cfg)
+    if len(infos) > SEG_CHECK_ALL_MAX:
+        chosen = random.Random(0).sample(infos, SEG_CHECK_SAMPLE)
+        logger.info(f'{key}: checking a seeded sample of {SEG_CHECK_SAMPLE} of {len(infos)} label '
+                    'maps (sizes, label range)')
+    else:
+        chosen = infos
+        logger.info(f'{key}: checking all {len(infos)} label maps (sizes, label range)')
+    reduce_zero = bool(getattr(ds, 'reduce_zero_label', False))
+    ignore = getattr(ds, 'ignore_index', 255)
+    label_map = getattr(ds, 'label_map', None)
+    lut = None
+    if label_map:
+        lut = np.arange(256, dtype=np.int64)
+        for old, new in label_map.items():
+            lut[old] = new
+    size_bad, range_bad = [], []
+    for info in chosen:
+        seg_path = info.get('seg_map_path')
+        if not seg_path or not osp.isfile(seg_path):
+            continue  # a missing label file gets mmcv's FileNotFoundError naming it
+        try:
+            with Image.open(info['img_path']) as im:
+                img_wh = im.size
+            with Image.open(seg_path) as lab:
+                lab_wh = lab.size
+                values = np.unique(np.asarray(lab))
+        except Exception:  # noqa: BLE001 - unreadable files fail in mmcv's loader, naming them
+            continue
+        if img_wh != lab_wh:
+            size_bad.append(f'{seg_path} is {lab_wh[0]}x{lab_wh[1]} but its image '
+                            f'{osp.basename(info["img_path"])} is {img_wh[0]}x{img_wh[1]}')
+        if num_classes is None:
+            continue
+        v = values.astype(np.int64)
+        if reduce_zero:
+            v = np.where(v == 0, 255, v - 1)
+            v = np.where(v == 254, 255, v)
+        if lut is not None:
+            v = lut[np.clip(v, 0, 255)]
+        bad = sorted(int(x) for x in np.unique(v) if (x < 0 or x >= num_classes) and x != ignore)
+        if bad:
+            range_bad.append(f'{seg_path}: {bad[:8]}')
+    problems = []
+    if size_bad:
+        problems.append(f'{len(size_bad)} label map(s) of another size than their image (mmseg would '
+                        'train on misaligned labels or fail to batch them):\n    ' +
+                        '\n    '.join(size_bad[:10]))
+    if range_bad:
+        problems.append(
+            f'{len(range_bad)} label map(s) with values outside [0, {num_classes}) other than the '
+            f'ignore index {ignore} (after reduce_zero_label={reduce_zero}; values as the loss sees '
+            'them):\n    ' + '\n    '.join(range_bad[:10]) +
+            f'\n  Fix the files, or model.decode_head.num_classes / {key}.reduce_zero_label')
+    if problems:
+        raise ConfigError(f'{key}: ' + '\n  '.join(problems))
