@@ -1,24 +1,56 @@
-"""Issue 5: a short toy run learns (beats the untrained model) and tools/test.py reproduces the
-metrics logged at the end of training."""
+"""A short toy run learns (beats the untrained model), tools/test.py reproduces the metrics logged at
+the end of training, and the metrics reader finds both where mmengine writes them."""
+import ast
 import json
 import os.path as osp
-import re
-import subprocess
-import sys
 
 import pytest
 
+from mmlinattn.apis import read_metrics, read_scalars, run_script
 from tools.misc import make_toy_datasets as toy
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 
 
-def _scalars(work_dir):
-    import glob
-    files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
-    rows = [json.loads(line) for line in open(files[-1])]
-    return [r for r in rows if 'mIoU' in r]
+def _tool(script, *args):
+    """A tool in its own process, as users run them (mmengine's logger and visualizer are
+    process-wide singletons); its output."""
+    r = run_script(osp.join(ROOT, script), args, cwd=ROOT, show=False, check=False)
+    assert r.returncode == 0, r.stdout[-4000:]
+    return r.stdout
+
+
+def _write_run(work_dir, stamp, scalars=(), test=None):
+    """A run folder laid out as mmengine 0.10 writes it."""
+    run = work_dir / stamp
+    (run / 'vis_data').mkdir(parents=True)
+    if scalars:
+        (run / 'vis_data' / 'scalars.json').write_text(''.join(json.dumps(r) + '\n' for r in scalars))
+    if test is not None:
+        (run / f'{stamp}.json').write_text(json.dumps(test))
+
+
+def test_read_metrics_takes_the_latest_runs_last_evaluation(tmp_path):
+    train = dict(lr=1e-4, loss=1.5, data_time=0.1, time=0.5, epoch=1, iter=4, memory=10, step=4)
+    _write_run(tmp_path, '20240101_120000', [train, dict(mIoU=10.0, aAcc=50.0, time=0.2, step=1)])
+    _write_run(tmp_path, '20240102_090000', [dict(train, loss=0.5), dict(mIoU=20.0, aAcc=60.0, step=1),
+                                             dict(train, loss=0.3), dict(mIoU=30.5, aAcc=70.0, step=2)])
+    (tmp_path / 'not_a_run').mkdir()  # other folders (a test's own work dir, ...) are not runs
+    assert read_metrics(str(tmp_path)) == dict(mIoU=30.5, aAcc=70.0)
+    assert [r.get('mIoU') for r in read_scalars(str(tmp_path))] == [None, 20.0, None, 30.5]
+
+    _write_run(tmp_path, '20240103_080000', test={'coco/bbox_mAP': 0.25, 'data_time': 0.1, 'time': 0.3})
+    assert read_metrics(str(tmp_path)) == {'coco/bbox_mAP': 0.25}  # a test run: its <stamp>.json
+    # two DDP ranks wrote it, the shorter copy last: the first complete object counts
+    path = tmp_path / '20240103_080000' / '20240103_080000.json'
+    path.write_text(json.dumps({'coco/bbox_mAP': 0.25, 'time': 0.3}) + '25}')
+    assert read_metrics(str(tmp_path)) == {'coco/bbox_mAP': 0.25}
+
+    _write_run(tmp_path / 'no_val', '20240101_120000', [train])
+    assert read_metrics(str(tmp_path / 'no_val')) == {}
+    with pytest.raises(FileNotFoundError, match='no mmengine run'):
+        read_metrics(str(tmp_path / 'not_a_run'))
 
 
 @pytest.mark.slow
@@ -29,24 +61,23 @@ def test_short_training_beats_untrained_and_test_reproduces_metrics(tmp_path):
             f'test_dataloader.dataset.data_root={data}', 'train_dataloader.batch_size=4',
             'train_cfg.max_iters=60', 'train_cfg.val_interval=60',
             'param_scheduler.1.end=60', 'default_hooks.checkpoint.interval=60']
-    def tool(*args):  # separate processes, as users run them (mmengine's logger/visualizer are
-        # process-wide singletons)
-        r = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-        return r.stdout
 
     # the untrained model (lr 0 for one iteration), evaluated through the same loop
     work0 = tmp_path / 'untrained'
-    tool('tools/train.py', SEG_CFG, '--work-dir', str(work0), '--cfg-options', *opts,
-         'train_cfg.max_iters=1', 'train_cfg.val_interval=1', 'optim_wrapper.optimizer.lr=0.0')
-    untrained = _scalars(str(work0))[-1]['mIoU']
+    _tool('tools/train.py', SEG_CFG, '--work-dir', str(work0), '--cfg-options', *opts,
+          'train_cfg.max_iters=1', 'train_cfg.val_interval=1', 'optim_wrapper.optimizer.lr=0.0')
+    untrained = read_metrics(str(work0))['mIoU']
 
     work = tmp_path / 'trained'
-    tool('tools/train.py', SEG_CFG, '--work-dir', str(work), '--cfg-options', *opts)
-    logged = _scalars(str(work))[-1]['mIoU']
-    assert logged > untrained + 15, (untrained, logged)
+    _tool('tools/train.py', SEG_CFG, '--work-dir', str(work), '--cfg-options', *opts)
+    logged = read_metrics(str(work))
+    assert logged['mIoU'] > untrained + 15, (untrained, logged)
+    assert [r['mIoU'] for r in read_scalars(str(work)) if 'mIoU' in r] == [logged['mIoU']]
 
-    out = tool('tools/test.py', SEG_CFG, str(work / 'iter_60.pth'), '--work-dir',
-               str(tmp_path / 'test'), '--cfg-options', *opts)
-    tested = float(re.findall(r"'mIoU': (?:np\.float32\()?([0-9.]+)", out)[-1])
-    assert tested == pytest.approx(logged, abs=1e-2)
+    out = _tool('tools/test.py', SEG_CFG, str(work / 'iter_60.pth'), '--work-dir',
+                str(tmp_path / 'test'), '--cfg-options', *opts)
+    tested = read_metrics(str(tmp_path / 'test'))
+    assert tested['mIoU'] == pytest.approx(logged['mIoU'], abs=1e-2)
+    # what tools/test.py prints (its last line that is a dict) is the same metrics
+    printed = ast.literal_eval([ln for ln in out.splitlines() if ln.startswith('{')][-1])
+    assert printed == pytest.approx({k: tested[k] for k in printed}, abs=1e-4)

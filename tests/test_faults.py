@@ -8,8 +8,8 @@ import os.path as osp
 import pytest
 import torch
 
+from mmlinattn.apis import ConfigError, ToolFailed, check_coco_annotations, run_script
 from mmlinattn.checkpoint import CheckpointError, read_checkpoint
-from mmlinattn.runtime import ConfigError, check_coco_annotations
 from tools import test as test_tool
 from tools import train as train_tool
 from helpers import make_toy_sets
@@ -49,6 +49,31 @@ def test_missing_annotation_file_is_named(toy_data, tmp_path):
                                  ['train_dataloader.dataset.ann_file=annotations/nope.json'])
     with pytest.raises(ConfigError, match=r'train_dataloader\.dataset\.ann_file.*nope\.json'):
         train_tool.build_cfg(args)
+
+
+# --------------------------------------------------------------------------- a tool that fails
+def test_failing_tool_run_names_command_exit_code_and_the_end_of_its_output(tmp_path, capsys):
+    script = tmp_path / 'tool.py'
+    script.write_text('import sys\n'
+                      'for i in range(50):\n    print(f"line {i}")\n'
+                      'print("Epoch(val) [1] mIoU: 3.0")\n'
+                      'raise SystemExit("tool: error: the data is missing")\n')
+    log = tmp_path / 'logs' / 'tool.log'
+    with pytest.raises(ToolFailed) as e:
+        run_script(str(script), ['--x', 1], cwd=str(tmp_path), log=str(log), echo=('Epoch(val',),
+                   tail=5)
+    msg = str(e.value)
+    assert e.value.returncode == 1
+    assert msg.splitlines()[0].endswith(' tool.py --x 1')  # the command, the script relative to cwd
+    assert 'exit code 1' in msg and str(log) in msg
+    assert 'tool: error: the data is missing' in msg and 'line 48' in msg and 'line 40' not in msg
+    out = capsys.readouterr().out
+    assert out.startswith('$ ') and 'tool.py --x 1' in out
+    assert '   Epoch(val) [1] mIoU: 3.0' in out and 'line 3\n' not in out  # only the echoed lines
+    assert log.read_text().count('\n') == 52  # the whole output, stderr included, in order
+    assert log.read_text().endswith('mIoU: 3.0\ntool: error: the data is missing\n')
+    r = run_script(str(script), cwd=str(tmp_path), show=False, check=False)
+    assert r.returncode == 1 and r.stdout.splitlines()[-1] == 'tool: error: the data is missing'
 
 
 # --------------------------------------------------------------------------- malformed COCO

@@ -13,52 +13,27 @@ Everything runs on the CPU. The terminal shows the commands, the training / test
 and the final table; the full logs are in work_dirs/demo_det and work_dirs/demo_seg (*.log).
 """
 import argparse
-import os
 import os.path as osp
-import re
-import subprocess
 import sys
 import time
 
+from mmlinattn.apis import model_registry, read_metrics, run_script
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-PY = sys.executable
 DET = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py'
 SEG = 'configs/toy/fpn_mavit-t_toy-ade.py'
+# the output lines shown on the terminal (all of it goes to the log files)
+PROGRESS = ('Epoch(', 'Iter(', 'coco/', 'mIoU', 'Error', 'error:')
 
 
-def run(cmd, log=None):
-    print('$ ' + ' '.join(cmd), flush=True)
-    out = []
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    with open(log, 'w') if log else open(os.devnull, 'w') as f:
-        for line in proc.stdout:
-            f.write(line)
-            out.append(line)
-            if any(k in line for k in ('Epoch(', 'Iter(', 'coco/', 'mIoU', 'Error', 'error:')):
-                print('   ' + line.rstrip()[:200], flush=True)
-    if proc.wait() != 0:
-        tail = ''.join(out[-30:])
-        raise SystemExit(f'command failed ({proc.returncode}): {" ".join(cmd)}\n{tail}')
-    return ''.join(out)
-
-
-def metrics(text, keys=('coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP', 'coco/segm_mAP_50',
-                         'mIoU', 'aAcc')):
-    """The last value of each metric in ``keys`` that an mmengine log ``text`` reports."""
-    found = {}
-    for key in keys:
-        m = re.findall(re.escape(key) + r"'?:\s*([-0-9.]+)", text)
-        if m:
-            found[key] = float(m[-1])
-    return found
+def run(script, *args, log=None):
+    return run_script(script, args, cwd=ROOT, log=log and osp.join(ROOT, log), echo=PROGRESS, tail=30)
 
 
 def untrained_checkpoint(config, path):
     """Save the randomly initialised model: the 'chance level' is measured on it."""
     import torch
     from mmengine.config import Config
-    sys.path.insert(0, ROOT)
-    from mmlinattn.runtime import model_registry
     cfg = Config.fromfile(osp.join(ROOT, config))
     models = model_registry(cfg)
     torch.manual_seed(0)
@@ -67,22 +42,21 @@ def untrained_checkpoint(config, path):
     torch.save({'state_dict': model.state_dict(), 'meta': {}}, osp.join(ROOT, path))
 
 
-def job(name, config, work_dir, extra):
-    os.makedirs(osp.join(ROOT, work_dir), exist_ok=True)
+def job(config, work_dir, extra):
+    """The metrics of the untrained and of the trained model (tools/test.py on each)."""
     ckpt0 = osp.join(work_dir, 'untrained.pth')
     # in its own process, logged to a file: building and initialising the model prints mmengine's
     # per-parameter init report (thousands of lines)
-    run([PY, 'tools/demo.py', '--save-untrained', config, ckpt0],
-        log=osp.join(ROOT, work_dir, 'untrained.log'))
-    before = metrics(run([PY, 'tools/test.py', config, ckpt0, '--work-dir', work_dir + '/untrained'],
-                         log=osp.join(ROOT, work_dir, 'test_untrained.log')))
-    run([PY, 'tools/train.py', config, '--work-dir', work_dir] + extra,
-        log=osp.join(ROOT, work_dir, 'train.log'))
+    run('tools/demo.py', '--save-untrained', config, ckpt0, log=osp.join(work_dir, 'untrained.log'))
+    run('tools/test.py', config, ckpt0, '--work-dir', work_dir + '/untrained',
+        log=osp.join(work_dir, 'test_untrained.log'))
+    run('tools/train.py', config, '--work-dir', work_dir, *extra, log=osp.join(work_dir, 'train.log'))
     with open(osp.join(ROOT, work_dir, 'last_checkpoint')) as f:
         last = f.read().strip()
-    after = metrics(run([PY, 'tools/test.py', config, last, '--work-dir', work_dir + '/trained'],
-                        log=osp.join(ROOT, work_dir, 'test_trained.log')))
-    return before, after
+    run('tools/test.py', config, last, '--work-dir', work_dir + '/trained',
+        log=osp.join(work_dir, 'test_trained.log'))
+    return (read_metrics(osp.join(ROOT, work_dir, 'untrained')),
+            read_metrics(osp.join(ROOT, work_dir, 'trained')))
 
 
 def main(argv=None):
@@ -94,21 +68,21 @@ def main(argv=None):
         untrained_checkpoint(*args.save_untrained)
         return 0
     t0 = time.time()
-    run([PY, 'tools/misc/make_toy_datasets.py'])
+    run('tools/misc/make_toy_datasets.py')
     det_extra, seg_extra = [], []
     if args.quick:
         det_extra = ['--cfg-options', 'train_cfg.max_epochs=1', 'train_cfg.val_interval=1']
         seg_extra = ['--cfg-options', 'train_cfg.max_iters=20', 'train_cfg.val_interval=20']
-    det = job('det', DET, 'work_dirs/demo_det', det_extra)
-    seg = job('seg', SEG, 'work_dirs/demo_seg', seg_extra)
+    det = job(DET, 'work_dirs/demo_det', det_extra)
+    seg = job(SEG, 'work_dirs/demo_seg', seg_extra)
     wall = time.time() - t0
-    rows = [('toy Mask R-CNN, MAViT-T', 'bbox AP50', 'coco/bbox_mAP_50', det, 1),
-            ('toy Mask R-CNN, MAViT-T', 'bbox AP', 'coco/bbox_mAP', det, 1),
-            ('toy Mask R-CNN, MAViT-T', 'segm AP50', 'coco/segm_mAP_50', det, 1),
-            ('toy Semantic FPN, MAViT-T', 'mIoU', 'mIoU', seg, 1)]
+    rows = [('toy Mask R-CNN, MAViT-T', 'bbox AP50', 'coco/bbox_mAP_50', det),
+            ('toy Mask R-CNN, MAViT-T', 'bbox AP', 'coco/bbox_mAP', det),
+            ('toy Mask R-CNN, MAViT-T', 'segm AP50', 'coco/segm_mAP_50', det),
+            ('toy Semantic FPN, MAViT-T', 'mIoU', 'mIoU', seg)]
     print('\n' + '=' * 72)
     print(f'{"model":28s} {"metric":10s} {"untrained":>10s} {"trained":>10s}')
-    for model, label, key, (before, after), _ in rows:
+    for model, label, key, (before, after) in rows:
         print(f'{model:28s} {label:10s} {before.get(key, float("nan")):10.3f} '
               f'{after.get(key, float("nan")):10.3f}')
     print(f'wall time: {wall / 60:.1f} min (logs and checkpoints in work_dirs/demo_det, demo_seg)')
@@ -124,7 +98,9 @@ def main(argv=None):
     if problems:
         print('demo: the models did not learn as expected: ' + '; '.join(problems))
         return 1
-    print('demo: both models learned (bbox AP50 >= 0.5, mIoU >= 50; untrained: ~0.01 and ~22)')
+    ap50, miou = det[0].get('coco/bbox_mAP_50', float('nan')), seg[0].get('mIoU', float('nan'))
+    print(f'demo: both models learned (bbox AP50 >= 0.5, mIoU >= 50; untrained: {ap50:.3f} and '
+          f'{miou:.1f})')
     return 0
 
 

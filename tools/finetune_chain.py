@@ -28,14 +28,12 @@ the test suite), its numbers mean nothing. Every step is a ``tools/train.py`` ru
 import argparse
 import os
 import os.path as osp
-import subprocess
 import sys
 import time
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from mmlinattn.apis import read_metrics, run_script
 
-from tools.demo import metrics  # noqa: E402  (the log parser of the demo)
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 # name -> (family of the checkpoint layout, classifier config, detector config, segmentor config)
 BACKBONES = {
@@ -45,29 +43,16 @@ BACKBONES = {
                      'configs/toy/mask-rcnn_inline-pvt-t_fpn_toy-coco.py',
                      'configs/toy/fpn_inline-pvt-t_toy-ade.py'),
 }
-METRICS = ('accuracy/top1', 'coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP', 'coco/segm_mAP_50',
-           'mIoU')
 
 
 def train(config, work_dir, options):
-    """``tools/train.py config`` in a subprocess; returns (last value of each metric, wall seconds)."""
-    os.makedirs(work_dir, exist_ok=True)
-    cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), config, '--work-dir', work_dir,
-           '--cfg-options', *options]
-    print('$ ' + ' '.join(osp.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd), flush=True)
+    """``tools/train.py config`` in a subprocess; returns (its last validation's metrics, wall
+    seconds)."""
     t0 = time.time()
-    lines = []
-    with open(osp.join(work_dir, 'train.log'), 'w') as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in proc.stdout:
-            log.write(line)
-            lines.append(line)
-            if 'Epoch(val' in line or 'Iter(val' in line:
-                print('   ' + line.rstrip()[:200], flush=True)
-    if proc.wait() != 0:
-        raise SystemExit(f'finetune_chain: {" ".join(cmd)} failed ({proc.returncode}); the end of its '
-                         f'log ({work_dir}/train.log):\n' + ''.join(lines[-40:]))
-    return metrics(''.join(lines), METRICS), time.time() - t0
+    run_script(osp.join(ROOT, 'tools/train.py'),
+               [config, '--work-dir', work_dir, '--cfg-options', *options], cwd=ROOT,
+               log=osp.join(work_dir, 'train.log'), echo=('Epoch(val', 'Iter(val'))
+    return read_metrics(work_dir), time.time() - t0
 
 
 def last_checkpoint(work_dir):
@@ -135,16 +120,16 @@ def main(argv=None):
     p.add_argument('--skip-scratch', action='store_true',
                    help='train only the fine-tuned models (the from-scratch column stays empty)')
     args = p.parse_args(argv)
+    data, work = osp.abspath(args.data), osp.abspath(args.work_dir)
     if args.quick:
         args.pretrain_epochs, args.det_epochs, args.seg_iters = 1, 1, 2
-    data, work = osp.abspath(args.data), osp.abspath(args.work_dir)
     family, cls_cfg, det_cfg, seg_cfg = BACKBONES[args.backbone]
     t0 = time.time()
 
-    from tools.misc import make_toy_datasets as toy
     for name in ('coco', 'ade', 'cls'):
-        if not toy.is_complete(osp.join(data, f'toy_{name}')):
-            toy.main(['--out', data, '--only', name])
+        if not osp.isfile(osp.join(data, f'toy_{name}', 'COMPLETE')):  # written last, when complete
+            run_script(osp.join(ROOT, 'tools/misc/make_toy_datasets.py'),
+                       ['--out', data, '--only', name], cwd=ROOT)
 
     seed = [f'randomness.seed={args.seed}']
     if args.pretrained:

@@ -36,12 +36,14 @@ import os
 import os.path as osp
 import re
 import resource
-import subprocess
 import sys
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
+CONFIG_DIRS = ('inline_pvt', 'inline_swin', 'mavit')  # the config matrix: one folder per family
+# our backbone in a config name, e.g. "mavit-t"; the arch letters smallest first
+BACKBONE_IN_NAME = re.compile(r'(inline-pvt|inline-swin|mavit)-([tsmbl])')
+ARCH_ORDER = 'tsmbl'
 
 # mmdet's / mmseg's own backbones for the reference rows: (type, kwargs, channels)
 REFERENCES = {
@@ -53,26 +55,31 @@ REFERENCES = {
 }
 
 
+def matrix_cells():
+    """The config matrix as it is on disk: {recipe: the smallest variant of each family that has it},
+    recipes in name order, families in folder order."""
+    cells = {}
+    for family in CONFIG_DIRS:
+        folder = osp.join('configs', family)
+        for name in sorted(os.listdir(osp.join(ROOT, folder)), key=_smallest_first):
+            if BACKBONE_IN_NAME.search(name) and name.endswith('.py'):
+                cells.setdefault(_recipe(name), {}).setdefault(family, osp.join(folder, name))
+    return {recipe: list(fams.values()) for recipe, fams in sorted(cells.items())}
+
+
+def _smallest_first(name):
+    m = BACKBONE_IN_NAME.search(name)
+    return (ARCH_ORDER.index(m.group(2)) if m else len(ARCH_ORDER), name)
+
+
 def matrix_configs():
-    from tools.misc import generate_configs as gen
-    out = []
-    for recipe, fams in gen.MATRIX.items():
-        for family, archs in fams.items():
-            bb = f"{gen.FAMILIES[family]['prefix']}-{archs[0]}"
-            out.append(osp.join('configs', family, gen.RECIPES[recipe]['name'].format(bb=bb) + '.py'))
-    return out
+    return [cfg for cfgs in matrix_cells().values() for cfg in cfgs]
 
 
 def reference_jobs():
-    """(config, reference name): one per model family x reference backbone."""
-    from tools.misc import generate_configs as gen
-    jobs = []
-    for recipe, fams in gen.MATRIX.items():
-        family = next(iter(fams))
-        bb = f"{gen.FAMILIES[family]['prefix']}-{fams[family][0]}"
-        cfg = osp.join('configs', family, gen.RECIPES[recipe]['name'].format(bb=bb) + '.py')
-        jobs += [(cfg, ref) for ref in REFERENCES]
-    return jobs
+    """(config, reference name): per detector / segmentor recipe, its first family's smallest config
+    with each reference backbone."""
+    return [(cfgs[0], ref) for cfgs in matrix_cells().values() for ref in REFERENCES]
 
 
 def swap_backbone(cfg, ref):
@@ -154,7 +161,7 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
     from mmengine.optim import build_optim_wrapper
 
     import mmlinattn  # noqa: F401
-    from mmlinattn.runtime import model_registry
+    from mmlinattn.apis import model_registry
     cfg = Config.fromfile(osp.join(ROOT, config))
     cfg.model.backbone.init_cfg = None
     if ref:
@@ -223,8 +230,8 @@ def _round(x, digits):
 
 def run_job(config, ref, args, size=None):
     """One config at one size in a fresh process (clean peak memory); returns its result dict."""
-    cmd = [sys.executable, osp.abspath(__file__), '--one', config, '--device', args.device,
-           '--warmup', str(args.warmup)]
+    from mmlinattn.apis import run_script
+    cmd = ['--one', config, '--device', args.device, '--warmup', str(args.warmup)]
     if ref:
         cmd += ['--reference', ref]
     if args.amp:
@@ -237,20 +244,20 @@ def run_job(config, ref, args, size=None):
         cmd.append('--compile')
     if args.no_train:
         cmd.append('--no-train')
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    r = run_script(osp.abspath(__file__), cmd, cwd=ROOT, show=False, check=False)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith('RESULT ')]
     if r.returncode != 0 or not lines:
+        failed = dict(config=osp.basename(config)[:-3], backbone=ref or '?', size=size and list(size))
         if r.returncode < 0:  # killed by a signal, most often SIGKILL from the kernel's OOM killer
-            return dict(config=osp.basename(config)[:-3], backbone=ref or '?', size=size and list(size),
-                        error=f'process killed (signal {-r.returncode}), out of memory?')
-        return dict(config=osp.basename(config)[:-3], backbone=ref or '?', size=size and list(size),
-                    error=(r.stderr or r.stdout).strip().splitlines()[-1][:200] if (r.stderr or r.stdout) else '?')
+            return dict(failed, error=f'process killed (signal {-r.returncode}), out of memory?')
+        last = r.stdout.strip().splitlines()[-1:] or ['?']
+        return dict(failed, error=last[0][:200])
     return json.loads(lines[-1][len('RESULT '):])
 
 
 def _recipe(name):
     """The config name without its backbone: rows of the same detector / segmentor share it."""
-    return re.sub(r'(inline-pvt|inline-swin|mavit)-[tsmbl]', '{}', name)
+    return BACKBONE_IN_NAME.sub('{}', name)
 
 
 def _size(r):

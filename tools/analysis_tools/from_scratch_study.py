@@ -17,31 +17,27 @@ import argparse
 import json
 import os
 import os.path as osp
-import subprocess
 import sys
 import time
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
+from mmlinattn.apis import load_config, model_registry, read_metrics, run_script
+from mmlinattn.models import out_channels
 
-from tools.demo import metrics  # noqa: E402  (the log parser of the demo)
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
 
-# name -> (backbone config, FPN in_channels)
+# name -> backbone config; the FPN gets the channels the backbone returns (models.out_channels)
 VARIANTS = {
-    'mavit-t': (dict(type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=True),
-                [64, 128, 256, 512]),
-    'mavit-t-nonorm': (dict(type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=False),
-                       [64, 128, 256, 512]),
-    'inline-pvt-t': (dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0, out_norm=True),
-                     [64, 128, 320, 512]),
-    'inline-pvt-t-nonorm': (dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0, out_norm=False),
-                            [64, 128, 320, 512]),
-    'inline-swin-t': (dict(type='InLineSwin', arch='tiny', drop_path_rate=0.0, out_norm=True),
-                      [96, 192, 384, 768]),
-    'inline-swin-t-softmax': (dict(type='InLineSwin', arch='tiny', attn_type='SSSS', drop_path_rate=0.0,
-                                   out_norm=True),
-                              [96, 192, 384, 768]),
+    'mavit-t': dict(type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=True),
+    'mavit-t-nonorm': dict(type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=False),
+    'inline-pvt-t': dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0, out_norm=True),
+    'inline-pvt-t-nonorm': dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0, out_norm=False),
+    'inline-swin-t': dict(type='InLineSwin', arch='tiny', drop_path_rate=0.0, out_norm=True),
+    'inline-swin-t-softmax': dict(type='InLineSwin', arch='tiny', attn_type='SSSS', drop_path_rate=0.0,
+                                  out_norm=True),
+}
+# mmdet's own backbones as references: name -> (backbone config, channels of its four maps)
+REFERENCES = {
     'mmdet-swin-t': (dict(type='mmdet.SwinTransformer', embed_dims=96, depths=[2, 2, 6, 2],
                           num_heads=[3, 6, 12, 24], window_size=7, drop_path_rate=0.0,
                           out_indices=(0, 1, 2, 3)),
@@ -53,6 +49,13 @@ VARIANTS = {
 }
 
 
+def backbone(name):
+    """(backbone config, FPN in_channels) of a variant."""
+    if name in REFERENCES:
+        return REFERENCES[name]
+    return VARIANTS[name], out_channels(VARIANTS[name])
+
+
 def feature_stats(backbone_cfg, data_root, n_images=8, size=128):
     """Per stage, on toy training images with the backbone in training mode: the RMS of the outputs, and
     the share of their energy that varies across positions (per image and channel, the variance over
@@ -61,8 +64,6 @@ def feature_stats(backbone_cfg, data_root, n_images=8, size=128):
     import numpy as np
     import torch
     from PIL import Image
-
-    from mmlinattn.runtime import load_config, model_registry
     cfg = load_config(CFG)
     models = model_registry(cfg)
     torch.manual_seed(0)
@@ -104,21 +105,18 @@ def train_and_eval(name, backbone_cfg, in_channels, args):
         f.write(f"_base_ = {CFG!r}\nmodel = dict(backbone=dict(_delete_=True, init_cfg=None, "
                 f"**{backbone_cfg!r}))\n")
     t0 = time.time()
-    r = subprocess.run([sys.executable, osp.join(ROOT, 'tools/train.py'), derived, '--work-dir', work,
-                        '--cfg-options', *opts], cwd=ROOT, capture_output=True, text=True)
+    run_script(osp.join(ROOT, 'tools/train.py'), [derived, '--work-dir', work, '--cfg-options', *opts],
+               cwd=ROOT, log=osp.join(work, 'train.log'), show=False)
     wall = time.time() - t0
-    text = r.stdout + r.stderr
-    if r.returncode != 0:
-        raise RuntimeError(f'{name}: training failed:\n{text[-3000:]}')
+    found = read_metrics(work)  # its last validation
     keys = ('coco/bbox_mAP_50', 'coco/segm_mAP_50')
-    found = metrics(text, keys)
     ap = {key.split('/')[1]: found.get(key, float('nan')) for key in keys}
     return ap, wall
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--variants', default=','.join(VARIANTS))
+    p.add_argument('--variants', default=','.join([*VARIANTS, *REFERENCES]))
     p.add_argument('--epochs', type=int, default=4)
     p.add_argument('--lr', type=float, default=2e-4)
     p.add_argument('--seed', type=int, default=0)
@@ -131,19 +129,18 @@ def main(argv=None):
     p.add_argument('--tag', default='', help='suffix of the work dirs (and table rows) of this run')
     args = p.parse_args(argv)
     if not osp.isdir(osp.join(args.data, 'toy_coco')):
-        subprocess.run([sys.executable, osp.join(ROOT, 'tools/misc/make_toy_datasets.py'),
-                        '--out', args.data], check=True)
-    import mmlinattn  # noqa: F401
+        run_script(osp.join(ROOT, 'tools/misc/make_toy_datasets.py'), ['--out', args.data], cwd=ROOT,
+                   show=False)
     names = [n.strip() for n in args.variants.split(',') if n.strip()]
-    unknown = [n for n in names if n not in VARIANTS]
+    unknown = [n for n in names if n not in VARIANTS and n not in REFERENCES]
     if unknown:
-        p.error(f'unknown variant(s) {unknown}; choose from {list(VARIANTS)}')
+        p.error(f'unknown variant(s) {unknown}; choose from {[*VARIANTS, *REFERENCES]}')
     head = ('| backbone | FPN-input RMS, stages 1-4 | spatially varying share of the energy | '
             f'bbox AP50 | segm AP50 | train+val s |\n|---|---|---|---|---|---|')
     rows = []
     print(head, flush=True)
     for name in names:
-        bb, ch = VARIANTS[name]
+        bb, ch = backbone(name)
         stats = feature_stats(bb, args.data)
         rms = ' / '.join(f'{s[0]:.2f}' for s in stats)
         cv = ' / '.join(f'{s[1]:.2f}' for s in stats)
