@@ -13,17 +13,13 @@ MALA Fig. 4/7; no RoPE in these), next to the model's own map. Without --image a
 import argparse
 import os
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import mmlinattn  # noqa: E402,F401
-from mmlinattn.analysis import (attention_map, collect_attention, matrices_for_cores,  # noqa: E402
-                                summarize)
-from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
+import mmlinattn  # noqa: F401
+from mmlinattn.analysis import attention_map, collect_attention, matrices_for_cores, summarize
+from mmlinattn.models import InLinePVT, InLineSwin, MAViT
 
 BACKBONES = {'InLinePVT': InLinePVT, 'InLineSwin': InLineSwin, 'MAViT': MAViT}
 MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])

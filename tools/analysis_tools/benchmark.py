@@ -17,15 +17,13 @@ import json
 import os
 import os.path as osp
 import platform
-import sys
 
-os.environ.setdefault('KINETO_LOG_LEVEL', '5')
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chatter
 
 import torch  # noqa: E402
+from benchmark_utils import peak_memory, timeit  # noqa: E402  (tools/analysis_tools/)
 
 import mmlinattn  # noqa: E402,F401
-from mmlinattn.benchmark_utils import peak_memory, timeit  # noqa: E402
 from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
 
 

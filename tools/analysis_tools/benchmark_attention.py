@@ -20,16 +20,14 @@ import os
 import os.path as osp
 import platform
 import statistics
-import sys
 
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chatter
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-import torch
-import torch.nn.functional as F
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from benchmark_utils import peak_memory, timeit  # noqa: E402  (tools/analysis_tools/)
 
-from mmlinattn.benchmark_utils import peak_memory, timeit
-from mmlinattn.ops import inline_attention, linear_attention, mala_attention
+from mmlinattn.ops import inline_attention, linear_attention, mala_attention  # noqa: E402
 
 
 def gemm_gflops(n=2048):

@@ -16,12 +16,10 @@ import os.path as osp
 import sys
 from math import prod
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+import torch
 
-import torch  # noqa: E402
-
-import mmlinattn  # noqa: E402,F401
-from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
+import mmlinattn  # noqa: F401
+from mmlinattn.models import InLinePVT, InLineSwin, MAViT
 
 PAPER_GFLOPS = {('InLineSwin', 'tiny'): 4.5, ('InLineSwin', 'small'): 8.7, ('InLineSwin', 'base'): 15.4,
                 ('InLinePVT', 'tiny'): 2.0, ('InLinePVT', 'small'): 3.9, ('InLinePVT', 'medium'): 6.9,
@@ -90,7 +88,7 @@ class _DenseForward(torch.nn.Module):
 def config_flops(path, shape=None):
     from mmengine.config import Config
 
-    from mmlinattn.runtime import model_registry
+    from mmlinattn.apis import model_registry
     cfg = Config.fromfile(path)
     models = model_registry(cfg)
     cfg.model.backbone.init_cfg = None

@@ -1,4 +1,6 @@
-"""Timing and memory helpers shared by the benchmark tools (one process, one run)."""
+"""Timing and memory helpers of the benchmark scripts in this folder (benchmark.py,
+benchmark_attention.py), which import it as a sibling module: Python puts a script's folder first on
+``sys.path``."""
 import time
 
 import torch
