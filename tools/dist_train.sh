@@ -5,14 +5,4 @@
 set -euo pipefail
 CONFIG=$1
 GPUS=$2
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PYTHON=${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python )}
-PYTHONPATH="$ROOT:${PYTHONPATH:-}" \
-"$PYTHON" -m torch.distributed.run \
-    --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
-    --nproc_per_node="$GPUS" --master_port="$PORT" \
-    "$ROOT/tools/train.py" "$CONFIG" --launcher pytorch "${@:3}"
+exec bash "$(dirname "$0")/launch.sh" torchrun train.py "$GPUS" "$CONFIG" --launcher pytorch "${@:3}"
