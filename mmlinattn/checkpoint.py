@@ -183,7 +183,9 @@ def resize_pos_embed(pos: Tensor, src_hw: Tuple[int, int], dst_hw: Tuple[int, in
         return pos
     c = pos.shape[-1]
     grid = pos.reshape(1, *src_hw, c).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid.float(), size=tuple(dst_hw), mode='bilinear', align_corners=False)
+    # half-precision tables are resized in float32, float32 and float64 ones in their own dtype
+    grid = grid.to(torch.promote_types(grid.dtype, torch.float32))
+    grid = F.interpolate(grid, size=tuple(dst_hw), mode='bilinear', align_corners=False)
     return grid.permute(0, 2, 3, 1).reshape(1, dst_hw[0] * dst_hw[1], c).to(pos.dtype)
 
 

@@ -108,6 +108,11 @@ class InLinePVT(LinAttnBackbone):
             remainder of a size that is not a multiple of its patch, so inputs need at least 32 px
             per side; ``True`` zero-pads the bottom/right instead (any size, ceil-sized maps).
         norm_cfg (dict): the blocks' norms (``LN``, eps 1e-6).
+        init_scheme (str): the init without a checkpoint (docs/design.md): ``'trunc_normal'``
+            (default: every Linear and conv weight trunc-normal std 0.02, biases 0), ``'authors'`` (the
+            authors' code: Linears so, convolutions - InLine's local residual included - torch's
+            default) or ``'mmdet_pvt'`` (mmdet's ``PyramidVisionTransformer``: convolutions and MLPs
+            normal with std sqrt(2 / fan_out), q|k|v xavier-uniform). Checkpoints overwrite any.
         init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors' file.
     """
     arch_zoo = {
@@ -122,6 +127,7 @@ class InLinePVT(LinAttnBackbone):
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     default_attn_type = 'IIII'
     authors_layout = AuthorsLayout('inline_pvt', classification=('head.',), adapt=_resize_pos_tables)
+    init_schemes = ('trunc_normal', 'authors', 'mmdet_pvt')
 
     def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
                  attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
@@ -130,8 +136,12 @@ class InLinePVT(LinAttnBackbone):
                  pretrain_img_size: int = 224, patch_size: int = 4,
                  sr_ratios: Sequence[int] = (8, 4, 2, 1), out_norm: bool = False,
                  pad_patches: bool = False, mlp_ratio=None, norm_cfg: dict = PVT_NORM,
-                 init_cfg=None):
+                 init_scheme: str = 'trunc_normal', init_cfg=None):
         super().__init__(init_cfg=init_cfg)
+        if init_scheme not in self.init_schemes:
+            raise ValueError(f'{type(self).__name__}: init_scheme={init_scheme!r} must be one of '
+                             f'{list(self.init_schemes)}')
+        self.init_scheme = init_scheme
         arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
         self._set_dims(arch['embed_dims'])
         dims, depths, n = self.embed_dims, self.depths, self.num_stages
@@ -177,6 +187,33 @@ class InLinePVT(LinAttnBackbone):
     def _post_init(self):
         for i in range(self.num_stages):
             nn.init.trunc_normal_(self.stage(i).pos_embed, std=.02)
+        if self.init_scheme == 'authors':  # their code initialises Linears and LayerNorms only
+            for m in self.modules():
+                if isinstance(m, (nn.Conv1d, nn.Conv2d)):
+                    m.reset_parameters()
+        elif self.init_scheme == 'mmdet_pvt':
+            self._init_as_mmdet_pvt()
+
+    def _init_as_mmdet_pvt(self):
+        """mmdet's ``PyramidVisionTransformer.init_weights`` without a checkpoint: convolutions and the
+        MLPs (1x1 convolutions there) normal(0, sqrt(2 / fan_out)), fan_out = kernel area x out
+        channels / groups; q and kv uniform within sqrt(6 / 4C) (torch's xavier init of the fused
+        (3C, C) q|k|v matrix); their biases 0. Output projections, norms and tables keep the default."""
+        def fan_out_normal(m):
+            fan_out = m.weight.shape[0] * m.weight[0, 0].numel() // getattr(m, 'groups', 1)
+            nn.init.normal_(m.weight, 0., math.sqrt(2. / fan_out))
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                fan_out_normal(m)
+            elif isinstance(m, PVTBlock):
+                fan_out_normal(m.mlp.fc1)
+                fan_out_normal(m.mlp.fc2)
+                bound = math.sqrt(6. / (4 * m.attn.dim))
+                for lin in (m.attn.q, m.attn.kv):
+                    nn.init.uniform_(lin.weight, -bound, bound)
 
     def _stage_modules(self, i):
         # 0: the stem (patch_embed1 + pos_embed1); s >= 1: everything of stage s
