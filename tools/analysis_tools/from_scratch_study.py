@@ -8,7 +8,10 @@ the signal that tells an object from the background), then trains with tools/tra
 
     python tools/analysis_tools/from_scratch_study.py [--epochs 4] [--variants mavit-t,mavit-t-nonorm,...]
         [--lr 2e-4] [--data data] [--work-dir work_dirs/from_scratch_study] [--out table.md]
-        [--cfg-options key=value ...] [--tag NAME]
+        [--cfg-options key=value ...] [--tag NAME] [--seeds N]
+
+With ``--seeds N`` every variant trains N times (seeds 1..N) and the table gives each run's AP50 and,
+per variant, the mean and the spread (min - max): at this budget one run decides nothing.
 
 All variants run one after another (one heavy thing at a time); on a 2-core CPU each takes a few
 minutes for 4 epochs of the 160-image toy set.
@@ -35,6 +38,13 @@ VARIANTS = {
     'inline-swin-t': dict(type='InLineSwin', arch='tiny', drop_path_rate=0.0, out_norm=True),
     'inline-swin-t-softmax': dict(type='InLineSwin', arch='tiny', attn_type='SSSS', drop_path_rate=0.0,
                                   out_norm=True),
+    # PVT-T's scaffold (softmax with spatial reduction in every stage) with InLine-PVT's heads, with
+    # our default init and with mmdet's PVT init (docs/design.md, "InLine-PVT's scaffold against
+    # mmdet's PVT v1")
+    'inline-pvt-t-ssss': dict(type='InLinePVT', arch='tiny', attn_type='SSSS', drop_path_rate=0.0,
+                              out_norm=False),
+    'inline-pvt-t-ssss-mmdet-init': dict(type='InLinePVT', arch='tiny', attn_type='SSSS',
+                                         drop_path_rate=0.0, out_norm=False, init_scheme='mmdet_pvt'),
 }
 # mmdet's own backbones as references: name -> (backbone config, channels of its four maps)
 REFERENCES = {
@@ -42,6 +52,9 @@ REFERENCES = {
                           num_heads=[3, 6, 12, 24], window_size=7, drop_path_rate=0.0,
                           out_indices=(0, 1, 2, 3)),
                      [96, 192, 384, 768]),
+    'mmdet-pvt-t': (dict(type='mmdet.PyramidVisionTransformer', num_layers=[2, 2, 2, 2],
+                         drop_path_rate=0.0, out_indices=(0, 1, 2, 3)),
+                    [64, 128, 320, 512]),
     'mmdet-resnet-18': (dict(type='mmdet.ResNet', depth=18, num_stages=4, out_indices=(0, 1, 2, 3),
                              frozen_stages=-1, norm_cfg=dict(type='BN', requires_grad=True),
                              norm_eval=False, style='pytorch'),
@@ -88,15 +101,16 @@ def feature_stats(backbone_cfg, data_root, n_images=8, size=128):
     return stats
 
 
-def train_and_eval(name, backbone_cfg, in_channels, args):
-    work = osp.join(args.work_dir, name + (f'-{args.tag}' if args.tag else ''))
+def train_and_eval(name, backbone_cfg, in_channels, args, seed):
+    work = osp.join(args.work_dir, name + (f'-{args.tag}' if args.tag else '') +
+                    (f'-seed{seed}' if args.seeds else ''))
     ann = f'{args.data}/toy_coco/annotations/instances_val.json'
     opts = [f'{k}.dataset.data_root={args.data}/toy_coco/'
             for k in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
     opts += [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}',
              f'train_cfg.max_epochs={args.epochs}', f'train_cfg.val_interval={args.epochs}',
              f'param_scheduler.1.end={args.epochs}', f'param_scheduler.1.milestones=[{args.epochs}]',
-             f'optim_wrapper.optimizer.lr={args.lr}', f'randomness.seed={args.seed}',
+             f'optim_wrapper.optimizer.lr={args.lr}', f'randomness.seed={seed}',
              f'model.neck.in_channels={json.dumps(in_channels)}'] + list(args.cfg_options or [])
     # the backbone is replaced as a whole through a small derived config
     derived = osp.join(work, 'config.py')
@@ -116,10 +130,13 @@ def train_and_eval(name, backbone_cfg, in_channels, args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--variants', default=','.join([*VARIANTS, *REFERENCES]))
+    p.add_argument('--variants', default=','.join([*VARIANTS, *REFERENCES]),
+                   help='comma-separated names of VARIANTS and REFERENCES')
     p.add_argument('--epochs', type=int, default=4)
     p.add_argument('--lr', type=float, default=2e-4)
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=int, default=0, help='the seed of a single run per variant')
+    p.add_argument('--seeds', type=int, default=0,
+                   help='train every variant N times, seeds 1..N, and report mean and spread')
     p.add_argument('--data', default=osp.join(ROOT, 'data'))
     p.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs', 'from_scratch_study'))
     p.add_argument('--stats-only', action='store_true', help='print the feature statistics only')
@@ -135,6 +152,8 @@ def main(argv=None):
     unknown = [n for n in names if n not in VARIANTS and n not in REFERENCES]
     if unknown:
         p.error(f'unknown variant(s) {unknown}; choose from {[*VARIANTS, *REFERENCES]}')
+    if args.seeds:
+        return seeded_table(names, args)
     head = ('| backbone | FPN-input RMS, stages 1-4 | spatially varying share of the energy | '
             f'bbox AP50 | segm AP50 | train+val s |\n|---|---|---|---|---|---|')
     rows = []
@@ -144,19 +163,54 @@ def main(argv=None):
         stats = feature_stats(bb, args.data)
         rms = ' / '.join(f'{s[0]:.2f}' for s in stats)
         cv = ' / '.join(f'{s[1]:.2f}' for s in stats)
+        label = f'{name}{" " + args.tag if args.tag else ""}'
         if args.stats_only:
-            row = f'| {name}{" " + args.tag if args.tag else ""} | {rms} | {cv} | - | - | - |'
+            row = f'| {label} | {rms} | {cv} | - | - | - |'
         else:
-            ap, wall = train_and_eval(name, bb, ch, args)
-            row = f'| {name}{" " + args.tag if args.tag else ""} | {rms} | {cv} | {ap["bbox_mAP_50"]:.3f} | {ap["segm_mAP_50"]:.3f} | ' \
-                  f'{wall:.0f} |'
+            ap, wall = train_and_eval(name, bb, ch, args, args.seed)
+            row = (f'| {label} | {rms} | {cv} | {ap["bbox_mAP_50"]:.3f} | {ap["segm_mAP_50"]:.3f} | '
+                   f'{wall:.0f} |')
         rows.append(row)
         print(row, flush=True)
+    _write(args, head, rows, f'seed={args.seed}')
+    return 0
+
+
+def spread(values):
+    """'mean (min - max)' of the finite values."""
+    import math
+    vals = [v for v in values if not math.isnan(v)]
+    if not vals:
+        return 'nan'
+    return f'{sum(vals) / len(vals):.3f} ({min(vals):.3f} - {max(vals):.3f})'
+
+
+def seeded_table(names, args):
+    """Every variant with seeds 1..N: per-run AP50s, then mean and spread per variant."""
+    seeds = list(range(1, args.seeds + 1))
+    head = ('| backbone | bbox AP50 per seed (' + ', '.join(map(str, seeds)) + ') | bbox AP50 mean '
+            '(min - max) | segm AP50 mean (min - max) | train+val s per run |\n|---|---|---|---|---|')
+    rows = []
+    print(head, flush=True)
+    for name in names:
+        bb, ch = backbone(name)
+        runs = [train_and_eval(name, bb, ch, args, seed) for seed in seeds]
+        bbox = [ap['bbox_mAP_50'] for ap, _ in runs]
+        segm = [ap['segm_mAP_50'] for ap, _ in runs]
+        walls = [w for _, w in runs]
+        label = f'{name}{" " + args.tag if args.tag else ""}'
+        row = (f'| {label} | {", ".join(f"{v:.3f}" for v in bbox)} | {spread(bbox)} | '
+               f'{spread(segm)} | {sum(walls) / len(walls):.0f} |')
+        rows.append(row)
+        print(row, flush=True)
+    _write(args, head, rows, f'seeds={seeds}')
+    return 0
+
+
+def _write(args, head, rows, seed_note):
     if args.out:
         with open(args.out, 'w') as f:
-            f.write(f'epochs={args.epochs} lr={args.lr} seed={args.seed}\n\n{head}\n' +
-                    '\n'.join(rows) + '\n')
-    return 0
+            f.write(f'epochs={args.epochs} lr={args.lr} {seed_note}\n\n{head}\n' + '\n'.join(rows) + '\n')
 
 
 if __name__ == '__main__':
