@@ -4,7 +4,7 @@ metrics mmengine records for them (:mod:`.runs`)."""
 from .config import ConfigError, model_registry
 from .preflight import (COCO_CHECK_MAX_BYTES, SEG_CHECK_ALL_MAX, SEG_CHECK_SAMPLE, CfgOptionsAction,
                         check_cfg_options, check_coco_annotations, check_data_paths,
-                        check_model_channels, check_seg_annotations)
+                        check_model_channels, check_num_classes, check_seg_annotations)
 from .runner import (add_common_args, build_runner, close_distributed, config_from_args, enable_amp,
                      load_config, parse_with_common_args, preflight, prepare_env, set_work_dir,
                      tool_error)
@@ -12,8 +12,8 @@ from .runs import ToolFailed, read_metrics, read_scalars, run_script
 
 __all__ = [
     'ConfigError', 'model_registry', 'CfgOptionsAction', 'check_cfg_options', 'check_data_paths',
-    'check_coco_annotations', 'check_seg_annotations', 'check_model_channels', 'COCO_CHECK_MAX_BYTES',
-    'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE', 'add_common_args', 'parse_with_common_args', 'load_config',
+    'check_coco_annotations', 'check_seg_annotations', 'check_model_channels', 'check_num_classes',
+    'COCO_CHECK_MAX_BYTES', 'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE', 'add_common_args', 'parse_with_common_args', 'load_config',
     'set_work_dir', 'prepare_env', 'config_from_args', 'enable_amp', 'preflight', 'build_runner',
     'close_distributed', 'tool_error', 'ToolFailed', 'run_script', 'read_scalars', 'read_metrics'
 ]

@@ -4,7 +4,9 @@
 - :mod:`.cfg_options`: ``--cfg-options`` items and values against the config;
 - :func:`check_data_paths`: dataset roots, annotation files and image folders, then the contents of
   :mod:`.coco` annotation files and :mod:`.segmentation` label maps;
-- :mod:`.channels`: the neck's / heads' ``in_channels`` against the backbone's ``num_features``.
+- :mod:`.channels`: the neck's / heads' ``in_channels`` against the backbone's ``num_features``;
+- :mod:`.classes`: the heads' ``num_classes`` against the datasets' classes (run first by
+  :func:`check_data_paths`).
 """
 import os.path as osp
 
@@ -14,19 +16,22 @@ from mmengine.logging import MMLogger
 from ..config import ConfigError
 from .cfg_options import CfgOptionsAction, check_cfg_options
 from .channels import check_model_channels
+from .classes import check_num_classes
 from .coco import COCO_CHECK_MAX_BYTES, check_coco_annotations
 from .datasets import dataset_cfgs, dataset_classes
 from .segmentation import SEG_CHECK_ALL_MAX, SEG_CHECK_SAMPLE, check_seg_annotations
 
 __all__ = ['CfgOptionsAction', 'check_cfg_options', 'check_data_paths', 'check_coco_annotations',
            'check_seg_annotations', 'check_model_channels', 'COCO_CHECK_MAX_BYTES',
-           'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE']
+           'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE', 'check_num_classes']
 
 
 def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', 'test_dataloader')):
     """Fail before any model is built if a dataset root, annotation file or image folder is missing,
     naming the path and the config key that sets it; then check the COCO annotation files and the
-    segmentation label maps of the datasets found."""
+    segmentation label maps of the datasets found. The heads' class counts are checked first
+    (:func:`check_num_classes`)."""
+    check_num_classes(cfg, tuple(which))
     problems = []
     for key, ds in dataset_cfgs(cfg, list(which)):
         root = ds.get('data_root') or ''

@@ -1,0 +1,123 @@
+"""Class-count pre-flight: every head's ``num_classes`` against the classes of the dataset it trains on.
+
+The dataset's classes are its ``metainfo.classes`` or, without one, the default of its type (mmdet's
+``CocoDataset``: COCO's 80; mmseg's ``ADE20KDataset``: ADE20K's 150; a type without default classes,
+such as mmseg's ``BaseSegDataset`` without ``metainfo``, is not checked). In both toolboxes a head's
+``num_classes`` is the number of those classes:
+
+- mmdet: RetinaNet's sigmoid head, Mask R-CNN's box and mask heads, each of Cascade's box heads and
+  its mask head (the background is implicit; the RPN head, class-agnostic, is not checked);
+- mmseg: the decode head and the auxiliary head(s). ``metainfo.classes`` lists the classes the loss
+  sees: with ``reduce_zero_label=True`` the stored label 0 is ignored and is not one of them
+  (ADE20K: 150), with ``reduce_zero_label=False`` a background class 0 is kept and counts.
+
+A head with fewer classes than the dataset cannot learn the labels above its range; a head with more
+(80 COCO heads on a 3-class set, the common mistake) trains classes that never occur and scores
+them. Both stop with the keys and the values, before any model is built. A deliberately larger head
+(e.g. to add classes later) is allowed with the config key ``allow_extra_classes=True``.
+"""
+import inspect
+from typing import List, Optional, Sequence, Tuple
+
+from mmengine.config import Config
+
+from ..config import ConfigError
+from .datasets import dataset_cfgs, dataset_class, dataset_classes
+
+ALLOW_KEY = 'allow_extra_classes'
+
+
+def _heads(model: dict, scope: str) -> List[Tuple[str, dict]]:
+    """``(config key, head config)`` of every head whose ``num_classes`` must match the classes."""
+    found = []
+
+    def add(key, heads):
+        if isinstance(heads, (list, tuple)):
+            for i, h in enumerate(heads):
+                add(f'{key}.{i}', h)
+        elif isinstance(heads, dict) and 'num_classes' in heads:
+            if heads.get('class_agnostic') is True:  # a class-agnostic mask head predicts 1 map
+                return
+            found.append((key, heads))
+
+    if scope == 'mmseg':
+        add('model.decode_head', model.get('decode_head'))
+        add('model.auxiliary_head', model.get('auxiliary_head'))
+    elif scope == 'mmdet':
+        add('model.bbox_head', model.get('bbox_head'))  # one-stage detectors (RetinaNet, ...)
+        roi = model.get('roi_head')
+        if isinstance(roi, dict):
+            for name in ('bbox_head', 'mask_head'):
+                add(f'model.roi_head.{name}', roi.get(name))
+    return found
+
+
+def _where_classes(cfg: Config, key: str, ds: dict, classes: Sequence[str]) -> str:
+    meta = ds.get('metainfo') or {}
+    shown = ', '.join(repr(c) for c in list(classes)[:6]) + (', ...' if len(classes) > 6 else '')
+    if meta.get('classes'):
+        where = f'{key}.metainfo.classes has {len(classes)} ({shown})'
+    else:
+        cls = dataset_class(cfg, ds)
+        name = getattr(cls, '__name__', ds.get('type'))
+        where = (f'{key} ({name}, no metainfo.classes) has its default {len(classes)} classes '
+                 f'({shown}); set {key}.metainfo.classes to your own')
+    if cfg.get('default_scope') == 'mmseg':
+        reduce_zero = ds.get('reduce_zero_label')
+        if reduce_zero is None:  # the dataset type's default (ADE20KDataset: True)
+            try:
+                param = inspect.signature(dataset_class(cfg, ds)).parameters.get('reduce_zero_label')
+                reduce_zero = None if param is None else param.default
+            except (TypeError, ValueError):
+                reduce_zero = None
+        if reduce_zero is not None:
+            where += (f' [reduce_zero_label={reduce_zero}: '
+                      + ('stored label 0 is ignored, not a class]' if reduce_zero else
+                         'stored label 0 is a class and counts]'))
+    return where
+
+
+def check_num_classes(cfg: Config, which=('train_dataloader', 'val_dataloader', 'test_dataloader'),
+                      allow_extra: Optional[bool] = None) -> None:
+    """Every head's ``num_classes`` equals the number of classes of each dataset the loaders
+    ``which`` read; else :class:`ConfigError` names every head key with its value and the dataset key
+    with its class count. ``allow_extra`` (default: the config's ``allow_extra_classes``) accepts
+    heads with *more* classes than the dataset; fewer is always an error."""
+    model = cfg.get('model')
+    scope = cfg.get('default_scope')
+    if not isinstance(model, dict) or scope not in ('mmdet', 'mmseg'):
+        return
+    if isinstance(model.get('module'), dict):  # a TTA wrapper
+        model = model['module']
+    heads = _heads(model, scope)
+    if not heads:
+        return
+    if allow_extra is None:
+        allow_extra = bool(cfg.get(ALLOW_KEY, False))
+    problems, seen = [], set()
+    for key, ds in dataset_cfgs(cfg, list(which)):
+        classes = dataset_classes(cfg, ds)
+        if not classes:
+            continue
+        n = len(classes)
+        bad = []
+        for hkey, head in heads:
+            got = head['num_classes']
+            if not isinstance(got, int) or got == n or (allow_extra and got > n):
+                continue
+            bad.append(f'{hkey}.num_classes={got}')
+        if not bad:
+            continue
+        sig = (tuple(bad), n)
+        if sig in seen:  # val and test loaders usually share the dataset config
+            continue
+        seen.add(sig)
+        problems.append(f'{", ".join(bad)} but {_where_classes(cfg, key, ds, classes)}')
+    if problems:
+        raise ConfigError(
+            "the heads' num_classes do not match the dataset's classes:\n  " +
+            '\n  '.join(problems) +
+            '\nSet every listed head to the dataset\'s class count (Cascade: each of the '
+            'roi_head.bbox_head stages and the mask_head; UperNet: decode_head and auxiliary_head). '
+            f'A head deliberately larger than the dataset is allowed with {ALLOW_KEY}=True '
+            f'(--cfg-options {ALLOW_KEY}=True).')
