@@ -14,7 +14,14 @@ What importing ``mmlinattn`` changes in the process (also listed in the README):
 3. **The Runner's checkpoints are written atomically** on local disks: to a temporary file in the same
    folder, then renamed, so a run killed while saving never leaves a truncated checkpoint. Where the
    config's ``backend_args`` (or the path's prefix) select another storage backend, mmengine's own
-   one-request write is used unchanged.
+   one-request write is used unchanged. The write goes through :func:`mmlinattn.checkpoint.write_atomic`
+   (the converter's too). A write that fails (disk full, permissions) raises
+   :class:`mmlinattn.hooks.CheckpointWriteError`, one line naming the work dir, the bytes the
+   checkpoint needs and the bytes free.
+4. **``CheckpointHook`` rotates after the save**: with ``max_keep_ckpts``, mmengine deletes the oldest
+   kept checkpoint *before* writing the new one, so a failed write could leave none (and
+   ``last_checkpoint`` naming a deleted file). The deletions are now held back until the new file and
+   ``last_checkpoint`` are written (local disks; other storage keeps mmengine's order).
 
 Each patch touches mmengine internals, so each checks the mmengine version it was written for
 (:data:`SUPPORTED_MMENGINE`) and the attributes it relies on; with another version it warns and is
@@ -65,20 +72,70 @@ def _is_local(filename, file_client_args=None, backend_args=None) -> bool:
     return isinstance(get_file_backend(filename, backend_args=backend_args), LocalBackend)
 
 
+def _write_failed(checkpoint, filename, error: OSError):
+    """The one-line error for a checkpoint that could not be written: the folder, the bytes the
+    checkpoint needs and the bytes free there."""
+    import io
+    import shutil
+
+    from .hooks import CheckpointWriteError
+    folder = os.path.dirname(os.path.abspath(filename))
+    try:
+        with io.BytesIO() as buf:
+            torch.save(checkpoint, buf)
+            needed = f'{buf.tell():,} bytes'
+    except Exception:  # noqa: BLE001
+        needed = 'unknown bytes'
+    try:
+        free = f'{shutil.disk_usage(folder).free:,} bytes free'
+    except OSError:
+        free = 'free space unknown'
+    reason = error.strerror or str(error)
+    return CheckpointWriteError(
+        f'could not write checkpoint {os.path.basename(filename)} in work dir {folder}: {reason} '
+        f'(needs {needed}, {free}). The previous checkpoint is kept and last_checkpoint still '
+        'names it; free space (or fix the permissions) and continue with --resume.')
+
+
 def _atomic(save_checkpoint):
     def atomic_save_checkpoint(checkpoint, filename, file_client_args=None, backend_args=None):
+        from .checkpoint import write_atomic
         kwargs = dict(file_client_args=file_client_args, backend_args=backend_args)
         if not _is_local(filename, file_client_args, backend_args):  # remote: one request
             return save_checkpoint(checkpoint, filename, **kwargs)
-        tmp = f'{filename}.tmp-{os.getpid()}'
         try:
-            save_checkpoint(checkpoint, tmp, **kwargs)
-            os.replace(tmp, filename)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            write_atomic(filename, lambda tmp: save_checkpoint(checkpoint, tmp, **kwargs))
+        except OSError as e:
+            raise _write_failed(checkpoint, filename, e) from None
     atomic_save_checkpoint.__wrapped__ = save_checkpoint
     return atomic_save_checkpoint
+
+
+def _is_local_dir(hook) -> bool:
+    from mmengine.fileio import LocalBackend
+    return isinstance(getattr(hook, 'file_backend', None), LocalBackend)
+
+
+def _rotate_after_save(save_with_step):
+    """CheckpointHook's save-and-rotate with the rotation moved after the save: mmengine deletes the
+    oldest kept checkpoint *before* writing the new one, so a failed write (disk full) could leave no
+    checkpoint at all. Here the deletions the hook asks for are held back until the new file and
+    ``last_checkpoint`` are written; if the write fails, the old files stay (local disks only)."""
+    def save_checkpoint_with_step(self, runner, step, meta):
+        if not _is_local_dir(self):
+            return save_with_step(self, runner, step, meta)
+        backend = self.file_backend
+        held = []
+        backend.remove = lambda path: held.append(('remove', path))
+        backend.rmtree = lambda path: held.append(('rmtree', path))
+        try:
+            save_with_step(self, runner, step, meta)
+        finally:
+            del backend.remove, backend.rmtree  # the class's own methods again
+        for how, path in held:
+            getattr(backend, how)(path)
+    save_checkpoint_with_step.__wrapped__ = save_with_step
+    return save_checkpoint_with_step
 
 
 def _skip(name: str, reason: str) -> None:
@@ -122,3 +179,11 @@ def apply() -> None:
     elif getattr(fn, '__wrapped__', None) is None:
         runner_module.save_checkpoint = _atomic(fn)
         STATUS['atomic_checkpoint'] = True
+
+    # part of the same fix (STATUS['atomic_checkpoint']): the rotation deletes only after the save
+    from mmengine.hooks import CheckpointHook
+    fn = getattr(CheckpointHook, '_save_checkpoint_with_step', None)
+    if fn is None:
+        _skip('atomic_checkpoint', 'CheckpointHook has no _save_checkpoint_with_step')
+    elif getattr(fn, '__wrapped__', None) is None:
+        CheckpointHook._save_checkpoint_with_step = _rotate_after_save(fn)

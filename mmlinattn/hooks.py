@@ -30,3 +30,258 @@ class PlainParamGroupsHook(Hook):
         for w in wrappers:
             opt = w.optimizer
             opt.param_groups[:] = [g if type(g) is dict else dict(g) for g in opt.param_groups]
+
+
+# --------------------------------------------------------------------------------------------------
+# Training that stops: a non-finite loss, a preempted job
+# --------------------------------------------------------------------------------------------------
+import math  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+
+import torch  # noqa: E402
+from mmdet.engine.hooks import CheckInvalidLossHook  # noqa: E402
+
+#: exit code of tools/train.py after a preemption signal was honoured (checkpoint written): 75 is
+#: ``EX_TEMPFAIL`` ("temporary failure; try again") - requeue the job with ``--resume``.
+PREEMPTED_EXIT_CODE = 75
+
+
+class TrainingStopped(RuntimeError):
+    """Training stopped on purpose by one of our hooks; ``exit_code`` is what tools/train.py returns
+    after printing the message."""
+    exit_code = 2
+
+
+class NonFiniteLossError(TrainingStopped):
+    """A loss term or the gradient norm became NaN/inf, or a checkpoint about to be written holds
+    non-finite weights."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous one is kept. An
+    ``OSError`` (what the failed write raised), with ``exit_code`` as :class:`TrainingStopped`."""
+    exit_code = 2
+
+
+class Preempted(TrainingStopped):
+    """SIGTERM / SIGUSR1 arrived; the iteration was finished and a checkpoint written."""
+    exit_code = PREEMPTED_EXIT_CODE
+
+
+def _any_rank(flag: bool) -> bool:
+    """``flag`` OR-ed over all ranks (the plain value without a process group); a collective, so
+    every rank must call it at the same point."""
+    from mmengine.dist import all_reduce, get_world_size
+    if get_world_size() <= 1:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0])
+    import torch.distributed as dist
+    if dist.get_backend() == 'nccl':
+        t = t.cuda()
+    all_reduce(t, op='sum')
+    return bool(t.item() > 0)
+
+
+def _lr_text(runner) -> str:
+    try:
+        lrs = runner.optim_wrapper.get_lr()
+    except Exception:  # noqa: BLE001
+        return 'lr unknown'
+    parts = []
+    for name, values in lrs.items():
+        vals = sorted({float(v) for v in values})
+        parts.append(f'{name}={vals[0]:.6g}' if len(vals) == 1 else
+                     f'{name} in [{vals[0]:.6g}, {vals[-1]:.6g}]')
+    return ', '.join(parts)
+
+
+def non_finite_tensors(state: dict, limit: int = 8):
+    """``(names of non-finite floating tensors of a state dict (first ``limit``), their count, total
+    tensors)``."""
+    bad, total = [], 0
+    for k, v in state.items():
+        if not isinstance(v, torch.Tensor):
+            continue
+        total += 1
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            bad.append(k)
+    return bad[:limit], len(bad), total
+
+
+@HOOKS.register_module()
+class NonFiniteLossHook(CheckInvalidLossHook):
+    """Stop training at the first iteration whose loss (any term) or gradient norm is NaN/inf.
+
+    mmdet's ``CheckInvalidLossHook`` (the base class) asserts ``torch.isfinite(outputs['loss'])``
+    every ``interval`` (50) iterations; its assertion message is ``None`` (it is the return value of
+    ``logger.info``), it looks at the summed loss only, is off under ``python -O`` and only mmdet
+    configs see it. This hook checks every iteration (``interval=1``) each loss term of the model's
+    outputs and the gradient norm mmengine records when ``clip_grad`` is set, OR-ed over all ranks (a
+    non-finite value on any rank stops every rank at the same iteration), and raises
+    :class:`NonFiniteLossError` naming the iteration, the non-finite terms and the learning rate. It
+    runs before ``CheckpointHook`` (priority ``ABOVE_NORMAL`` vs ``VERY_LOW``), so the broken
+    weights are never saved and the last good checkpoint stays the resume point. As a last guard it
+    refuses to save a checkpoint whose weights are non-finite (``before_save_checkpoint``).
+
+    ``tools/train.py`` adds it to every run; ``check_non_finite=False`` in the config turns it off.
+    """
+
+    priority = 'ABOVE_NORMAL'
+
+    def __init__(self, interval: int = 1) -> None:
+        super().__init__(interval=interval)
+        self._seen = {}
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if not self.every_n_train_iters(runner, self.interval):
+            return
+        bad = []
+        for name, value in (outputs or {}).items():
+            if isinstance(value, torch.Tensor):
+                finite = bool(torch.isfinite(value.detach()).all())
+                shown = value.detach().float().mean().item() if not finite else None
+            elif isinstance(value, (int, float)):
+                finite, shown = math.isfinite(value), value
+            else:
+                continue
+            if not finite:
+                bad.append(f'{name}={shown}')
+        hub = runner.message_hub
+        for key in ('train/grad_norm', 'train/grad_value'):
+            buf = hub.log_scalars.get(key)
+            # only this iteration's value (mmengine records it when clip_grad is set)
+            if buf is not None and self._seen.get(key) != len(buf.data[1]):
+                self._seen[key] = len(buf.data[1])
+                value = float(buf.current())
+                if not math.isfinite(value):
+                    bad.append(f'{key.split("/")[1]}={value}')
+        weights = [] if bad else self._non_finite_params(runner)
+        if not _any_rank(bool(bad or weights)):
+            return
+        from mmengine.dist import get_rank
+        from mmengine.runner import EpochBasedTrainLoop
+        epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
+        where = f'iteration {runner.iter + 1}' + (f' (epoch {runner.epoch + 1})' if epoch else '')
+        if bad:
+            what = f'non-finite loss at {where}: {", ".join(bad)}'
+        elif weights:
+            loss = outputs.get('loss') if isinstance(outputs, dict) else None
+            loss = f'loss={float(loss):.6g}' if isinstance(loss, torch.Tensor) else 'loss finite'
+            what = (f'non-finite weights after the update of {where} ({loss}; the gradients '
+                    f'overflowed): {weights[1]} of {weights[2]} parameter tensors, e.g. '
+                    f'{", ".join(weights[0])}')
+        else:
+            what = f'non-finite loss or weights at {where} on another rank (this is rank {get_rank()})'
+        last = _last_checkpoint(runner.work_dir)
+        raise NonFiniteLossError(
+            f'{what}; {_lr_text(runner)}. Training stopped; no '
+            f'checkpoint of these weights was written' +
+            (f'; the last good checkpoint is {last}' if last else '') +
+            '. Lower the learning rate (optim_wrapper.optimizer.lr), add gradient clipping '
+            '(optim_wrapper.clip_grad=dict(max_norm=...)) or check the data.')
+
+    @staticmethod
+    def _non_finite_params(runner):
+        """``(first names, count, total)`` of the model's non-finite parameters, or ``[]``: one
+        fused norm per tensor (``torch._foreach_norm``), a single host sync."""
+        named = [(k, p) for k, p in runner.model.named_parameters() if p.is_floating_point()]
+        if not named:
+            return []
+        params = [p.detach() for _, p in named]
+        try:
+            norms = torch.stack([n.float() for n in torch._foreach_norm(params)])
+        except Exception:  # noqa: BLE001 - mixed devices / dtypes: one norm per tensor
+            norms = torch.stack([p.float().norm().cpu() for p in params])
+        finite = torch.isfinite(norms)
+        if bool(finite.all()):
+            return []
+        names = [named[i][0] for i in (~finite).nonzero().flatten().tolist()]
+        return names[:8], len(names), len(named)
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        names, n, total = non_finite_tensors(checkpoint.get('state_dict') or {})
+        if n:
+            raise NonFiniteLossError(
+                f'refusing to write a checkpoint at iteration {runner.iter + 1}: {n} of {total} '
+                f'weight tensors are non-finite ({", ".join(names)}{", ..." if n > len(names) else ""}'
+                f'); {_lr_text(runner)}')
+
+
+def _last_checkpoint(work_dir: str):
+    pointer = os.path.join(work_dir or '', 'last_checkpoint')
+    if os.path.isfile(pointer):
+        with open(pointer) as f:
+            named = f.read().strip()
+        if named and os.path.isfile(named):
+            return named
+    return None
+
+
+@HOOKS.register_module()
+class PreemptionHook(Hook):
+    """Preemption-safe training: on SIGTERM or SIGUSR1 (``signals``; slurm sends SIGUSR1 ahead of a
+    time limit when asked, see tools/slurm_train.sh, and SIGTERM when it preempts or cancels a job)
+    the current iteration is finished, a checkpoint is written and training stops with
+    :class:`Preempted` (tools/train.py exits with :data:`PREEMPTED_EXIT_CODE`, 75).
+    ``--resume`` continues from that checkpoint with the same iteration, learning rate, optimizer
+    and scheduler state.
+
+    The signal handler only sets a flag. After every training iteration the flag is OR-ed over all
+    ranks (a collective, so it also waits for every rank to finish the iteration); then the
+    checkpoint is written once, by rank 0 (mmengine's ``Runner.save_checkpoint`` is
+    ``master_only``), as ``iter_{n}.pth`` (``n``: iterations done) and named in ``last_checkpoint``.
+    With an epoch-based loop, a resumed run starts the interrupted epoch again from its first
+    batch (mmengine's resume), keeping the iteration count.
+
+    ``tools/train.py`` adds it to every run; ``preemption_signals=[]`` in the config turns it off.
+    """
+
+    priority = 'LOWEST'  # after CheckpointHook: an iteration it has just saved is not saved twice
+
+    def __init__(self, signals=('SIGTERM', 'SIGUSR1')) -> None:
+        self.signals = [getattr(signal, s) if isinstance(s, str) else s for s in signals]
+        self.received = None
+        self._previous = {}
+
+    def _handler(self, signum, frame) -> None:
+        self.received = signal.Signals(signum).name
+
+    def before_train(self, runner) -> None:
+        import threading
+        if threading.current_thread() is not threading.main_thread():
+            runner.logger.warning('PreemptionHook: not on the main thread, signals not handled')
+            return
+        for s in self.signals:
+            self._previous[s] = signal.signal(s, self._handler)
+
+    def after_train(self, runner) -> None:
+        for s, prev in self._previous.items():
+            signal.signal(s, prev)
+        self._previous = {}
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if not _any_rank(self.received is not None):
+            return
+        from mmengine.dist import barrier, is_main_process
+        done = runner.iter + 1  # mmengine counts the iteration after the hooks
+        name = f'iter_{done}.pth'
+        path = os.path.join(runner.work_dir, name)
+        ckpt_hook = next((h for h in runner.hooks if type(h).__name__ == 'CheckpointHook'), None)
+        saved_now = ckpt_hook is not None and getattr(ckpt_hook, 'last_ckpt', None) == path \
+            and os.path.isfile(path)
+        if not saved_now:
+            runner.save_checkpoint(runner.work_dir, name,
+                                   meta=dict(epoch=runner.epoch, iter=done), by_epoch=False)
+            if is_main_process():
+                from .checkpoint import write_atomic
+
+                def write(tmp):
+                    with open(tmp, 'w') as f:
+                        f.write(path)
+                write_atomic(os.path.join(runner.work_dir, 'last_checkpoint'), write)
+        barrier()
+        self.after_train(runner)
+        why = self.received or 'a signal on another rank'
+        raise Preempted(f'{why} received: finished iteration {done}, saved {path}; continue with '
+                        f'--resume (exit code {PREEMPTED_EXIT_CODE})')

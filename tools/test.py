@@ -16,6 +16,7 @@ import sys
 import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
 from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_distributed,
                             config_from_args, parse_with_common_args, preflight, tool_error)
+from mmlinattn.apis.runner import check_finite_checkpoint
 from mmlinattn.checkpoint import CheckpointError
 
 
@@ -71,6 +72,7 @@ def build_cfg(args):
         if vis.get('type') == 'SegVisualizationHook':
             vis['interval'] = 1
     preflight(cfg, ('test_dataloader',))
+    check_finite_checkpoint(args.checkpoint)  # a diverged run's weights score a believable number
     return cfg
 
 

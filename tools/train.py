@@ -16,6 +16,8 @@ from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_di
                             config_from_args, enable_amp, parse_with_common_args, preflight,
                             tool_error)
 from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint
+from mmlinattn.apis.runner import add_training_hooks
+from mmlinattn.hooks import CheckpointWriteError, TrainingStopped
 
 
 def parse_args(argv=None):
@@ -29,6 +31,9 @@ def parse_args(argv=None):
     p.add_argument('--partial-load', action='store_true',
                    help='load_from: load the keys that fit and warn about the rest (fine-tuning a '
                         'whole detector/segmentor on other classes); default: refuse a misfit')
+    p.add_argument('--auto-scale-lr', action='store_true',
+                   help='scale the lr by (GPUs x batch size) / auto_scale_lr.base_batch_size, as '
+                        "mmdet's tool (already on in our configs: auto_scale_lr.enable=True)")
     add_common_args(p)
     return parse_with_common_args(p, argv)
 
@@ -49,13 +54,37 @@ def build_cfg(args):
         cfg.resume, cfg.load_from = True, args.resume
     if args.no_validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    if args.auto_scale_lr:
+        if not isinstance(cfg.get('auto_scale_lr'), dict) or \
+                'base_batch_size' not in cfg.auto_scale_lr:
+            raise ConfigError('--auto-scale-lr: the config has no auto_scale_lr.base_batch_size; '
+                              'add auto_scale_lr = dict(enable=True, base_batch_size=N), N the '
+                              "total batch its optimizer's lr is for")
+        cfg.auto_scale_lr.enable = True
     preflight(cfg, ('train_dataloader',) if args.no_validate else ('train_dataloader', 'val_dataloader'))
+    add_training_hooks(cfg)  # non-finite loss stops the run; SIGTERM/SIGUSR1 save and stop
     if cfg.get('compile'):
         # mmengine compiles train_step, optimizer step included: dynamo needs plain-dict param groups
         hooks = list(cfg.get('custom_hooks') or [])
         if not any(h.get('type') == 'PlainParamGroupsHook' for h in hooks):
             cfg.custom_hooks = hooks + [dict(type='PlainParamGroupsHook')]
     return cfg
+
+
+def log_auto_scale_lr(runner, cfg) -> None:
+    """At start-up, the base batch, the actual batch and the lr(s) the Runner will train with."""
+    asl = cfg.get('auto_scale_lr') or {}
+    if not asl.get('enable') or 'base_batch_size' not in asl or not cfg.get('train_dataloader'):
+        return
+    batch = cfg.train_dataloader.get('batch_size', 1)
+    real, base = runner.world_size * batch, asl['base_batch_size']
+    ow = cfg.get('optim_wrapper') or {}
+    opts = {'': ow['optimizer']} if 'optimizer' in ow else \
+        {f'{k}.': v['optimizer'] for k, v in ow.items() if isinstance(v, dict) and 'optimizer' in v}
+    lrs = ', '.join(f'{k}lr {o["lr"]:g} -> {o["lr"] * real / base:g}' for k, o in opts.items()
+                    if 'lr' in o)
+    runner.logger.info(f'auto_scale_lr: base batch {base}, actual batch {real} '
+                       f'({runner.world_size} process(es) x {batch}): {lrs}')
 
 
 def main(argv=None):
@@ -67,7 +96,14 @@ def main(argv=None):
                               what='resume checkpoint' if resume else 'load_from')
     except (ConfigError, CheckpointError) as e:
         return tool_error('tools/train.py', e)
-    runner.train()
+    log_auto_scale_lr(runner, cfg)
+    try:
+        runner.train()
+    except (TrainingStopped, CheckpointWriteError) as e:  # one line; exit 75 after a preemption
+        tool_error('tools/train.py', e)
+        if isinstance(e, TrainingStopped):  # raised on every rank at the same iteration
+            close_distributed()
+        return e.exit_code
     close_distributed()
     return 0
 

@@ -8,7 +8,8 @@ from typing import Optional
 import torch
 from mmengine.config import Config
 
-from ..checkpoint import check_model_checkpoint
+from ..checkpoint import (CheckpointError, check_model_checkpoint, extract_state_dict,
+                          read_checkpoint)
 from .config import ConfigError
 from .preflight import check_data_paths, check_model_channels
 from .preflight.cfg_options import CfgOptionsAction, check_cfg_options
@@ -32,7 +33,13 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     """The config file with its ``--cfg-options`` merged (each checked against the config first)."""
     if not osp.isfile(path):
         raise ConfigError(f'config file not found: {path}')
-    cfg = Config.fromfile(path)
+    try:
+        cfg = Config.fromfile(path)
+    except FileNotFoundError as e:
+        missing = _missing_base(path)
+        if missing is None:
+            raise
+        raise ConfigError(missing) from e
     if cfg_options:
         check_cfg_options(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
@@ -40,6 +47,30 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
         raise ConfigError(f'{path}: no default_scope; inherit one of configs/_base_/default_runtime_*.py '
                           "or set default_scope='mmdet' / 'mmseg' / 'mmpretrain'")
     return cfg
+
+
+def _missing_base(path: str, seen=None) -> Optional[str]:
+    """The first ``_base_`` entry under ``path`` (followed recursively, local files only) whose file
+    does not exist, as ``CONFIG: _base_ 'ENTRY' not found (RESOLVED PATH)``; ``None`` if all exist."""
+    seen = seen if seen is not None else set()
+    if path in seen:
+        return None
+    seen.add(path)
+    try:
+        bases = Config._get_base_files(path)
+    except Exception:  # noqa: BLE001 - mmengine reports files it cannot parse itself
+        return None
+    for base in bases:
+        if '::' in base:  # mmdet:: / mmseg:: - resolved in the installed package
+            continue
+        resolved = osp.normpath(osp.join(osp.dirname(osp.abspath(path)), base))
+        if not osp.isfile(resolved):
+            return (f"{path}: _base_ entry {base!r} not found (looked for {resolved}); fix the "
+                    "path in _base_ (relative to the config that names it)")
+        inner = _missing_base(resolved, seen)
+        if inner:
+            return inner
+    return None
 
 
 def set_work_dir(cfg: Config, config_path: str, work_dir: Optional[str]) -> None:
@@ -94,6 +125,22 @@ def preflight(cfg: Config, loaders) -> None:
     check_model_channels(cfg)
 
 
+def add_training_hooks(cfg: Config) -> None:
+    """The hooks tools/train.py adds to every training run (user configs need nothing):
+    :class:`~mmlinattn.hooks.NonFiniteLossHook` (off with ``check_non_finite=False`` in the config)
+    and :class:`~mmlinattn.hooks.PreemptionHook` (signals from ``preemption_signals``, default
+    ``['SIGTERM', 'SIGUSR1']``; ``[]`` turns it off). A hook of the same type already in
+    ``custom_hooks`` is left as the config sets it."""
+    hooks = list(cfg.get('custom_hooks') or [])
+    have = {h.get('type') for h in hooks if isinstance(h, dict)}
+    if cfg.get('check_non_finite', True) and 'NonFiniteLossHook' not in have:
+        hooks.append(dict(type='NonFiniteLossHook'))
+    signals = cfg.get('preemption_signals', ('SIGTERM', 'SIGUSR1'))
+    if signals and 'PreemptionHook' not in have:
+        hooks.append(dict(type='PreemptionHook', signals=list(signals)))
+    cfg.custom_hooks = hooks
+
+
 def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
     """mmengine's Runner, or the config's own ``runner_type``; with a whole-model ``checkpoint``
     (tested, ``load_from`` or resumed), the file is first checked against the Runner's model, so that
@@ -105,6 +152,19 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
     if checkpoint:
         check_model_checkpoint(runner.model, checkpoint, logger=runner.logger, **check_kwargs)
     return runner
+
+
+def check_finite_checkpoint(path: str) -> None:
+    """Refuse a checkpoint whose weights hold NaN/inf (a run that diverged): a
+    :class:`CheckpointError` naming the file, how many tensors and the first of them."""
+    from ..hooks import non_finite_tensors
+    state = extract_state_dict(read_checkpoint(path), path=path)
+    names, n, total = non_finite_tensors(state)
+    if n:
+        raise CheckpointError(
+            f'checkpoint {path}: {n} of {total} tensors hold NaN/inf ({", ".join(names)}'
+            f'{", ..." if n > len(names) else ""}) - the run diverged before it was saved; '
+            'evaluate an earlier checkpoint')
 
 
 def close_distributed() -> None:

@@ -1,0 +1,202 @@
+"""Training faults that must stop clearly and lose nothing (issue 22): a diverging run, a checkpoint
+write failing while CheckpointHook rotates, a preempted job (SIGTERM to a real training process), a
+config whose _base_ is missing. Each on data the test makes (a few iterations of the toy Semantic FPN,
+MAViT-T)."""
+import copy
+import errno
+import os
+import os.path as osp
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from helpers import make_toy_sets
+from mmlinattn.checkpoint import latest_intact_checkpoint
+from tools import test as test_tool
+from tools import train as train_tool
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+
+
+@pytest.fixture(scope='module')
+def toy_data(tmp_path_factory):
+    return make_toy_sets(tmp_path_factory.mktemp('faults_more'), seed=4, size=48, train=4, val=2)
+
+
+def _options(toy_data, *extra):
+    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val', 'test')]
+    return data + ['train_cfg.val_interval=1000', 'train_dataloader.batch_size=2',
+                   'default_hooks.logger.interval=1'] + list(extra)
+
+
+def _last_checkpoint(work):
+    with open(work / 'last_checkpoint') as f:
+        return f.read().strip()
+
+
+# --------------------------------------------------------------------------- 1. non-finite loss
+@pytest.mark.slow
+def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(toy_data, tmp_path, capsys):
+    work = tmp_path / 'work'
+    rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *_options(
+        toy_data, 'optim_wrapper.optimizer.lr=1000.0', 'param_scheduler=[]', 'train_cfg.max_iters=6',
+        'default_hooks.checkpoint.interval=1', 'default_hooks.checkpoint.max_keep_ckpts=100',
+        'experiment_name=nan_run')])
+    err = capsys.readouterr().err
+    assert rc == 2, err[-2000:]
+    line = [ln for ln in err.splitlines() if ln.startswith('tools/train.py: error: non-finite')]
+    assert len(line) == 1 and err.strip().splitlines()[-1] == line[0], err[-2000:]
+    m = re.search(r'non-finite (loss|weights)\D+ iteration (\d+)\W+(.*?); .*\blr=([\d.e+-]+?)\. ',
+                  line[0])
+    assert m, line[0]
+    n = int(m.group(2))
+    if m.group(1) == 'loss':  # the non-finite terms are named
+        assert re.search(r'\bloss\w*=(nan|inf)', m.group(3)), m.group(3)
+    else:  # finite loss, weights broken by the update: the tensors are named
+        assert re.search(r'\d+ of \d+ parameter tensors, e.g. backbone\.', m.group(3)), m.group(3)
+    assert float(m.group(4)) == 1000.0
+    assert n < 6
+    files = os.listdir(work)
+    assert f'iter_{n}.pth' not in files, files  # the broken weights were not saved
+    if n > 1:  # the last good checkpoint stays the resume point
+        assert osp.basename(_last_checkpoint(work)) == f'iter_{n - 1}.pth'
+        good = torch.load(work / f'iter_{n - 1}.pth', map_location='cpu', weights_only=True)
+        assert all(torch.isfinite(v).all() for v in good['state_dict'].values()
+                   if v.is_floating_point())
+
+    # tools/test.py refuses a checkpoint with non-finite weights, naming the tensors
+    ckpt = torch.load(work / f'iter_{max(n - 1, 1)}.pth', map_location='cpu', weights_only=True) \
+        if n > 1 else None
+    if ckpt is None:
+        from mmlinattn.apis import load_config, model_registry
+        cfg = load_config(SEG_CFG)
+        ckpt = {'meta': {'iter': 1}, 'state_dict': model_registry(cfg).build(cfg.model).state_dict()}
+    key = 'decode_head.conv_seg.weight'
+    ckpt['state_dict'][key] = torch.full_like(ckpt['state_dict'][key], float('nan'))
+    bad = tmp_path / 'diverged.pth'
+    torch.save(ckpt, bad)
+    capsys.readouterr()
+    rc = test_tool.main([SEG_CFG, str(bad), '--work-dir', str(tmp_path / 'test'), '--cfg-options',
+                         *_options(toy_data)[:3]])
+    out = capsys.readouterr()
+    assert rc == 2
+    assert 'diverged.pth: 1 of ' in out.err and key in out.err and 'NaN/inf' in out.err
+    assert "'mIoU'" not in out.out
+
+
+# --------------------------------------------------------------------------- 2. rotation, disk full
+@pytest.mark.slow
+def test_disk_full_during_rotation_keeps_the_last_good_checkpoint(toy_data, tmp_path, monkeypatch,
+                                                                  capsys):
+    """max_keep_ckpts=1: mmengine deletes iter_1.pth before writing iter_2.pth; the write fails with
+    ENOSPC (a failing writer). iter_1.pth must survive, last_checkpoint must name it, and the error
+    is one line naming the work dir, the bytes needed and the bytes free."""
+    from mmengine.fileio.backends import LocalBackend
+    real_put = LocalBackend.put
+
+    def disk_full_at_iter_2(self, obj, filepath):
+        if 'iter_2' in str(filepath):
+            with open(filepath, 'wb') as f:
+                f.write(obj[:1000])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_put(self, obj, filepath)
+
+    monkeypatch.setattr(LocalBackend, 'put', disk_full_at_iter_2)
+    work = tmp_path / 'work'
+    rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *_options(
+        toy_data, 'train_cfg.max_iters=3', 'default_hooks.checkpoint.interval=1',
+        'default_hooks.checkpoint.max_keep_ckpts=1', 'default_hooks.checkpoint.save_optimizer=False',
+        'experiment_name=disk_full')])
+    err = capsys.readouterr().err
+    assert rc == 2
+    line = [ln for ln in err.splitlines() if ln.startswith('tools/train.py: error:')]
+    assert len(line) == 1 and err.strip().splitlines()[-1] == line[0], err[-2000:]  # one line, last
+    assert 'iter_2.pth' in line[0] and f'work dir {work}' in line[0]
+    assert 'No space left on device' in line[0]
+    assert re.search(r'needs [\d,]+ bytes, [\d,]+ bytes free', line[0]), line[0]
+    files = os.listdir(work)
+    assert 'iter_1.pth' in files and 'iter_2.pth' not in files, files
+    assert not [f for f in files if '.tmp' in f], files
+    assert osp.isfile(_last_checkpoint(work)) and _last_checkpoint(work).endswith('iter_1.pth')
+    assert latest_intact_checkpoint(str(work)).endswith('iter_1.pth')
+
+
+# --------------------------------------------------------------------------- 3. preemption
+@pytest.mark.heavy  # about 70 s: a real training process, signalled, then resumed (make test-all)
+def test_sigterm_saves_the_finished_iteration_and_resume_continues_there(toy_data, tmp_path):
+    from mmengine.hooks import Hook
+    from mmengine.runner import Runner
+    work = tmp_path / 'work'
+    opts = _options(toy_data, 'default_hooks.checkpoint.interval=1000')
+    cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
+           '--cfg-options', *opts, 'train_cfg.max_iters=200']
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED='1'))
+    lines, deadline = [], time.time() + 240
+    for line in proc.stdout:  # wait for a logged iteration, then preempt the job
+        lines.append(line)
+        if 'Iter(train) [  1/200]' in line or time.time() > deadline:
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    rc = proc.wait(timeout=120)
+    out = ''.join(lines)
+    assert rc == 75, out[-3000:]
+    done = [int(m) for m in re.findall(r'Iter\(train\) \[\s*(\d+)/200\]', out)]
+    n = max(done)
+    assert n < 200 and f'SIGTERM received: finished iteration {n}' in out, out[-2000:]
+    saved_path = work / f'iter_{n}.pth'
+    assert _last_checkpoint(work) == str(saved_path)
+    saved = torch.load(saved_path, map_location='cpu', weights_only=True)
+    assert saved['meta']['iter'] == n
+
+    captured = {}
+
+    class Capture(Hook):
+        def before_train(self, runner):  # right after the resume
+            captured['iter'] = runner.iter
+            captured['model'] = {k: v.clone() for k, v in runner.model.state_dict().items()}
+            captured['optim'] = copy.deepcopy(runner.optim_wrapper.state_dict())
+            captured['lr'] = runner.optim_wrapper.get_lr()['lr']
+
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
+                                  *opts, f'train_cfg.max_iters={n + 1}'])
+    cfg = train_tool.build_cfg(args)
+    cfg.experiment_name = 'resumed_after_sigterm'
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(Capture(), priority='LOWEST')
+    runner.train()
+    assert captured['iter'] == n
+    for k, v in saved['state_dict'].items():
+        assert torch.equal(captured['model'][k], v), k
+    assert captured['lr'] == [g['lr'] for g in saved['optimizer']['param_groups']]
+    for k, v in saved['optimizer']['state'].items():
+        for name in ('step', 'exp_avg', 'exp_avg_sq'):
+            assert torch.equal(torch.as_tensor(captured['optim']['state'][k][name]),
+                               torch.as_tensor(v[name])), (k, name)
+    assert (work / f'iter_{n + 1}.pth').exists() or runner.iter == n + 1
+
+
+# --------------------------------------------------------------------------- 5. a missing _base_
+def test_missing_base_file_is_named_with_both_paths(tmp_path, capsys):
+    from mmengine.config import Config
+
+    from mmlinattn.apis import ConfigError, load_config
+    (tmp_path / 'inner.py').write_text("_base_ = ['./no_such_base.py']\nx = 1\n")
+    outer = tmp_path / 'outer.py'
+    outer.write_text("_base_ = ['./inner.py']\ndefault_scope = 'mmseg'\n")
+    with pytest.raises(FileNotFoundError):  # mmengine alone: the resolved path only, deep down
+        Config.fromfile(str(outer))
+    with pytest.raises(ConfigError) as e:
+        load_config(str(outer))
+    msg = str(e.value)
+    assert msg.startswith(f'{tmp_path / "inner.py"}: _base_ entry ' + "'./no_such_base.py' not found")
+    assert str(tmp_path / 'no_such_base.py') in msg
+    rc = train_tool.main([str(outer), '--work-dir', str(tmp_path / 'w')])
+    assert rc == 2 and 'no_such_base.py' in capsys.readouterr().err
