@@ -156,23 +156,31 @@ def main(argv=None):
         return seeded_table(names, args)
     head = ('| backbone | FPN-input RMS, stages 1-4 | spatially varying share of the energy | '
             f'bbox AP50 | segm AP50 | train+val s |\n|---|---|---|---|---|---|')
+
+    def row(name, label, bb, ch):
+        stats = feature_stats(bb, args.data)
+        rms = ' / '.join(f'{s[0]:.2f}' for s in stats)
+        cv = ' / '.join(f'{s[1]:.2f}' for s in stats)
+        if args.stats_only:
+            return f'| {label} | {rms} | {cv} | - | - | - |'
+        ap, wall = train_and_eval(name, bb, ch, args, args.seed)
+        return (f'| {label} | {rms} | {cv} | {ap["bbox_mAP_50"]:.3f} | {ap["segm_mAP_50"]:.3f} | '
+                f'{wall:.0f} |')
+    return _table(names, args, head, row, f'seed={args.seed}')
+
+
+def _table(names, args, head, row, seed_note):
+    """Print ``head``, then ``row(name, label, backbone cfg, FPN channels)`` per variant as it comes;
+    write the table to ``--out``."""
     rows = []
     print(head, flush=True)
     for name in names:
         bb, ch = backbone(name)
-        stats = feature_stats(bb, args.data)
-        rms = ' / '.join(f'{s[0]:.2f}' for s in stats)
-        cv = ' / '.join(f'{s[1]:.2f}' for s in stats)
-        label = f'{name}{" " + args.tag if args.tag else ""}'
-        if args.stats_only:
-            row = f'| {label} | {rms} | {cv} | - | - | - |'
-        else:
-            ap, wall = train_and_eval(name, bb, ch, args, args.seed)
-            row = (f'| {label} | {rms} | {cv} | {ap["bbox_mAP_50"]:.3f} | {ap["segm_mAP_50"]:.3f} | '
-                   f'{wall:.0f} |')
-        rows.append(row)
-        print(row, flush=True)
-    _write(args, head, rows, f'seed={args.seed}')
+        rows.append(row(name, f'{name}{" " + args.tag if args.tag else ""}', bb, ch))
+        print(rows[-1], flush=True)
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(f'epochs={args.epochs} lr={args.lr} {seed_note}\n\n{head}\n' + '\n'.join(rows) + '\n')
     return 0
 
 
@@ -190,27 +198,15 @@ def seeded_table(names, args):
     seeds = list(range(1, args.seeds + 1))
     head = ('| backbone | bbox AP50 per seed (' + ', '.join(map(str, seeds)) + ') | bbox AP50 mean '
             '(min - max) | segm AP50 mean (min - max) | train+val s per run |\n|---|---|---|---|---|')
-    rows = []
-    print(head, flush=True)
-    for name in names:
-        bb, ch = backbone(name)
+
+    def row(name, label, bb, ch):
         runs = [train_and_eval(name, bb, ch, args, seed) for seed in seeds]
         bbox = [ap['bbox_mAP_50'] for ap, _ in runs]
         segm = [ap['segm_mAP_50'] for ap, _ in runs]
         walls = [w for _, w in runs]
-        label = f'{name}{" " + args.tag if args.tag else ""}'
-        row = (f'| {label} | {", ".join(f"{v:.3f}" for v in bbox)} | {spread(bbox)} | '
-               f'{spread(segm)} | {sum(walls) / len(walls):.0f} |')
-        rows.append(row)
-        print(row, flush=True)
-    _write(args, head, rows, f'seeds={seeds}')
-    return 0
-
-
-def _write(args, head, rows, seed_note):
-    if args.out:
-        with open(args.out, 'w') as f:
-            f.write(f'epochs={args.epochs} lr={args.lr} {seed_note}\n\n{head}\n' + '\n'.join(rows) + '\n')
+        return (f'| {label} | {", ".join(f"{v:.3f}" for v in bbox)} | {spread(bbox)} | '
+                f'{spread(segm)} | {sum(walls) / len(walls):.0f} |')
+    return _table(names, args, head, row, f'seeds={seeds}')
 
 
 if __name__ == '__main__':
