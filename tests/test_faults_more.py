@@ -1,4 +1,4 @@
-"""Training faults that must stop clearly and lose nothing (issue 22): a diverging run, a checkpoint
+"""Training faults that must stop clearly and lose nothing: a diverging run, a checkpoint
 write failing while CheckpointHook rotates, a preempted job (SIGTERM to a real training process), a
 config whose _base_ is missing. Each on data the test makes (a few iterations of the toy Semantic FPN,
 MAViT-T)."""
