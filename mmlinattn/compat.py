@@ -22,6 +22,10 @@ What importing ``mmlinattn`` changes in the process (also listed in the README):
    kept checkpoint *before* writing the new one, so a failed write could leave none (and
    ``last_checkpoint`` naming a deleted file). The deletions are now held back until the new file and
    ``last_checkpoint`` are written (local disks; other storage keeps mmengine's order).
+5. **An unreadable image or label map is named at its first use**: mmengine's
+   ``BaseDataset.prepare_data`` raises :class:`mmlinattn.datafaults.DataFileError` naming the file,
+   the sample and the dataset's config key when a sample fails to load and one of its files does
+   not decode (truncated, corrupt); other pipeline errors pass through unchanged.
 
 Each patch touches mmengine internals, so each checks the mmengine version it was written for
 (:data:`SUPPORTED_MMENGINE`) and the attributes it relies on; with another version it warns and is
@@ -187,3 +191,14 @@ def apply() -> None:
         _skip('atomic_checkpoint', 'CheckpointHook has no _save_checkpoint_with_step')
     elif getattr(fn, '__wrapped__', None) is None:
         CheckpointHook._save_checkpoint_with_step = _rotate_after_save(fn)
+
+    # 5. an unreadable image or label map is named at its first use (mmlinattn.datafaults)
+    from mmengine.dataset import BaseDataset
+
+    from .datafaults import name_unreadable_files
+    fn = getattr(BaseDataset, 'prepare_data', None)
+    if fn is None:
+        _skip('named_data_files', 'mmengine BaseDataset has no prepare_data')
+    elif getattr(fn, '__wrapped__', None) is None:
+        BaseDataset.prepare_data = name_unreadable_files(fn)
+        STATUS['named_data_files'] = True

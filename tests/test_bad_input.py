@@ -269,10 +269,42 @@ def test_cfg_option_without_equals_is_named(capsys):
     assert "'train_cfg.max_iters': expected key=value" in capsys.readouterr().err
 
 
-def test_cfg_option_typo_gets_a_suggestion():
+def test_cfg_option_typo_that_the_class_rejects_stops_before_work():
+    """A misspelt key that the object it goes to cannot take (its signature says so) stops in the
+    config check, with the did-you-mean, instead of a TypeError once the runner builds it (the loop
+    before training; the checkpoint hook's extra keys only at the first save, inside
+    Runner.save_checkpoint)."""
     from mmlinattn.apis import load_config
-    with pytest.warns(UserWarning, match=r'train_cfg\.max_itres.*did you mean train_cfg\.max_iters'):
+    with pytest.raises(ConfigError, match=r'train_cfg\.max_itres: train_cfg builds IterBasedTrainLoop, '
+                                          r'which takes no .max_itres.; did you mean train_cfg\.max_iters\?'):
         load_config(SEG_CFG, {'train_cfg.max_itres': 3})
+    with pytest.raises(ConfigError, match=r'builds CheckpointHook, which takes no .intervall.; did '
+                                          r'you mean default_hooks\.checkpoint\.interval\?'):
+        load_config(SEG_CFG, {'default_hooks.checkpoint.intervall': 2})
+    with pytest.raises(ConfigError, match=r'builds EpochBasedTrainLoop.*takes: .*max_epochs'):
+        load_config(DET_CFG, {'train_cfg.max_iter': 1})
+    # keys the classes do take are added as before (the config did not set them)
+    cfg = load_config(SEG_CFG, {'default_hooks.checkpoint.max_keep_ckpts': 2,
+                                'train_cfg.val_begin': 2, 'optim_wrapper.optimizer.amsgrad': True})
+    assert cfg.default_hooks.checkpoint.max_keep_ckpts == 2 and cfg.train_cfg.val_begin == 2
+
+
+def test_cfg_option_typo_elsewhere_gets_a_suggestion():
+    """Where the target takes ``**kwargs`` (mmdet's datasets), a key close to one the config has
+    is added with a did-you-mean warning."""
+    from mmlinattn.apis import load_config
+    with pytest.warns(UserWarning, match=r'train_dataloader\.dataset\.filter_cfgg.*did you mean '
+                                         r'train_dataloader\.dataset\.filter_cfg\?'):
+        load_config(DET_CFG, {'train_dataloader.dataset.filter_cfgg': {}})
+
+
+def test_cfg_option_typo_stops_train_py_before_the_work_dir(tmp_path, capsys):
+    work = tmp_path / 'work'
+    rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options',
+                          'default_hooks.checkpoint.intervall=2'])
+    assert rc == 2 and not work.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'did you mean default_hooks.checkpoint.interval?' in err[0], err
 
 
 def test_runtime_keeps_the_names_tools_and_users_imported_from_it():

@@ -18,6 +18,7 @@ from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_di
                             config_from_args, parse_with_common_args, preflight, tool_error)
 from mmlinattn.apis.runner import check_finite_checkpoint
 from mmlinattn.checkpoint import CheckpointError
+from mmlinattn.datafaults import DataFileError
 
 
 def parse_args(argv=None):
@@ -82,7 +83,11 @@ def main(argv=None):
         runner = build_runner(build_cfg(args), args.checkpoint)
     except (ConfigError, CheckpointError) as e:
         return tool_error('tools/test.py', e)
-    metrics = runner.test()
+    try:
+        metrics = runner.test()
+    except DataFileError as e:  # an unreadable image / label map, named
+        close_distributed()
+        return tool_error('tools/test.py', e)
 
     def plain(v):  # numpy scalars printed as plain numbers
         real = isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)

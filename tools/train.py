@@ -17,6 +17,7 @@ from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_di
                             tool_error)
 from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint
 from mmlinattn.apis.runner import add_training_hooks
+from mmlinattn.datafaults import DataFileError
 from mmlinattn.hooks import CheckpointWriteError, TrainingStopped
 
 
@@ -99,6 +100,9 @@ def main(argv=None):
     log_auto_scale_lr(runner, cfg)
     try:
         runner.train()
+    except DataFileError as e:  # an unreadable image / label map, named
+        close_distributed()
+        return tool_error('tools/train.py', e)
     except (TrainingStopped, CheckpointWriteError) as e:  # one line; exit 75 after a preemption
         tool_error('tools/train.py', e)
         if isinstance(e, TrainingStopped):  # raised on every rank at the same iteration

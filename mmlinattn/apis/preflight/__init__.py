@@ -9,6 +9,7 @@
   :func:`check_data_paths`).
 """
 import os.path as osp
+from typing import Optional
 
 from mmengine.config import Config
 from mmengine.logging import MMLogger
@@ -24,6 +25,16 @@ from .segmentation import SEG_CHECK_ALL_MAX, SEG_CHECK_SAMPLE, check_seg_annotat
 __all__ = ['CfgOptionsAction', 'check_cfg_options', 'check_data_paths', 'check_coco_annotations',
            'check_seg_annotations', 'check_model_channels', 'COCO_CHECK_MAX_BYTES',
            'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE', 'check_num_classes']
+
+
+def _coco_image_dir(ds) -> Optional[str]:
+    """The folder a COCO dataset's ``file_name``s are relative to, if it exists (a missing one is
+    reported with its key by :func:`check_data_paths`)."""
+    prefix = ds.get('data_prefix') or {}
+    folder = prefix.get('img', '') if isinstance(prefix, dict) else ''
+    root = ds.get('data_root') or ''
+    path = folder if osp.isabs(folder) or not root else osp.join(root, folder)
+    return path if osp.isdir(path or '.') else None
 
 
 def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', 'test_dataloader')):
@@ -48,7 +59,7 @@ def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', '
                 filter_cfg = None if ds.get('test_mode') else ds.get('filter_cfg')
                 check_coco_annotations(path, MMLogger.get_current_instance(),
                                        classes=dataset_classes(cfg, ds), filter_cfg=filter_cfg,
-                                       ds_key=key)
+                                       ds_key=key, img_dir=_coco_image_dir(ds))
         prefix = ds.get('data_prefix') or {}
         if isinstance(prefix, str):  # mmpretrain: data_prefix='train'
             prefix = dict(img_path=prefix)

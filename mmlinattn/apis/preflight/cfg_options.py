@@ -1,5 +1,7 @@
 """``--cfg-options``: the argparse action, and the overrides checked against the config."""
 import difflib
+import importlib
+import inspect
 import warnings
 
 from mmengine.config import Config, DictAction
@@ -32,6 +34,83 @@ def _lookup(cfg, dotted: str):
     return node
 
 
+# the registry each top-level config key builds its ``type`` dicts from (mmengine's root registries;
+# the config's default_scope selects the toolbox's child)
+_REGISTRY_OF = {'default_hooks': 'HOOKS', 'custom_hooks': 'HOOKS', 'model': 'MODELS',
+                'optim_wrapper': 'OPTIM_WRAPPERS', 'param_scheduler': 'PARAM_SCHEDULERS',
+                'train_cfg': 'LOOPS', 'val_cfg': 'LOOPS', 'test_cfg': 'LOOPS',
+                'visualizer': 'VISUALIZERS', 'train_dataloader': 'DATASETS',
+                'val_dataloader': 'DATASETS', 'test_dataloader': 'DATASETS',
+                'val_evaluator': 'METRICS', 'test_evaluator': 'METRICS'}
+# classes that take ``**kwargs`` only to pass them to one other callable, which rejects the rest
+_FORWARDS = {'CheckpointHook': ('mmengine.runner', 'Runner', 'save_checkpoint')}
+
+
+def _built_class(cfg, parent: str, node):
+    """The class the dict ``node`` at ``parent`` is built into, or None if unknown: a dict with a
+    ``type`` (looked up in its registry, under the config's scope), or a runner loop (``train_cfg``
+    without ``type``: mmengine picks the epoch- or iteration-based loop from ``by_epoch``)."""
+    top = parent.split('.')[0]
+    if parent in ('optim_wrapper.optimizer', ):
+        registry = 'OPTIMIZERS'
+    elif top.endswith('_dataloader') and parent != top + '.dataset':
+        return None  # the DataLoader's own arguments, samplers: not checked
+    else:
+        registry = _REGISTRY_OF.get(top)
+    kind = node.get('type') if isinstance(node, (dict, Config)) else None
+    if kind is None and parent in ('train_cfg', 'val_cfg', 'test_cfg'):
+        from mmengine import runner as loops
+        if parent != 'train_cfg':
+            return loops.ValLoop if parent == 'val_cfg' else loops.TestLoop
+        return loops.EpochBasedTrainLoop if node.get('by_epoch', True) else loops.IterBasedTrainLoop
+    if kind is None or registry is None:
+        return None
+    if inspect.isclass(kind):
+        return kind
+    import mmengine.registry as registries
+    try:
+        with getattr(registries, registry).switch_scope_and_registry(cfg.get('default_scope')) as reg:
+            cls = reg.get(kind)
+    except Exception:  # noqa: BLE001 - an unknown type is reported when the object is built
+        return None
+    return cls if inspect.isclass(cls) else None
+
+
+def _accepted_keys(cls):
+    """The keyword names ``cls(...)`` takes, or None if it takes any (``**kwargs`` that are not
+    known to go on to one other callable)."""
+    params = [p for p in inspect.signature(cls).parameters.values()]
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        target = next((_FORWARDS[c.__name__] for c in cls.__mro__ if c.__name__ in _FORWARDS), None)
+        if target is None:
+            return None
+        module, owner, fn = target
+        forwarded = inspect.signature(getattr(getattr(importlib.import_module(module), owner), fn))
+        names |= {p for p in forwarded.parameters if p != 'self'}
+    names.discard('type')
+    return names
+
+
+def _rejected(cfg, key: str):
+    """A message if the object built from the dict that ``key`` adds to would refuse the new key
+    (checked against the class's signature), else None."""
+    parent, _, leaf = key.rpartition('.')
+    if not parent:
+        return None
+    node = _lookup(cfg, parent)
+    if not isinstance(node, (dict, Config)):
+        return None
+    cls = _built_class(cfg, parent, node)
+    accepted = _accepted_keys(cls) if cls is not None else None
+    if accepted is None or leaf in accepted:
+        return None
+    close = difflib.get_close_matches(leaf, sorted(accepted | set(node.keys())), n=1, cutoff=0.6)
+    hint = f'did you mean {parent}.{close[0]}? ' if close else ''
+    return (f'--cfg-options {key}: {parent} builds {cls.__name__}, which takes no {leaf!r}; {hint}'
+            f'({cls.__name__} takes: {", ".join(sorted(accepted))})')
+
+
 def check_cfg_options(cfg: Config, cfg_options: dict) -> None:
     """An override whose value cannot replace the config's (a word where the config has a number or
     a bool; mmengine parses what is not a number, bool, None or list as a string) is a
@@ -40,6 +119,9 @@ def check_cfg_options(cfg: Config, cfg_options: dict) -> None:
     for key, new in cfg_options.items():
         old = _lookup(cfg, key)
         if old is _MISSING:
+            rejected = _rejected(cfg, key)
+            if rejected:
+                raise ConfigError(rejected)
             parent, _, leaf = key.rpartition('.')
             node = _lookup(cfg, parent) if parent else cfg
             if isinstance(node, (dict, Config)):

@@ -1,6 +1,7 @@
 """COCO pre-flight: an annotation file checked before training, naming the file and the record."""
 import json
-from typing import List
+import os.path as osp
+from typing import List, Optional
 
 from ..config import ConfigError
 
@@ -9,7 +10,7 @@ COCO_CHECK_MAX_BYTES = 100 * 2 ** 20
 
 
 def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None,
-                           ds_key: str = 'dataset') -> List[str]:
+                           ds_key: str = 'dataset', img_dir: Optional[str] = None) -> List[str]:
     """Validate a COCO-format annotation file before training.
 
     Structural problems (not JSON, truncated, no ``images``/``annotations``/``categories`` list, an
@@ -18,7 +19,9 @@ def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None
     points, a ``category_id`` not in ``categories`` - are reported as warnings (returned, and logged)
     naming the annotation id. With the dataset's ``classes`` and ``filter_cfg`` (``ds_key`` is its config
     key), a set that mmdet's filter would leave empty (no image with an annotation of those classes,
-    or every image below ``min_size``) is an error naming the file and the filter.
+    or every image below ``min_size``) is an error naming the file and the filter. With ``img_dir``
+    (the folder the ``file_name``s are relative to), images listed but not on disk are an error naming
+    them (existence only: a stat per image).
     """
     try:
         with open(path) as f:
@@ -60,11 +63,21 @@ def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None
             if bad:
                 warnings.append(f'annotation {rid}: {len(bad)} polygon(s) with fewer than 3 points '
                                 f'(dropped; the instance is ignored if none is left)')
+    if img_dir is not None:
+        _check_images_exist(path, data['images'], img_dir, ds_key)
     _check_filtered_coco(path, data, classes, filter_cfg, ds_key)
     if warnings and logger is not None:
         logger.warning(f'{path}: {len(warnings)} annotation record(s) will be skipped:\n  ' +
                        '\n  '.join(warnings[:20]) + ('\n  ...' if len(warnings) > 20 else ''))
     return warnings
+
+
+def _check_images_exist(path, images, img_dir, key):
+    missing = [im['file_name'] for im in images if not osp.isfile(osp.join(img_dir, im['file_name']))]
+    if missing:
+        shown = ', '.join(missing[:5]) + (f', ... ({len(missing)} in all)' if len(missing) > 5 else '')
+        raise ConfigError(f'{path}: {len(missing)} of {len(images)} image(s) listed in "images" are '
+                          f'not in {img_dir} ({key}.data_prefix.img): {shown}')
 
 
 def _check_filtered_coco(path, data, classes, filter_cfg, key):

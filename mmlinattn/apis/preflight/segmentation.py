@@ -32,7 +32,8 @@ def check_seg_annotations(cfg: Config, key: str, ds_cfg: dict, logger=None) -> N
     checked whole, larger ones by a seeded sample of ``SEG_CHECK_SAMPLE`` (the log says which). Only
     image headers are read for the sizes.
 
-    An empty set, a size mismatch or an out-of-range label raise :class:`ConfigError` naming the files,
+    An empty set, a label map that is missing or does not decode (truncated, corrupt), an image whose
+    header does not read, a size mismatch or an out-of-range label raise :class:`ConfigError` naming the files,
     the values and the config key to change (mmseg would fail deep in the loss, or drop the pixels
     from the mIoU without a word).
     """
@@ -67,18 +68,27 @@ def check_seg_annotations(cfg: Config, key: str, ds_cfg: dict, logger=None) -> N
         lut = np.arange(256, dtype=np.int64)
         for old, new in label_map.items():
             lut[old] = new
-    size_bad, range_bad = [], []
+    size_bad, range_bad, unread = [], [], []
     for info in chosen:
         seg_path = info.get('seg_map_path')
-        if not seg_path or not osp.isfile(seg_path):
-            continue  # a missing label file gets mmcv's FileNotFoundError naming it
+        if not seg_path:
+            continue
+        if not osp.isfile(seg_path):
+            unread.append(f'{seg_path}: file not found (the label map of '
+                          f'{osp.basename(info["img_path"])})')
+            continue
         try:
             with Image.open(info['img_path']) as im:
                 img_wh = im.size
+        except Exception as e:  # noqa: BLE001 - any decoder error means the same to the user
+            unread.append(f'{info["img_path"]}: {type(e).__name__}: {e}')
+            continue
+        try:
             with Image.open(seg_path) as lab:
                 lab_wh = lab.size
-                values = np.unique(np.asarray(lab))
-        except Exception:  # noqa: BLE001 - unreadable files fail in mmcv's loader, naming them
+                values = np.unique(np.asarray(lab))  # decodes the whole map: a truncated one fails
+        except Exception as e:  # noqa: BLE001
+            unread.append(f'{seg_path}: {type(e).__name__}: {e}')
             continue
         if img_wh != lab_wh:
             size_bad.append(f'{seg_path} is {lab_wh[0]}x{lab_wh[1]} but its image '
@@ -95,6 +105,9 @@ def check_seg_annotations(cfg: Config, key: str, ds_cfg: dict, logger=None) -> N
         if bad:
             range_bad.append(f'{seg_path}: {bad[:8]}')
     problems = []
+    if unread:
+        problems.append(f'{len(unread)} file(s) that cannot be read (missing, truncated or not an '
+                        'image):\n    ' + '\n    '.join(unread[:10]))
     if size_bad:
         problems.append(f'{len(size_bad)} label map(s) of another size than their image (mmseg would '
                         'train on misaligned labels or fail to batch them):\n    ' +

@@ -1,0 +1,80 @@
+"""A data file that cannot be read is named where it is first used.
+
+mmcv's image loader fails on a truncated or corrupt image with ``AssertionError: failed to load
+image`` and mmseg's label loader with PIL's ``OSError: image file is truncated``, both deep in a
+traceback from inside the data loader (the second without the file's name). With ``import mmlinattn``,
+mmengine's ``BaseDataset.prepare_data`` - which every mmdet, mmseg and mmpretrain dataset uses to
+load one sample - turns such a failure into a :class:`DataFileError` naming the file, whether it is
+the image or the label map, the reason, the sample and the dataset's config key. It does so only after
+re-reading the sample's files and finding one that does not decode; any other error of the pipeline
+passes through unchanged. ``tools/train.py`` and ``tools/test.py`` print it as one line (exit code 2).
+
+Files that are listed but missing are found earlier, by the pre-flight checks (existence only).
+"""
+import os.path as osp
+from typing import Optional
+
+#: the files a sample's ``data_info`` may name, and what to call them in a message
+SAMPLE_FILES = (('img_path', 'image'), ('seg_map_path', 'label map'))
+
+
+class DataFileError(RuntimeError):
+    """A sample's image or label map could not be read; the message names it.
+
+    Raised in a data loader worker, it reaches the main process re-created from torch's text of the
+    worker's traceback; ``str()`` then gives back the original one-line message."""
+
+    def __str__(self):
+        text = super().__str__()
+        marker = 'DataFileError: '
+        if 'Original Traceback' in text and marker in text:
+            return text.rsplit(marker, 1)[1].strip()
+        return text
+
+
+def unreadable(path: str) -> Optional[str]:
+    """Why ``path`` cannot be read as an image (missing, truncated, not an image), or None if it
+    decodes whole (PIL, which reports a truncated file where OpenCV returns nothing)."""
+    if not osp.isfile(path):
+        return 'file not found'
+    from PIL import Image
+    try:
+        with Image.open(path) as im:
+            im.load()
+    except Exception as e:  # noqa: BLE001 - any decoder error means the same to the user
+        return f'{type(e).__name__}: {e}'
+    return None
+
+
+def dataset_key(dataset) -> str:
+    """The config key a dataset comes from, as far as it knows (training or evaluation)."""
+    if getattr(dataset, 'test_mode', False):
+        return 'val_dataloader.dataset / test_dataloader.dataset'
+    return 'train_dataloader.dataset'
+
+
+def name_unreadable_files(prepare_data):
+    """Wrap ``BaseDataset.prepare_data`` (see the module docstring)."""
+
+    def wrapper(self, idx):
+        try:
+            return prepare_data(self, idx)
+        except DataFileError:
+            raise
+        except Exception as error:  # noqa: BLE001 - re-raised unless a file is found unreadable
+            try:
+                info = self.get_data_info(idx)
+            except Exception:  # noqa: BLE001
+                raise error
+            for key, what in SAMPLE_FILES:
+                path = info.get(key) if isinstance(info, dict) else None
+                reason = unreadable(path) if isinstance(path, str) else None
+                if reason:
+                    raise DataFileError(
+                        f'{dataset_key(self)} ({type(self).__name__}, sample {idx}): cannot read '
+                        f'the {what} {path}: {reason} (a truncated or corrupt file: replace it, or '
+                        'remove it from the annotations)') from error
+            raise
+
+    wrapper.__wrapped__ = prepare_data
+    return wrapper
