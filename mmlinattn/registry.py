@@ -3,7 +3,46 @@
 Our modules go into mmengine's root ``MODELS`` registry. mmdet's, mmseg's and mmpretrain's ``MODELS``
 registries are its children and fall back to it, so ``dict(type='MAViT')`` builds from any of their
 configs once ``mmlinattn`` is imported (``custom_imports=dict(imports=['mmlinattn'])``).
-"""
-from mmengine.registry import MODELS
 
-__all__ = ['MODELS']
+Importing this module also gives mmdet and mmseg the ``function`` registry they lack (see
+:func:`add_function_registries`), which silences the registry-scope warning of their inferencers.
+"""
+import importlib
+
+from mmengine.registry import FUNCTIONS, MODELS, Registry
+
+__all__ = ['MODELS', 'add_function_registries']
+
+#: the toolboxes whose inferencers (``DetInferencer``, ``MMSegInferencer``) run our configs
+INFERENCER_SCOPES = ('mmdet', 'mmseg')
+
+
+def add_function_registries(scopes=INFERENCER_SCOPES):
+    """Add an (empty) child of mmengine's ``FUNCTIONS`` registry for each toolbox that has none.
+
+    mmengine's ``BaseInferencer._init_collate`` looks up ``test_dataloader.collate_fn`` in
+    ``FUNCTIONS.switch_scope_and_registry(scope)``; mmdet 3.3 and mmseg 1.2 define no ``FUNCTIONS``
+    registry, so for every config - theirs as well as ours - the switch finds no ``mmdet`` / ``mmseg``
+    child and logs "Failed to search registry with scope "mmdet" in the "function" registry tree"
+    before falling back to mmengine's registry. An empty child under the toolbox's own scope name is
+    what mmdet / mmseg would have registered: lookups fall through to mmengine's functions
+    (``pseudo_collate``, ``default_collate``) exactly as before, without the warning. A toolbox
+    that is not installed, or that defines its own ``FUNCTIONS`` registry, is left alone.
+    Returns the scopes added.
+    """
+    added = []
+    for scope in scopes:
+        if scope in FUNCTIONS.children:
+            continue
+        try:
+            toolbox = importlib.import_module(f'{scope}.registry')
+        except ImportError:
+            continue
+        if hasattr(toolbox, 'FUNCTIONS') or scope in FUNCTIONS.children:
+            continue
+        Registry('function', parent=FUNCTIONS, scope=scope)
+        added.append(scope)
+    return added
+
+
+add_function_registries()

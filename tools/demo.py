@@ -7,7 +7,9 @@
    a. evaluates the *untrained* model (random init) with tools/test.py - the chance level;
    b. trains it with tools/train.py (mmengine logs and progress);
    c. evaluates the final checkpoint with tools/test.py (the real CocoMetric / IoUMetric);
-3. prints a table: untrained vs trained bbox/segm AP and mIoU, and the wall time.
+   d. draws four validation images, ground truth left and the trained model's prediction right
+      (mmdet's / mmseg's visualizers, PNG) into work_dirs/demo_det/predictions, demo_seg/predictions;
+3. prints a table: untrained vs trained bbox/segm AP and mIoU, the pictures' folders and the wall time.
 
 Everything runs on the CPU. The terminal shows the commands, the training / testing progress lines
 and the final table; the full logs are in work_dirs/demo_det and work_dirs/demo_seg (*.log).
@@ -55,6 +57,9 @@ def job(config, work_dir, extra):
         last = f.read().strip()
     run('tools/test.py', config, last, '--work-dir', work_dir + '/trained',
         log=osp.join(work_dir, 'test_trained.log'))
+    # the pictures, through the OpenMMLab inferencer as a user would call it (mmlinattn.visualization)
+    run('-m', 'mmlinattn.visualization', config, last, '--out-dir', work_dir + '/predictions',
+        '--num-images', 4, log=osp.join(work_dir, 'predictions.log'))
     return (read_metrics(osp.join(ROOT, work_dir, 'untrained')),
             read_metrics(osp.join(ROOT, work_dir, 'trained')))
 
@@ -85,6 +90,8 @@ def main(argv=None):
     for model, label, key, (before, after) in rows:
         print(f'{model:28s} {label:10s} {before.get(key, float("nan")):10.3f} '
               f'{after.get(key, float("nan")):10.3f}')
+    print('pictures (ground truth | prediction): work_dirs/demo_det/predictions, '
+          'work_dirs/demo_seg/predictions')
     print(f'wall time: {wall / 60:.1f} min (logs and checkpoints in work_dirs/demo_det, demo_seg)')
     print('=' * 72)
     if args.quick:

@@ -1,0 +1,357 @@
+"""A trained model in OpenMMLab's inferencers: mmdet's DetInferencer and mmseg's MMSegInferencer run
+our configs - every config type (Mask R-CNN, Cascade, RetinaNet, Semantic FPN, UperNet), every
+backbone family - on an image path, a numpy array and a folder, with no registry-scope warning, and
+give what the model's own forward gives on the toolbox's test pipeline. Then tools/image_demo.py and
+the demo's pictures (mmlinattn.visualization). Checkpoints are made here from freshly built models
+(the smallest size of each config type); the test pipelines are resized to 128 px to keep it fast."""
+import copy
+import glob
+import importlib
+import json
+import logging
+import os
+import os.path as osp
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+# (config, task): the smallest backbone of each config type; the three families all appear
+CASES = [
+    ('configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py', 'det'),
+    ('configs/mavit/cascade-mask-rcnn_mavit-s_fpn_ms-3x_coco.py', 'det'),
+    ('configs/inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py', 'det'),
+    ('configs/inline_pvt/fpn_inline-pvt-t_80k_ade20k-512x512.py', 'seg'),  # PVT's AlignResize test
+    ('configs/mavit/upernet_mavit-t_160k_ade20k-512x512.py', 'seg'),
+]
+TOY_DET = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py'
+TOY_SEG = 'configs/toy/fpn_mavit-t_toy-ade.py'
+TOY_CLS = 'configs/toy/mavit-t_toy-cls.py'
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def scene(h, w, seed):
+    """A BGR image with a few filled shapes on a noisy background."""
+    import cv2
+    rng = np.random.default_rng(seed)
+    img = rng.integers(60, 120, (h, w, 3), dtype=np.uint8)
+    for _ in range(3):
+        c = tuple(int(v) for v in rng.integers(0, 255, 3))
+        x, y, r = int(rng.integers(15, w - 15)), int(rng.integers(15, h - 15)), int(rng.integers(6, 14))
+        if rng.random() < 0.5:
+            cv2.circle(img, (x, y), r, c, -1)
+        else:
+            cv2.rectangle(img, (x - r, y - r), (x + r, y + r), c, -1)
+    return img
+
+
+@pytest.fixture(scope='module')
+def images(tmp_path_factory):
+    """A folder with two images of odd sizes (one larger, one smaller than the test size)."""
+    import cv2
+    folder = tmp_path_factory.mktemp('images')
+    paths = [str(folder / 'a.png'), str(folder / 'b.jpg')]
+    cv2.imwrite(paths[0], scene(120, 160, 0))  # both are resized by the 128 px test pipeline
+    cv2.imwrite(paths[1], scene(80, 112, 1))
+    return str(folder), paths
+
+
+# test-time settings: every score threshold 0 (a random model then returns detections to compare),
+# fewer proposals and detections (1000 proposals through Cascade's three 4conv1fc heads cost
+# ~100 GFLOPs per stage and image)
+TEST_CFG = dict(score_thr=0.0, max_per_img=20, nms_pre=100)
+
+
+def small_test_config(path, size=128):
+    """The config with its test resize at ``size`` px (instead of 1333x800 / 2048x512) and the
+    detectors' ``test_cfg`` as :data:`TEST_CFG`."""
+    cfg = Config.fromfile(osp.join(ROOT, path))
+    for t in cfg.test_dataloader.dataset.pipeline:
+        if t['type'] == 'Resize':
+            t['scale'] = (size, size)
+
+    def shrink(d):
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if k in TEST_CFG:
+                    d[k] = TEST_CFG[k]
+                else:
+                    shrink(v)
+        elif isinstance(d, list):
+            for v in d:
+                shrink(v)
+    shrink(cfg.model.get('test_cfg'))
+    return cfg
+
+
+def registry(cfg, name):
+    from mmengine.registry import init_default_scope
+    init_default_scope(cfg.default_scope)
+    return getattr(importlib.import_module(cfg.default_scope + '.registry'), name)
+
+
+def make_checkpoint(cfg, path, seed=0):
+    """A freshly built model of the config, saved as the Runner would (weights + dataset meta)."""
+    torch.manual_seed(seed)
+    model = registry(cfg, 'MODELS').build(cfg.model).eval()
+    meta = registry(cfg, 'DATASETS').get(cfg.test_dataloader.dataset.type).METAINFO
+    torch.save({'state_dict': model.state_dict(),
+                'meta': {'dataset_meta': {'classes': list(meta['classes']),
+                                          'palette': [list(p) for p in meta['palette']]}}}, path)
+    return model
+
+
+def reference(cfg, model, img_path):
+    """The model's own forward on the toolbox's test pipeline (without its annotation loading)."""
+    from mmengine.dataset import Compose, pseudo_collate
+    transforms = registry(cfg, 'TRANSFORMS')
+    pipeline = Compose([transforms.build(t) for t in cfg.test_dataloader.dataset.pipeline
+                        if t['type'] != 'LoadAnnotations'])
+    data = pipeline(dict(img_path=img_path, img_id=0))
+    with torch.no_grad():
+        return model.test_step(pseudo_collate([data]))[0]
+
+
+class WarningLog(logging.Handler):
+    """Collects what mmengine logs at WARNING and above."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def mmengine_warnings():
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    handler = WarningLog()
+    logger.addHandler(handler)
+    yield handler.messages
+    logger.removeHandler(handler)
+
+
+def rle_decode(rle):
+    from pycocotools import mask as mask_util
+    return mask_util.decode(dict(size=rle['size'], counts=rle['counts'].encode()))
+
+
+def assert_same_detections(got, want, hw):
+    """``got``: DetInferencer's dict; ``want``: the reference ``pred_instances``."""
+    want_boxes = want.bboxes.numpy()
+    assert len(got['labels']) == len(want_boxes) > 0
+    np.testing.assert_array_equal(got['labels'], want.labels.numpy())
+    np.testing.assert_allclose(got['scores'], want.scores.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.array(got['bboxes']), want_boxes, rtol=1e-5, atol=1e-3)
+    boxes = np.array(got['bboxes'])  # x1, y1, x2, y2 in the original image
+    assert (boxes[:, 0] >= 0).all() and (boxes[:, 2] <= hw[1] + 1e-3).all()
+    assert (boxes[:, 1] >= 0).all() and (boxes[:, 3] <= hw[0] + 1e-3).all()
+    if 'masks' in want:
+        assert len(got['masks']) == len(want_boxes)
+        decoded = np.stack([rle_decode(m) for m in got['masks']]).astype(bool)
+        assert decoded.shape[1:] == hw
+        np.testing.assert_array_equal(decoded, want.masks.numpy().astype(bool))
+    else:
+        assert 'masks' not in got
+
+
+# ------------------------------------------------------------------------------------ inferencers
+@pytest.mark.parametrize('config,task', CASES, ids=[osp.basename(c)[:-3] for c, _ in CASES])
+def test_inferencer_runs_config(config, task, images, tmp_path, mmengine_warnings):
+    import mmcv
+    folder, paths = images
+    cfg = small_test_config(config)
+    ckpt = str(tmp_path / 'model.pth')
+    model = make_checkpoint(cfg, ckpt)
+    if task == 'det':
+        from mmdet.apis import DetInferencer
+        inferencer = DetInferencer(model=copy.deepcopy(cfg), weights=ckpt, device='cpu',
+                                   show_progress=False)
+    else:
+        from mmseg.apis import MMSegInferencer
+        inferencer = MMSegInferencer(model=copy.deepcopy(cfg), weights=ckpt, device='cpu')
+        inferencer.show_progress = False
+    # the checkpoint's weights and classes are the ones in use
+    loaded = inferencer.model.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
+    assert len(inferencer.model.dataset_meta['classes']) == (80 if task == 'det' else 150)
+
+    want = {p: reference(cfg, model, p) for p in paths}
+    hw = mmcv.imread(paths[0]).shape[:2]
+    on_path = inferencer(paths[0])['predictions']
+    on_array = inferencer(mmcv.imread(paths[0]))['predictions']  # BGR, as mmcv / cv2 read it
+    on_folder = inferencer(folder, return_datasamples=True)
+    on_folder = on_folder['predictions'] if isinstance(on_folder, dict) else on_folder
+    assert sorted(s.img_path for s in on_folder) == sorted(paths)
+    if task == 'det':
+        assert_same_detections(on_path[0], want[paths[0]].pred_instances, hw)
+        assert_same_detections(on_array[0], want[paths[0]].pred_instances, hw)
+        for s in on_folder:
+            ref = want[s.img_path].pred_instances
+            np.testing.assert_allclose(s.pred_instances.bboxes.numpy(), ref.bboxes.numpy(),
+                                       rtol=1e-5, atol=1e-3)
+            np.testing.assert_allclose(s.pred_instances.scores.numpy(), ref.scores.numpy(),
+                                       rtol=1e-5, atol=1e-6)
+    else:
+        ref = want[paths[0]].pred_sem_seg.data[0].numpy()
+        assert on_path.shape == on_array.shape == hw == ref.shape
+        assert on_path.min() >= 0 and on_path.max() < 150
+        np.testing.assert_array_equal(on_path, ref)
+        np.testing.assert_array_equal(on_array, ref)
+        for s in on_folder:
+            np.testing.assert_array_equal(s.pred_sem_seg.data[0].numpy(),
+                                          want[s.img_path].pred_sem_seg.data[0].numpy())
+    scope_warnings = [m for m in mmengine_warnings if 'Failed to search registry' in m]
+    assert not scope_warnings, scope_warnings
+
+
+def test_inferencer_scope_warning_cause():
+    """The cause of the warning: mmengine's BaseInferencer looks up the collate function in the
+    'function' registry under the inferencer's scope, and mmdet / mmseg define no such registry;
+    importing mmlinattn adds their (empty) children, which fall back to mmengine's functions."""
+    import mmlinattn  # noqa: F401
+    from mmengine.dataset import pseudo_collate
+    from mmengine.registry import FUNCTIONS
+    for scope in ('mmdet', 'mmseg'):
+        assert not hasattr(importlib.import_module(scope + '.registry'), 'FUNCTIONS')
+        assert scope in FUNCTIONS.children
+        with FUNCTIONS.switch_scope_and_registry(scope) as reg:
+            assert reg.scope == scope and reg.get('pseudo_collate') is pseudo_collate
+
+
+# ------------------------------------------------------------------------ image_demo and pictures
+@pytest.fixture(scope='module')
+def toy_checkpoints(tmp_path_factory):
+    folder = tmp_path_factory.mktemp('toy_ckpt')
+    out = {}
+    for name, config in (('det', TOY_DET), ('seg', TOY_SEG)):
+        cfg = Config.fromfile(osp.join(ROOT, config))
+        torch.manual_seed(0)
+        model = registry(cfg, 'MODELS').build(cfg.model).eval()
+        meta = cfg.test_dataloader.dataset.metainfo
+        path = str(folder / f'{name}.pth')
+        torch.save({'state_dict': model.state_dict(),
+                    'meta': {'dataset_meta': {'classes': list(meta['classes']),
+                                              'palette': [list(p) for p in meta['palette']]}}}, path)
+        out[name] = (config, cfg, model, path)
+    return out
+
+
+def image_demo(*args):
+    from tools import image_demo as tool
+    return tool.main([str(a) for a in args])
+
+
+@pytest.mark.parametrize('task', ['det', 'seg'])
+def test_image_demo_writes_pictures_and_json(task, images, toy_checkpoints, tmp_path, capsys):
+    import mmcv
+    folder, paths = images
+    config, cfg, model, ckpt = toy_checkpoints[task]
+    out = tmp_path / 'out'
+    assert image_demo(folder, osp.join(ROOT, config), ckpt, '--out-dir', out, '--score-thr', 0.05) == 0
+    assert 'picture(s) in' in capsys.readouterr().out
+    for p in paths:
+        name, stem = osp.basename(p), osp.splitext(osp.basename(p))[0]
+        drawn = mmcv.imread(str(out / 'vis' / name))
+        assert drawn.shape[:2] == mmcv.imread(p).shape[:2]
+        with open(out / 'preds' / f'{stem}.json') as f:
+            pred = json.load(f)
+        want = reference(cfg, model, p)
+        if task == 'det':
+            ref = want.pred_instances
+            np.testing.assert_allclose(pred['scores'], ref.scores.numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(np.array(pred['bboxes']).reshape(-1, 4), ref.bboxes.numpy(),
+                                       rtol=1e-5, atol=1e-3)
+        else:
+            label = mmcv.imread(str(out / 'preds' / pred['label_map']), flag='unchanged')
+            ref = want.pred_sem_seg.data[0].numpy()
+            np.testing.assert_array_equal(label, ref)
+            classes = cfg.test_dataloader.dataset.metainfo['classes']
+            ids, counts = np.unique(ref, return_counts=True)
+            assert pred['pixels'] == {classes[i]: int(c) for i, c in zip(ids, counts)}
+            assert (pred['height'], pred['width']) == ref.shape
+    assert not [d for d in os.listdir(tmp_path) if d.startswith('.image_demo-')]
+
+
+def test_image_demo_bad_input(images, toy_checkpoints, tmp_path, capsys):
+    """Each bad input: one message naming it, exit code 2, nothing written."""
+    folder, paths = images
+    config, _, _, ckpt = toy_checkpoints['det']
+    not_an_image = tmp_path / 'notes.jpg'
+    not_an_image.write_text('not an image')
+    empty = tmp_path / 'empty'
+    empty.mkdir()
+    _, _, _, seg_ckpt = toy_checkpoints['seg']
+    cases = [
+        ((tmp_path / 'missing.jpg', config, ckpt), 'image not found'),
+        ((not_an_image, config, ckpt), 'cannot read as an image'),
+        ((empty, config, ckpt), 'no image'),
+        ((paths[0], osp.join(ROOT, TOY_CLS), ckpt), "default_scope='mmpretrain'"),
+        ((paths[0], config, tmp_path / 'missing.pth'), 'checkpoint not found'),
+        ((paths[0], config, not_an_image), 'not a readable torch checkpoint'),
+        ((paths[0], config, seg_ckpt), 'does not fit'),
+    ]
+    for args, message in cases:
+        out = tmp_path / 'out'
+        capsys.readouterr()
+        assert image_demo(*args, '--out-dir', out) == 2, message
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0] and err[0].startswith('image_demo.py: error:'), err
+        assert not out.exists(), message
+        assert not [d for d in os.listdir(tmp_path) if d.startswith('.image_demo-')]
+
+
+def test_draw_val_predictions(toy_checkpoints, tmp_path, monkeypatch):
+    """The demo's pictures: ground truth | prediction drawn by mmdet's / mmseg's visualizer, on the
+    config's validation images (a two-image toy set made here)."""
+    import cv2
+    import mmcv
+
+    from mmlinattn.visualization import draw_val_predictions
+    # a toy COCO / ADE20K layout with two validation images
+    coco = tmp_path / 'data' / 'toy_coco'
+    (coco / 'val').mkdir(parents=True)
+    (coco / 'annotations').mkdir()
+    ade = tmp_path / 'data' / 'toy_ade'
+    (ade / 'images' / 'validation').mkdir(parents=True)
+    (ade / 'annotations' / 'validation').mkdir(parents=True)
+    imgs, anns = [], []
+    for i in range(2):
+        img = scene(128, 128, i)
+        cv2.rectangle(img, (20, 30), (60, 70), (0, 200, 0), -1)
+        cv2.imwrite(str(coco / 'val' / f'v{i}.jpg'), img)
+        cv2.imwrite(str(ade / 'images' / 'validation' / f'v{i}.jpg'), img)
+        label = np.ones((128, 128), np.uint8)
+        label[30:71, 20:61] = 3
+        cv2.imwrite(str(ade / 'annotations' / 'validation' / f'v{i}.png'), label)
+        imgs.append(dict(id=i, file_name=f'v{i}.jpg', height=128, width=128))
+        anns.append(dict(id=i + 1, image_id=i, category_id=2, bbox=[20, 30, 40, 40], area=1600,
+                         iscrowd=0, segmentation=[[20, 30, 60, 30, 60, 70, 20, 70]]))
+    cats = [dict(id=k + 1, name=n) for k, n in enumerate(('circle', 'square', 'triangle'))]
+    with open(coco / 'annotations' / 'instances_val.json', 'w') as f:
+        json.dump(dict(images=imgs, annotations=anns, categories=cats), f)
+    monkeypatch.chdir(tmp_path)  # the toy configs' data roots are relative (data/toy_*)
+    for task in ('det', 'seg'):
+        config, cfg, model, ckpt = toy_checkpoints[task]
+        out = tmp_path / f'pictures_{task}'
+        paths = draw_val_predictions(osp.join(ROOT, config), ckpt, str(out), num_images=5,
+                                     score_thr=0.05)
+        assert sorted(osp.basename(p) for p in paths) == ['v0.png', 'v1.png']
+        drawn = mmcv.imread(paths[0], channel_order='rgb')
+        # ground truth and prediction side by side, each enlarged to 384 px (3 x 128)
+        assert drawn.shape == (384, 768, 3)
+        left, right = drawn[:, :384].astype(int), drawn[:, 384:].astype(int)
+        assert np.abs(left - right).mean() > 1  # two different drawings
+        if task == 'seg':
+            # the ground truth's square (class 3 after reduce_zero_label: 2, 'square') is overlaid
+            # in the palette's square colour
+            palette = np.array(cfg.test_dataloader.dataset.metainfo['palette'][2])
+            inside = left[100:200, 70:170].reshape(-1, 3).mean(0)
+            outside = left[250:350, 250:350].reshape(-1, 3).mean(0)
+            assert np.abs(inside - palette).sum() < np.abs(outside - palette).sum()
+    assert sorted(glob.glob(str(tmp_path / 'pictures_*' / '*.png')))
