@@ -34,7 +34,8 @@ setup(
     python_requires='>=3.9',
     # mmcv (with ops) is built by tools/install.sh; it is listed so pip refuses an incompatible one.
     install_requires=['mmcv>=2.0.0,<2.2.0'] + read_requirements('runtime.txt'),
-    extras_require={'tests': read_requirements('tests.txt')},
+    extras_require={'tests': read_requirements('tests.txt'),
+                    'deploy': read_requirements('deploy.txt')},
     license='Apache-2.0',
     zip_safe=False,
 )

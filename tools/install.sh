@@ -103,6 +103,8 @@ log "OpenMMLab packages and their undeclared dependencies"
 pipi -q -r "$ROOT/requirements/runtime.txt"
 log "test tools"
 pipi -q -r "$ROOT/requirements/tests.txt"
+log "deployment extras: onnx, onnxscript, onnxruntime (tools/deployment/export_onnx.py)"
+pipi -q -r "$ROOT/requirements/deploy.txt"
 log "mmlinattn (editable)"
 pipi -q --no-deps --no-build-isolation -e "$ROOT"
 

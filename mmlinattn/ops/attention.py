@@ -62,11 +62,14 @@ def _key_pass(k: Tensor, v: Tensor, phi, step: int, rope: RopeTables = None):
     """Pass 1 over the keys: sum_j phi~(k_j)^T v_j (d x dv), sum_j phi(k_j), sum_j v_j."""
     n = k.shape[-2]
     kv = sum_k = sum_v = None
-    for i in range(0, n, step):
-        phk, vc = phi(k[..., i:i + step, :]), v[..., i:i + step, :]
+    # one pass over the whole sequence without slicing when it fits one step (always while
+    # exporting: a loop over a symbolic N would fix N to the example's)
+    spans = [slice(None)] if step >= n else [slice(i, i + step) for i in range(0, n, step)]
+    for span in spans:
+        phk, vc = phi(k[..., span, :]), v[..., span, :]
         sk, sv = phk.sum(dim=-2, keepdim=True), vc.sum(dim=-2, keepdim=True)
         if rope is not None:
-            phk = apply_rope(phk, rope[0][i:i + step], rope[1][i:i + step])
+            phk = apply_rope(phk, rope[0][span], rope[1][span])
         kvc = torch.matmul(phk.transpose(-2, -1), vc)
         if kv is None:
             kv, sum_k, sum_v = kvc, sk, sv
@@ -87,7 +90,13 @@ def _query_pass(q: Tensor, step: int, dv: int, fn) -> Tensor:
 
 
 def _step(n: int, *tensors: Tensor) -> int:
-    return n if _needs_grad(*tensors) else CHUNK_TOKENS
+    """Chunk length along N: the whole sequence with autograd, and while ``torch.export`` (and so
+    ``torch.onnx.export``) traces, where the loop would unroll at the example's N and compare a
+    symbolic N with the chunk size (no dynamic height / width); else :data:`CHUNK_TOKENS`. The math
+    is the same either way."""
+    if _needs_grad(*tensors) or torch.compiler.is_exporting():
+        return n
+    return CHUNK_TOKENS
 
 
 # --------------------------------------------------------------------------------------------------
@@ -247,6 +256,11 @@ def softmax_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = 
     Leading dims beyond (B, h) are allowed (Swin's (B, nW, h, N, d) windows with an (nW, h, N, N)
     bias); ``dropout_p`` is SDPA's attention dropout (pass 0 at inference)."""
     _check_qkv(*_batch_flat(q, k, v))
+    if torch.compiler.is_exporting() and not dropout_p:
+        # torch.export / ONNX: the same math as explicit matmuls and softmax. ONNX's SDPA takes 4-D
+        # tensors only (Swin's windows are 5-D), and torch 2.14's ONNX decomposition of SDPA lays
+        # out its output unlike the CPU kernel the export traced, which breaks the reshape after it
+        return softmax_attention_reference(q, k, v, scale, attn_bias)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p,
                                           scale=_scale(q, scale))
 

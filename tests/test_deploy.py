@@ -1,0 +1,212 @@
+"""ONNX export (mmlinattn.deploy, tools/deployment/export_onnx.py): the three T backbones with every
+attention core of the table, one whole segmentor and a dynamic export, each run with ONNX Runtime
+(CPU) against eager PyTorch in float32; the size rule of dynamic exports and the refusals name what to change.
+
+Parity criterion (the tool's): ``|onnx - eager| <= rtol * (|eager| + max|eager|)`` elementwise with
+rtol 1e-4, i.e. relative to each value and to the output's scale. Skipped if onnx / onnxruntime are not
+installed (``pip install -r requirements/deploy.txt``).
+"""
+import os.path as osp
+
+import pytest
+import torch
+
+pytest.importorskip('onnx')
+pytest.importorskip('onnxscript')
+pytest.importorskip('onnxruntime')
+
+from mmlinattn.apis import load_config  # noqa: E402
+from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
+from mmlinattn.ops.cores import CORES  # noqa: E402
+from mmlinattn import deploy as E  # noqa: E402
+from tools.deployment import export_onnx  # noqa: E402
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+RTOL = 1e-4
+FAMILIES = {'InLinePVT': InLinePVT, 'InLineSwin': InLineSwin, 'MAViT': MAViT}
+
+
+class _Holder(torch.nn.Module):
+    """A model with only a backbone, as ``Exportable`` expects."""
+
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = backbone
+
+
+def every_letter(n_stages: int = 4) -> str:
+    """One attn_type with every letter of the core table, one stage each (cycling if the table has
+    more letters than stages: mixed stages then)."""
+    letters = [c.letter for c in CORES.values()]
+    stages = [letters[i::n_stages] for i in range(n_stages)]
+    return ''.join(s[0] if len(s) == 1 else '(' + ''.join(f'{x}1' for x in s[:-1]) + s[-1] + ')'
+                   for s in stages)
+
+
+def _backbone(family: str, **kw):
+    torch.manual_seed(0)
+    m = FAMILIES[family](arch='tiny', drop_path_rate=0.0, **kw)
+    m.init_weights()
+    return E.Exportable(_Holder(m).eval(), 'backbone')
+
+
+def _assert_parity(rows, n_outputs, shapes):
+    assert len(rows) == n_outputs * len(shapes)
+    assert sorted({tuple(r['input']) for r in rows}) == sorted(tuple(s) for s in shapes)
+    for r in rows:
+        assert r['ok'], f"{r['output']} at {r['input']}: max rel err {r['max_rel']:.2e} > {RTOL}"
+        assert r['max_rel'] < RTOL
+
+
+class _Core(torch.nn.Module):
+    def __init__(self, core):
+        super().__init__()
+        self.core = core
+
+    def forward(self, q, k, v):
+        return self.core(q, k, v)
+
+
+@pytest.mark.parametrize('name', list(CORES))
+def test_core_exports_with_dynamic_tokens(name, tmp_path):
+    """Each core of the table alone, N dynamic: the linear attentions stream over N in chunks of 4096
+    tokens without autograd (eager, here), but not while torch.export traces, so one graph serves any
+    N; ONNX Runtime matches the chunked eager result at N below, across and above one chunk."""
+    import onnxruntime as ort
+    from torch.export import Dim
+
+    from mmlinattn.ops.attention import CHUNK_TOKENS
+    core = CORES[name]
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, CHUNK_TOKENS + 904, 8, generator=g) for _ in range(3))
+    n = Dim('tokens', min=2)
+    with torch.no_grad():
+        program = torch.export.export(_Core(core), (q, k, v), strict=False,
+                                      dynamic_shapes=({2: n}, {2: n}, {2: n}))
+    path = str(tmp_path / f'{name}.onnx')
+    torch.onnx.export(program, (q, k, v), path, dynamo=True, external_data=False, verbose=False)
+    sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    feeds = [i.name for i in sess.get_inputs()]
+    for tokens in (1000, CHUNK_TOKENS + 904, 2 * CHUNK_TOKENS + 17):
+        qkv = [t[:, :, :tokens] if tokens <= t.shape[2] else
+               torch.randn(1, 1, tokens, 8, generator=g) for t in (q, k, v)]
+        with torch.no_grad():
+            ref = core(*qkv)
+        got = sess.run(None, dict(zip(feeds, (t.numpy() for t in qkv))))[0]
+        row = E.compare([got], [ref], [name], RTOL)[0]
+        assert row['ok'], f'{name} at N={tokens}: max rel err {row["max_rel"]:.2e}'
+
+
+def test_every_letter_covers_the_table():
+    spec = every_letter()
+    assert all(c.letter in spec for c in CORES.values())
+
+
+@pytest.mark.parametrize('family', list(FAMILIES))
+def test_t_backbone_with_every_core_matches_onnxruntime(family, tmp_path):
+    """Each T backbone with every core of the table (one per stage; InLine-Swin's softmax stage in
+    shifted 7x7 windows with padding at this size), static 64x96, four outputs within rtol 1e-4."""
+    w = _backbone(family, attn_type=every_letter())
+    out = str(tmp_path / 'bb.onnx')
+    assert E.export(w, (64, 96), out) is None
+    rows = E.check(out, w, [(64, 96)], rtol=RTOL)
+    _assert_parity(rows, 4, [(64, 96)])
+    assert [r['output'] for r in rows] == ['out0', 'out1', 'out2', 'out3']
+
+
+def test_segmentor_matches_onnxruntime(tmp_path):
+    """The whole Semantic FPN with InLine-PVT-T, through the decode head and the resize to the input:
+    one output, the logits at the input size."""
+    cfg = load_config(osp.join(ROOT, 'configs/inline_pvt/fpn_inline-pvt-t_80k_ade20k-512x512.py'))
+    torch.manual_seed(0)
+    w = E.Exportable(E.build_model(cfg), 'model')
+    out = str(tmp_path / 'seg.onnx')
+    E.export(w, (128, 128), out)
+    rows = E.check(out, w, [(128, 128)], rtol=RTOL)
+    _assert_parity(rows, 1, [(128, 128)])
+    assert rows[0]['output'] == 'seg_logits' and rows[0]['shape'] == [1, 150, 128, 128]
+    # what the graph computes is mmseg's encode_decode (logits resized to the input)
+    x = E.example_input((128, 128), seed=3)
+    with torch.no_grad():
+        ref = w.model.encode_decode(x, [dict(img_shape=(128, 128), pad_shape=(128, 128))])
+        assert torch.equal(w(x)[0], ref)
+
+
+def test_dynamic_export_serves_two_sizes(tmp_path):
+    """MAViT-T with dynamic height / width: one file, checked at a square and a non-square size."""
+    w = _backbone('MAViT')
+    out = str(tmp_path / 'dyn.onnx')
+    rule = E.export(w, (64, 64), out, dynamic=True)
+    assert rule.low == (64, 64) and rule.multiple == 1 and rule.high == (None, None)
+    rows = E.check(out, w, [(64, 64), (96, 128)], rtol=RTOL)
+    _assert_parity(rows, 4, [(64, 64), (96, 128)])
+    import onnx
+    props = {p.key: p.value for p in onnx.load(out).metadata_props}
+    assert props['mmlinattn.size_rule'] == rule.text() and props['mmlinattn.part'] == 'backbone'
+
+
+def test_compare_fails_on_a_wrong_output():
+    """The parity check can fail: a 1e-3 relative change of one value is caught, 1e-6 is not."""
+    e = torch.randn(2, 8, 4, 4)
+    o = e.numpy().copy()
+    assert E.compare([o], [e], ['out0'], RTOL)[0]['ok']
+    o[0, 0, 0, 0] += 1e-3 * float(e.abs().max())
+    row = E.compare([o], [e], ['out0'], RTOL)[0]
+    assert not row['ok'] and row['max_rel'] == pytest.approx(1e-3, rel=1e-3)
+    assert not E.compare([o[:, :4]], [e], ['out0'], RTOL)[0]['ok']  # a wrong shape fails too
+
+
+# --------------------------------------------------------------------------------------------------
+# size rules and refusals (no export: fast)
+# --------------------------------------------------------------------------------------------------
+def test_size_rule_of_each_family():
+    pvt = E.size_rule(_backbone('InLinePVT'), (64, 96))
+    assert (pvt.multiple, pvt.low, pvt.high) == (1, (64, 64), (None, None))
+    # InLine-Swin-T: stage 4 (stride 32) is softmax in 7x7 windows: one window up to 224 px
+    small = E.size_rule(_backbone('InLineSwin'), (64, 96))
+    assert (small.multiple, small.low, small.high) == (32, (64, 64), (224, 224))
+    large = E.size_rule(_backbone('InLineSwin'), (256, 320))
+    assert (large.low, large.high) == ((256, 256), (None, None))
+    mixed = E.size_rule(_backbone('InLineSwin'), (128, 288))
+    assert (mixed.low, mixed.high) == ((64, 256), (224, None))
+    assert mixed.allows((224, 256)) and not mixed.allows((256, 256)) and not mixed.allows((96, 240))
+    assert mixed.near((128, 288)) == (192, 320) and mixed.allows(mixed.near((128, 288)))
+
+
+def test_dynamic_refuses_a_shape_outside_the_rule():
+    w = _backbone('InLineSwin')
+    with pytest.raises(E.ExportError, match=r'the example shape 64x100 is outside the size rule.*'
+                                            r'a multiple of 32'):
+        E.size_rule(w, (64, 100))
+    rule = E.size_rule(w, (64, 96))
+    with pytest.raises(E.ExportError, match=r'--check-shape 256x256 is outside.*<= 224'):
+        rule.check((256, 256), '--check-shape')
+
+
+def test_cli_refusals(tmp_path, capsys):
+    det = osp.join(ROOT, 'configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py')
+    out = str(tmp_path / 'x.onnx')
+    assert export_onnx.main([det, '--shape', '128', '128', '--part', 'model', '--out', out]) == 2
+    assert "mmdeploy's job" in capsys.readouterr().err
+    upernet = osp.join(ROOT, 'configs/mavit/upernet_mavit-t_160k_ade20k-512x512.py')
+    assert export_onnx.main([upernet, '--shape', '64', '64', '--part', 'neck', '--out', out]) == 2
+    assert 'has no neck' in capsys.readouterr().err
+    # the detector's neck (FPN with a stride-64 level): 2 x 64 px at least for a dynamic export
+    assert export_onnx.main([det, '--shape', '96', '128', '--part', 'neck', '--dynamic', '--out', out]) == 2
+    assert 'largest feature stride (64)' in capsys.readouterr().err
+    assert not osp.exists(out)
+
+
+@pytest.mark.parametrize('config, what', [
+    ('configs/mavit/upernet_mavit-t_160k_ade20k-512x512.py', 'adaptive pooling to 2'),
+    ('configs/inline_pvt/fpn_inline-pvt-t_80k_ade20k-512x512.py', 'scale factor 2'),
+], ids=['upernet', 'semantic-fpn'])
+def test_dynamic_refused_where_the_head_fixes_the_size(config, what, tmp_path, capsys):
+    """mmseg's heads: UperNet's pyramid pooling and Semantic FPN's scale-factor upsampling keep the
+    whole segmentor static; the refusal names the module and says to export per size."""
+    out = str(tmp_path / 'x.onnx')
+    assert export_onnx.main([osp.join(ROOT, config), '--shape', '64', '64', '--part', 'model', '--dynamic',
+                   '--out', out]) == 2
+    err = capsys.readouterr().err
+    assert 'cannot be exported with a dynamic height / width' in err and what in err
+    assert 'decode_head.' in err and 'one file per input size' in err
