@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all bench clean-venv
+.PHONY: install demo test test-all bench gpu-report clean-venv
 
 install:
 	@bash tools/install.sh
@@ -27,6 +27,11 @@ bench: install
 	$(PY) tools/analysis_tools/benchmark_attention.py --repeats 3 --out docs/benchmarks
 	$(PY) tools/analysis_tools/benchmark.py --out docs/benchmarks
 	$(PY) tools/analysis_tools/get_flops.py --all-backbones
+
+# On a CUDA machine: the GPU-only tests, fp16/bf16 attention vs fp32 and flash attention, training
+# memory and it/s with and without --amp -> docs/benchmarks/gpu_report.md (exits 2 without CUDA).
+gpu-report: install
+	$(PY) tools/analysis_tools/gpu_report.py --out docs/benchmarks/gpu_report
 
 clean-venv:
 	rm -rf $(VENV)
