@@ -29,12 +29,18 @@ from mmlinattn.models import out_channels
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
 
+# PVT-T in our arch format: InLine-PVT-T's widths, depths and MLP ratios with PVT-T's heads (1/2/5/8
+# against InLine-PVT-T's 2/4/10/16)
+PVT_T = dict(embed_dims=[64, 128, 320, 512], depths=[2, 2, 2, 2], num_heads=[1, 2, 5, 8],
+             mlp_ratio=[8, 8, 4, 4])
 # name -> backbone config; the FPN gets the channels the backbone returns (models.out_channels)
 VARIANTS = {
     'mavit-t': dict(type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=True),
     'mavit-t-nonorm': dict(type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=False),
     'inline-pvt-t': dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0, out_norm=True),
     'inline-pvt-t-nonorm': dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0, out_norm=False),
+    'inline-pvt-t-nonorm-mmdet-init': dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0,
+                                           out_norm=False, init_scheme='mmdet_pvt'),
     'inline-swin-t': dict(type='InLineSwin', arch='tiny', drop_path_rate=0.0, out_norm=True),
     'inline-swin-t-softmax': dict(type='InLineSwin', arch='tiny', attn_type='SSSS', drop_path_rate=0.0,
                                   out_norm=True),
@@ -45,6 +51,11 @@ VARIANTS = {
                               out_norm=False),
     'inline-pvt-t-ssss-mmdet-init': dict(type='InLinePVT', arch='tiny', attn_type='SSSS',
                                          drop_path_rate=0.0, out_norm=False, init_scheme='mmdet_pvt'),
+    # exactly PVT-T (its heads too: the function mmdet's PVT-T computes, tests/test_pvt_mmdet_oracle.py)
+    # from mmdet's init
+    'inline-pvt-t-ssss-pvt-heads-mmdet-init': dict(type='InLinePVT', arch=PVT_T, attn_type='SSSS',
+                                                   drop_path_rate=0.0, out_norm=False,
+                                                   init_scheme='mmdet_pvt'),
 }
 # mmdet's own backbones as references: name -> (backbone config, channels of its four maps)
 REFERENCES = {
