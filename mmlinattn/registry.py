@@ -36,7 +36,7 @@ def add_function_registries(scopes=INFERENCER_SCOPES):
             continue
         try:
             toolbox = importlib.import_module(f'{scope}.registry')
-        except ImportError:
+        except Exception:  # noqa: BLE001 - not installed, or refusing this mmcv (its own assert)
             continue
         if hasattr(toolbox, 'FUNCTIONS') or scope in FUNCTIONS.children:
             continue

@@ -283,10 +283,16 @@ def test_cfg_option_typo_that_the_class_rejects_stops_before_work():
         load_config(SEG_CFG, {'default_hooks.checkpoint.intervall': 2})
     with pytest.raises(ConfigError, match=r'builds EpochBasedTrainLoop.*takes: .*max_epochs'):
         load_config(DET_CFG, {'train_cfg.max_iter': 1})
-    # keys the classes do take are added as before (the config did not set them)
+    # keys the classes do take are added as before (the config did not set them), and so are the
+    # keys mmengine's builders take out of the dict first (a hook's priority, the optimizer
+    # wrapper's constructor, a scheduler's convert_to_iter_based)
     cfg = load_config(SEG_CFG, {'default_hooks.checkpoint.max_keep_ckpts': 2,
-                                'train_cfg.val_begin': 2, 'optim_wrapper.optimizer.amsgrad': True})
+                                'train_cfg.val_begin': 2, 'optim_wrapper.optimizer.amsgrad': True,
+                                'default_hooks.checkpoint.priority': 'LOW',
+                                'optim_wrapper.constructor': 'DefaultOptimWrapperConstructor',
+                                'param_scheduler.0.convert_to_iter_based': True})
     assert cfg.default_hooks.checkpoint.max_keep_ckpts == 2 and cfg.train_cfg.val_begin == 2
+    assert cfg.optim_wrapper.constructor == 'DefaultOptimWrapperConstructor'
 
 
 def test_cfg_option_typo_elsewhere_gets_a_suggestion():

@@ -121,8 +121,9 @@ def test_annotation_without_bbox_is_an_error(tmp_path):
 
 
 # --------------------------------------------------------------------------- images
-@pytest.mark.parametrize('kind,error', [('missing', FileNotFoundError), ('corrupt', AssertionError)])
-def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, error):
+@pytest.mark.parametrize('kind,reason', [('missing', 'file not found'),
+                                         ('corrupt', 'UnidentifiedImageError: cannot identify image file')])
+def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
     import shutil
 
     from mmengine.config import Config
@@ -141,9 +142,13 @@ def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, error):
     ds_cfg.data_root = str(root) + '/'
     ds = DATASETS.build(ds_cfg)
     idx = next(i for i in range(len(ds)) if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
-    # mmcv's LoadImageFromFile: FileNotFoundError for a missing file, "failed to load image" otherwise
-    with pytest.raises(error, match='train_00000.jpg'):
+    # mmcv's LoadImageFromFile raises FileNotFoundError for a missing file and "failed to load
+    # image" otherwise; import mmlinattn turns both into one message with the dataset key and reason
+    from mmlinattn.datafaults import DataFileError
+    with pytest.raises(DataFileError, match=r'train_dataloader\.dataset \(CocoDataset, sample \d+\): '
+                                            r'cannot read the image .*train_00000\.jpg: ' + reason) as e:
         ds.prepare_data(idx)
+    assert isinstance(e.value.__cause__, FileNotFoundError if kind == 'missing' else AssertionError)
 
 
 # --------------------------------------------------------------------------- checkpoints

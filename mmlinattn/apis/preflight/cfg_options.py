@@ -44,19 +44,29 @@ _REGISTRY_OF = {'default_hooks': 'HOOKS', 'custom_hooks': 'HOOKS', 'model': 'MOD
                 'val_evaluator': 'METRICS', 'test_evaluator': 'METRICS'}
 # classes that take ``**kwargs`` only to pass them to one other callable, which rejects the rest
 _FORWARDS = {'CheckpointHook': ('mmengine.runner', 'Runner', 'save_checkpoint')}
+# keys that the code building the object takes out of its dict before calling the class (mmengine's
+# Runner: a hook's priority, a loop's by_epoch, a scheduler's convert_to_iter_based; the optimizer
+# wrapper builder: paramwise_cfg and constructor), per registry; ``_scope_`` everywhere
+_BUILDER_KEYS = {'HOOKS': {'priority'}, 'LOOPS': {'by_epoch'},
+                 'PARAM_SCHEDULERS': {'convert_to_iter_based'},
+                 'OPTIM_WRAPPERS': {'paramwise_cfg', 'constructor'}}
+
+
+def _registry_of(parent: str):
+    """The registry name the dict at ``parent`` is built from, or None (not checked)."""
+    top = parent.split('.')[0]
+    if parent == 'optim_wrapper.optimizer':
+        return 'OPTIMIZERS'
+    if top.endswith('_dataloader') and parent != top + '.dataset':
+        return None  # the DataLoader's own arguments, samplers: not checked
+    return _REGISTRY_OF.get(top)
 
 
 def _built_class(cfg, parent: str, node):
     """The class the dict ``node`` at ``parent`` is built into, or None if unknown: a dict with a
     ``type`` (looked up in its registry, under the config's scope), or a runner loop (``train_cfg``
     without ``type``: mmengine picks the epoch- or iteration-based loop from ``by_epoch``)."""
-    top = parent.split('.')[0]
-    if parent in ('optim_wrapper.optimizer', ):
-        registry = 'OPTIMIZERS'
-    elif top.endswith('_dataloader') and parent != top + '.dataset':
-        return None  # the DataLoader's own arguments, samplers: not checked
-    else:
-        registry = _REGISTRY_OF.get(top)
+    registry = _registry_of(parent)
     kind = node.get('type') if isinstance(node, (dict, Config)) else None
     if kind is None and parent in ('train_cfg', 'val_cfg', 'test_cfg'):
         from mmengine import runner as loops
@@ -78,8 +88,11 @@ def _built_class(cfg, parent: str, node):
 
 def _accepted_keys(cls):
     """The keyword names ``cls(...)`` takes, or None if it takes any (``**kwargs`` that are not
-    known to go on to one other callable)."""
-    params = [p for p in inspect.signature(cls).parameters.values()]
+    known to go on to one other callable) or has no signature to read."""
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return None
     names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     if any(p.kind is p.VAR_KEYWORD for p in params):
         target = next((_FORWARDS[c.__name__] for c in cls.__mro__ if c.__name__ in _FORWARDS), None)
@@ -103,7 +116,10 @@ def _rejected(cfg, key: str):
         return None
     cls = _built_class(cfg, parent, node)
     accepted = _accepted_keys(cls) if cls is not None else None
-    if accepted is None or leaf in accepted:
+    if accepted is None:
+        return None
+    accepted |= _BUILDER_KEYS.get(_registry_of(parent), set()) | {'_scope_'}
+    if leaf in accepted:
         return None
     close = difflib.get_close_matches(leaf, sorted(accepted | set(node.keys())), n=1, cutoff=0.6)
     hint = f'did you mean {parent}.{close[0]}? ' if close else ''
