@@ -97,10 +97,8 @@ class Exportable(nn.Module):
         self.model, self.part, self.kind = model, part, kind
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        if self.part == 'backbone':
-            return tuple(self.model.backbone(x))
-        if self.part == 'neck':
-            return tuple(self.model.extract_feat(x))
+        if self.part != 'model':
+            return self.features(x)
         # mmseg's encode_decode: extract_feat + decode head, resized to img_shape (a torch.Size is
         # used as the size as it is, so the traced graph resizes to the input's own height / width)
         return (self.model.encode_decode(x, [dict(img_shape=x.shape[2:])]),)
@@ -111,7 +109,8 @@ class Exportable(nn.Module):
         return [('out' if self.part == 'backbone' else 'neck') + str(i) for i in range(n)]
 
     def features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """The feature maps whose strides bound the input size (backbone or neck outputs)."""
+        """The feature maps whose strides bound the input size: the backbone's outputs for
+        ``part='backbone'``, else ``extract_feat`` (the neck's, or the backbone's without a neck)."""
         return tuple(self.model.backbone(x)) if self.part == 'backbone' else tuple(self.model.extract_feat(x))
 
 
@@ -262,7 +261,7 @@ def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = 
             raise ExportError(f'this {wrapper.part} cannot be exported with a dynamic height / width: '
                               f'{shown}. Export without --dynamic, one file per input size.')
     rule = size_rule(wrapper, shape) if dynamic else None
-    dynamic_shapes = ({2: rule.dims()[0], 3: rule.dims()[1]},) if rule else None
+    dynamic_shapes = (dict(zip((2, 3), rule.dims())),) if rule else None
     with torch.no_grad():
         outs = wrapper(x)
         try:

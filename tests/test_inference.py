@@ -93,11 +93,12 @@ def registry(cfg, name):
     return getattr(importlib.import_module(cfg.default_scope + '.registry'), name)
 
 
-def make_checkpoint(cfg, path, seed=0):
-    """A freshly built model of the config, saved as the Runner would (weights + dataset meta)."""
+def make_checkpoint(cfg, path, seed=0, meta=None):
+    """A freshly built model of the config, saved as the Runner would (weights + dataset meta:
+    ``meta``, default the test dataset class's METAINFO)."""
     torch.manual_seed(seed)
     model = registry(cfg, 'MODELS').build(cfg.model).eval()
-    meta = registry(cfg, 'DATASETS').get(cfg.test_dataloader.dataset.type).METAINFO
+    meta = meta or registry(cfg, 'DATASETS').get(cfg.test_dataloader.dataset.type).METAINFO
     torch.save({'state_dict': model.state_dict(),
                 'meta': {'dataset_meta': {'classes': list(meta['classes']),
                                           'palette': [list(p) for p in meta['palette']]}}}, path)
@@ -231,13 +232,8 @@ def toy_checkpoints(tmp_path_factory):
     out = {}
     for name, config in (('det', TOY_DET), ('seg', TOY_SEG)):
         cfg = Config.fromfile(osp.join(ROOT, config))
-        torch.manual_seed(0)
-        model = registry(cfg, 'MODELS').build(cfg.model).eval()
-        meta = cfg.test_dataloader.dataset.metainfo
         path = str(folder / f'{name}.pth')
-        torch.save({'state_dict': model.state_dict(),
-                    'meta': {'dataset_meta': {'classes': list(meta['classes']),
-                                              'palette': [list(p) for p in meta['palette']]}}}, path)
+        model = make_checkpoint(cfg, path, meta=cfg.test_dataloader.dataset.metainfo)
         out[name] = (config, cfg, model, path)
     return out
 

@@ -28,14 +28,15 @@ import time
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
+from benchmark_step import BACKBONE_IN_NAME, CONFIG_DIRS, measure_one  # a sibling in this folder
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 # the tests that need a GPU (each skips without one); tests/test_gpu_report.py checks that every test
 # file that skips without CUDA is listed here
 GPU_TESTS = ['tests/test_amp.py']
 TOKENS = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
-FAMILIES = ('inline_pvt', 'inline_swin', 'mavit')
-BACKBONE_IN_NAME = re.compile(r'(inline-pvt|inline-swin|mavit)-([tsmbl])')
+FAMILIES = CONFIG_DIRS  # the config folders, and the backbone in a config's name, as benchmark_step
 REFERENCE_KINDS = ('mask-rcnn', 'upernet')  # mmdet's Swin-T / PVT-S next to these
 REFERENCE_NAMES = ('Swin-T', 'PVT-S')
 # rough wall time of one worker process on a GPU (start-up, build, warm-up and timed steps, fp32 and
@@ -173,7 +174,6 @@ def worker(config: str, ref: Optional[str], warmup: int = 3) -> None:
 
     import torch
 
-    from benchmark_step import measure_one  # a sibling in this folder
     for amp in (False, True):
         try:
             res = measure_one(config, ref, 'cuda', amp, None, warmup)
