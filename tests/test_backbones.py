@@ -68,11 +68,40 @@ def test_pvt_drops_the_remainder_like_pvt_v1_and_pads_on_request():
             (5, 16), (3, 8), (2, 4), (1, 2)]
 
 
+# Stage widths of the tiny variants as the papers' architecture tables give them (InLine-PVT-T as
+# PVT-T, InLine-Swin-T as Swin-T, MAViT-T from the MALA paper), and the strides of a 4-stage pyramid.
+PAPER_TINY_CHANNELS = {InLinePVT: [64, 128, 320, 512], InLineSwin: [96, 192, 384, 768],
+                       MAViT: [64, 128, 256, 512]}
+SUBSETS = [tuple(i for i in range(4) if mask >> i & 1) for mask in range(1, 16)]
+
+
 @pytest.mark.parametrize('cls', [InLineSwin, InLinePVT, MAViT])
-def test_out_indices_subset(cls):
-    m = cls(arch='tiny', out_indices=(1, 3))
-    outs = m(torch.randn(1, 3, 64, 64))
-    assert [o.shape[1] for o in outs] == [m.embed_dims[1], m.embed_dims[3]] == m.num_features
+def test_every_out_indices_subset(cls):
+    """Every non-empty subset of the four stages: the returned maps have the papers' channels (and
+    ``stage_channels`` / ``num_features`` say the same), strides 4/8/16/32, and equal the full
+    model's maps at those stages when both hold the same weights (output norms included)."""
+    torch.manual_seed(0)
+    channels = PAPER_TINY_CHANNELS[cls]
+    assert cls.stage_channels('tiny') == channels
+    full = cls(arch='tiny', out_norm=True).eval()
+    full.init_weights()
+    for norm in full.modules():  # non-trivial norms, so that a swapped or skipped norm shows
+        if isinstance(norm, nn.LayerNorm):
+            nn.init.normal_(norm.weight, 1.0, 0.1)
+            nn.init.normal_(norm.bias, 0.0, 0.1)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        want = full(x)
+    for subset in SUBSETS:
+        m = cls(arch='tiny', out_indices=subset, out_norm=True).eval()
+        missing, unexpected = m.load_state_dict(full.state_dict(), strict=False)
+        assert not missing, (subset, missing)
+        with torch.no_grad():
+            outs = m(x)
+        assert [o.shape[1] for o in outs] == [channels[i] for i in subset] == m.num_features, subset
+        assert [o.shape[-1] for o in outs] == [64 // 2 ** (i + 2) for i in subset], subset
+        for o, i in zip(outs, subset):
+            assert torch.allclose(o, want[i], atol=1e-5), (subset, i)
 
 
 @pytest.mark.parametrize('out_norm', [True, False])

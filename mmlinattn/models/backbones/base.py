@@ -92,6 +92,33 @@ class LinAttnBackbone(BaseModule):
                 [LayerNorm2d(d, eps=eps) if i in self.out_indices else nn.Identity()
                  for i, d in enumerate(self.embed_dims)]))
 
+    # ------------------------------------------------------------------ forward
+    def forward_stem(self, x: torch.Tensor):
+        """The image -> stage 0's input. The identity here: a family whose first stage starts with its
+        own patch embedding (InLine-PVT) has no stem."""
+        return x
+
+    def run_stage(self, i: int, x, downsample: bool):
+        """Stage ``i`` on its input ``x`` -> ``(output, next_input)``: its (B, C, H, W) map, and what
+        stage ``i + 1`` takes (after the stage's own downsampling when ``downsample``; the stage skips
+        it otherwise). The default runs ``self.layers[i]``, a stage module that owns its downsampling."""
+        return self.layers[i](x, downsample=downsample)
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        """The (B, C, H, W) maps of the stages in ``out_indices``, each through its output norm.
+
+        The one loop of every family: stem, then each stage up to the last one returned; that stage
+        skips its downsampling (nothing reads it) and the stages after it never run.
+        """
+        x = self.forward_stem(x)
+        last = max(self.out_indices)
+        outs = []
+        for i in range(last + 1):
+            out, x = self.run_stage(i, x, downsample=i < last)
+            if i in self.out_indices:
+                outs.append(self._output(i, out))
+        return tuple(outs)
+
     def _output(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """Stage i's (B, C, H, W) output through its output norm, if any, in contiguous NCHW memory.
 

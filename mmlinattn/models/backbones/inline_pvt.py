@@ -5,8 +5,8 @@ Parameter names equal the authors' (``patch_embed{i}.{proj,norm}``, ``pos_embed{
 ``block{i}.{j}.{norm1,attn.{q,kv,proj,residual.0,residual.2},norm2,mlp.fc1,mlp.fc2}``), so their
 ImageNet checkpoints load by dropping ``head``. A stage is a patch embedding, a position table and
 its blocks; the names are flat (``patch_embed2``, not ``stages.1.patch_embed``) because the released
-files are, so :meth:`InLinePVT.stage` gathers a stage's parts and :meth:`InLinePVT.forward_stage`
-runs them.
+files are, so :meth:`InLinePVT.stage` gathers a stage's parts and :meth:`InLinePVT.run_stage`
+runs them inside the backbones' one loop (:meth:`LinAttnBackbone.forward`).
 """
 import math
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -225,21 +225,14 @@ class InLinePVT(LinAttnBackbone):
     def get_pos_embed(self, i: int, hw: Tuple[int, int]) -> torch.Tensor:
         return resize_pos_embed(self.stage(i).pos_embed, self.pos_hw[i], hw)
 
-    def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """Stage ``i``: an NCHW map (the image for i = 0) -> the stage's NCHW map."""
+    def run_stage(self, i: int, x: torch.Tensor, downsample: bool = True):
+        """Stage ``i``: an NCHW map (the image for i = 0) -> ``(its NCHW map, the same map)``. An
+        InLine-PVT stage downsamples at its start (its patch embedding), so its output is the next
+        stage's input and ``downsample`` changes nothing."""
         parts = self.stage(i)
         x, hw = parts.patch_embed(x)
         x = parts.pos_drop(x + self.get_pos_embed(i, hw))
         for blk in parts.blocks:
             x = run_block(blk, self.with_cp, x, hw)
-        return x.transpose(1, 2).reshape(x.shape[0], -1, *hw)
-
-    def forward(self, x):
-        outs = []
-        for i in range(self.num_stages):
-            x = self.forward_stage(i, x)
-            if i in self.out_indices:
-                outs.append(self._output(i, x))
-            if i >= max(self.out_indices):
-                break
-        return tuple(outs)
+        x = x.transpose(1, 2).reshape(x.shape[0], -1, *hw)
+        return x, x

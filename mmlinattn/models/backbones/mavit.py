@@ -127,12 +127,16 @@ class MAViTStage(nn.Module):
             for i in range(depth)])
         self.downsample = Downsample(dim, out_dim, norm_cfg) if out_dim else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) through the blocks (no downsampling: see ``downsample``)."""
+    def forward(self, x: torch.Tensor, downsample: bool = True):
+        """(B, C, H, W) through the blocks -> ``(output, next stage's input)``: the map before the
+        downsampling (the stage's output), and after it (the map itself for the last stage or when
+        ``downsample`` is False)."""
         rope = self.RoPE(x.shape[-2:])
         for blk in self.blocks:
             x = run_block(blk, self.with_cp, x, rope)
-        return x
+        if downsample and self.downsample is not None:
+            return x, self.downsample(x)
+        return x, x
 
 
 class Stem(nn.Module):
@@ -172,8 +176,8 @@ class MAViT(LinAttnBackbone):
             :func:`mmlinattn.ops.cores.parse_attn_type`): one letter per stage, ``M`` MALA, ``S``
             softmax, ``L`` plain linear, ``I`` InLine, ... or a mixed stage in parentheses. Default
             ``'MMSS'`` as the released models; ``'MMMM'`` is all-MALA.
-        attn_cfg (dict | None): options of the attention module (``kernel``, ``use_rope``, ``beta``,
-            ``gamma``) for ablations.
+        attn_cfg (dict | None): options of the attention module (``kernel``, ``use_rope``,
+            ``core_options``, e.g. ``dict(beta=False)`` for MALA's ablations).
         out_indices (Sequence[int]): stages whose features are returned.
         frozen_stages (int): -1 nothing frozen, 0 the stem, k also stages 1..k.
         norm_eval (bool): keep BatchNorm layers (stem, downsampling) in eval mode while training.
@@ -245,17 +249,5 @@ class MAViT(LinAttnBackbone):
     def _stage_modules(self, i):
         return [self.patch_embed] if i == 0 else [self.layers[i - 1]]
 
-    def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """Blocks of stage i (no downsampling)."""
-        return self.layers[i](x)
-
-    def forward(self, x):
-        x = self.patch_embed(x)
-        outs = []
-        for i, layer in enumerate(self.layers):
-            x = self.forward_stage(i, x)
-            if i in self.out_indices:
-                outs.append(self._output(i, x))
-            if layer.downsample is not None and i < max(self.out_indices):
-                x = layer.downsample(x)
-        return tuple(outs)
+    def forward_stem(self, x):
+        return self.patch_embed(x)
