@@ -72,14 +72,14 @@ def collect_attention(model: torch.nn.Module, x: Tensor,
                 tokens, hw = args[0], args[1]
                 if tokens.shape[1] > max_tokens:
                     return
-                q, k, _, _ = module._qkv(tokens, hw)
+                q, k = module.queries_keys(tokens, hw)
                 a = module.attention_matrix(tokens, hw)
             else:
                 inp, rope = args[0], (args[1] if len(args) > 1 else None)
                 hw = tuple(inp.shape[-2:])
                 if hw[0] * hw[1] > max_tokens:
                     return
-                q, k, _, _, _ = module._split(inp)
+                q, k = module.queries_keys(inp, rope)
                 a = module.attention_matrix(inp, rope)
             records.append(dict(name=name, core=module.core, attn=a.detach(),
                                 queries=q.detach(), keys=k.detach(), hw=tuple(hw)))

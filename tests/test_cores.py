@@ -7,7 +7,7 @@ import torch
 
 from mmlinattn.models import InLinePVT, InLineSwin, MAViT
 from mmlinattn.models.layers import QKVOAttention, TokenAttention
-from mmlinattn.ops import apply_rope, rope_angles, rope_sin_cos
+from mmlinattn.ops import apply_rope, mala_attention_reference, rope_angles, rope_sin_cos
 from mmlinattn.ops.cores import (CORES, Core, format_attn_type, get_core, parse_attn_type,
                                  register_core, unregister_core)
 
@@ -155,3 +155,77 @@ def test_a_fifth_core_is_one_table_entry(cosine_core):
 def test_unknown_letter_lists_registered_cores(cosine_core):
     with pytest.raises(ValueError, match=r'C \(cosine\)'):
         MAViT(arch='tiny', attn_type='MMSX')
+
+
+def test_core_options_are_the_one_way_to_set_malas_switches():
+    """QKVOAttention takes MALA's beta / gamma in ``core_options`` like every module; its output is
+    the paper's reference function (``mala_attention_reference``) on the module's own q, k, v, with
+    the same switch. The former ``beta=`` keyword still reads, with a FutureWarning."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 16, 4, 5, dtype=torch.float64)
+    ref_mod = QKVOAttention(16, 2, core='mala', use_rope=False).double().eval()
+    for opts in (dict(beta=False), dict(gamma=False), dict(beta=False, gamma=False)):
+        m = QKVOAttention(16, 2, core='mala', use_rope=False, core_options=opts).double().eval()
+        m.load_state_dict(ref_mod.state_dict())
+        qkvo = m.qkvo(x)
+        q, k, v = (qkvo[:, i * 16:(i + 1) * 16].reshape(1, 2, 8, 20).transpose(-2, -1)
+                   for i in range(3))
+        core = mala_attention_reference(q, k, v, scale=8 ** -0.5, **opts)
+        want = m.proj((core.transpose(-2, -1).reshape(1, 16, 4, 5) + m.lepe(qkvo[:, 32:48]))
+                      * qkvo[:, 48:])
+        with torch.no_grad():
+            torch.testing.assert_close(m(x), want)
+        got_q, got_k = m.queries_keys(x)
+        torch.testing.assert_close(got_q, q.detach())
+        torch.testing.assert_close(got_k, k.detach())
+    with pytest.warns(FutureWarning, match='core_options'):
+        old = QKVOAttention(16, 2, core='mala', beta=False)
+    assert old.core_options == {'beta': False}
+    # a MAViT block passes the backbone's attn_cfg through
+    m = MAViT(arch='tiny', attn_cfg=dict(core_options=dict(gamma=False)))
+    assert m.layers[0].blocks[0].attn.core_options == {'gamma': False}
+
+
+def test_modules_keep_their_table_entry_and_expose_queries_and_keys():
+    """``core_entry`` is the table's entry; ``queries_keys`` returns the projections of the input
+    (computed here from the Linear weights directly)."""
+    torch.manual_seed(0)
+    attn = TokenAttention(16, 2, core='inline').double().eval()
+    assert attn.core_entry is get_core('inline')
+    tokens = torch.randn(2, 12, 16, dtype=torch.float64)
+    q, k = attn.queries_keys(tokens, (3, 4))
+    w, b = attn.qkv.weight, attn.qkv.bias
+    want_q = (tokens @ w[:16].T + b[:16]).reshape(2, 12, 2, 8).transpose(1, 2)
+    want_k = (tokens @ w[16:32].T + b[16:32]).reshape(2, 12, 2, 8).transpose(1, 2)
+    torch.testing.assert_close(q, want_q)
+    torch.testing.assert_close(k, want_k)
+
+
+def test_spatial_reduction_needs_separate_kv_projections():
+    """sr_ratio > 1 with one fused qkv Linear would build sr / norm layers that nothing uses (DDP
+    fails on parameters without a gradient): refused, naming the layout to use."""
+    with pytest.raises(ValueError, match="sr_ratio=2.*qkv_layout='q_kv'"):
+        TokenAttention(16, 2, core='softmax', qkv_layout='qkv', sr_ratio=2)
+    m = TokenAttention(16, 2, core='softmax', qkv_layout='q_kv', sr_ratio=2)
+    out = m(torch.randn(1, 16, 16), (4, 4))
+    out.sum().backward()
+    assert all(p.grad is not None for p in m.parameters())
+
+
+def test_windowing_is_its_own_flag(cosine_core):
+    """Whether an InLine-Swin block runs a core in shifted windows is the entry's ``windowed`` flag,
+    not whether it takes a bias: a biased core that is not windowed runs globally."""
+    from dataclasses import replace
+    assert get_core('softmax').windowed and not get_core('inline').windowed
+    with pytest.raises(ValueError, match='windowed core must take one'):
+        Core('bad', 'B', cosine_attention, cosine_attention_matrix, windowed=True)
+    soft = get_core('softmax')
+    register_core(replace(soft, name='globalsoftmax', letter='G', windowed=False))
+    try:
+        m = InLineSwin(arch='tiny', attn_type='IIIG')
+        blk = m.layers[3].blocks[0]
+        assert not blk.windowed and isinstance(blk.attn, TokenAttention)
+        blk = InLineSwin(arch='tiny').layers[3].blocks[0]
+        assert blk.windowed and not isinstance(blk.attn, TokenAttention)
+    finally:
+        unregister_core('globalsoftmax')

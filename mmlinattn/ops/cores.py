@@ -19,6 +19,8 @@ What a core supports decides how the modules call it:
 * ``scaled``: the function takes ``scale`` (d^-1/2 by default);
 * ``bias``: it takes an additive ``attn_bias`` (Swin's relative position bias and shift mask), so
   window blocks can run it;
+* ``windowed``: an InLine-Swin block runs it in Swin's shifted windows with the relative position bias
+  (needs ``bias``); the other cores run over the whole map;
 * ``reduced_kv``: a PVT block may shorten its keys/values by spatial reduction (``sr_ratio``);
 * ``options``: further keyword switches it takes (e.g. MALA's ``beta``/``gamma``); a module's options
   that a core does not take are not passed to it (one ``attn_cfg`` serves every stage);
@@ -53,6 +55,7 @@ class Core:
     rope: str = 'none'
     scaled: bool = True
     bias: bool = False
+    windowed: bool = False
     reduced_kv: bool = False
     options: Tuple[str, ...] = ()
     local_residual: bool = False
@@ -66,6 +69,9 @@ class Core:
             raise ValueError(f'core {self.name!r}: rope must be one of {ROPE_MODES}, got {self.rope!r}')
         for k in self.kernels:
             get_kernel(k)
+        if self.windowed and not self.bias:
+            raise ValueError(f'core {self.name!r}: windowed blocks add a relative position bias, so a '
+                             'windowed core must take one (bias=True)')
 
     def kwargs(self, scale: Optional[float] = None, kernel: Optional[str] = None, rope=None,
                attn_bias: Optional[Tensor] = None, **options) -> dict:
@@ -145,7 +151,7 @@ register_core(Core(
     description='InLine: injective linear attention (+ local residual in token modules)'))
 register_core(Core(
     'softmax', 'S', softmax_attention, softmax_attention_matrix, rope='qk', bias=True,
-    reduced_kv=True, options=('dropout_p',), title='softmax',
+    windowed=True, reduced_kv=True, options=('dropout_p',), title='softmax',
     description='softmax attention (SDPA)'))
 register_core(Core(
     'linear', 'L', linear_attention, linear_attention_matrix,

@@ -62,7 +62,7 @@ class SwinBlock(nn.Module):
     Args:
         dim (int): channels.
         num_heads (int): heads.
-        core (str): a core of :data:`mmlinattn.ops.cores.CORES`. A core that takes an attention bias
+        core (str): a core of :data:`mmlinattn.ops.cores.CORES`. A core marked ``windowed``
             (softmax) runs in Swin's shifted windows with the relative position bias; the others run
             over the whole map (``inline_window=None``) or in literal windows of ``inline_window``.
         window_size (int): the softmax window side (7).
@@ -82,7 +82,7 @@ class SwinBlock(nn.Module):
         super().__init__()
         self.core, self.shift, self.window_size = core, shift, window_size
         self.inline_window = inline_window
-        self.windowed = get_core(core).bias
+        self.windowed = get_core(core).windowed
         self.norm1 = build_norm_layer(norm_cfg, dim)[1]
         if self.windowed:
             self.attn = WindowSoftmaxAttention(dim, num_heads, window_size, core=core)
@@ -188,11 +188,17 @@ class SwinStage(nn.Module):
             for i in range(depth)])
         self.downsample = PatchMerging(dim, norm_cfg) if downsample else None
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-        """(B, N, C) tokens of an ``hw`` map through the blocks (no merging: see ``downsample``)."""
+    def forward(self, x: Tuple[torch.Tensor, Tuple[int, int]], downsample: bool = True):
+        """``(tokens, hw)``: (B, N, C) tokens of an ``hw`` map -> ``(output, next stage's input)``: the
+        (B, C, H, W) map before the patch merging, and the merged ``(tokens, hw)`` (unmerged for the
+        last stage or when ``downsample`` is False)."""
+        x, hw = x
         for blk in self.blocks:
             x = run_block(blk, self.with_cp, x, hw)
-        return x
+        out = x.transpose(1, 2).reshape(x.shape[0], -1, *hw)
+        if downsample and self.downsample is not None:
+            return out, self.downsample(x, hw)
+        return out, (x, hw)
 
 
 @MODELS.register_module()
@@ -283,16 +289,5 @@ class InLineSwin(LinAttnBackbone):
     def _stage_modules(self, i):
         return [self.patch_embed] if i == 0 else [self.layers[i - 1]]
 
-    def forward(self, x):
-        b = x.shape[0]
-        x, hw = self.patch_embed(x)
-        outs = []
-        for i, layer in enumerate(self.layers):
-            x = layer(x, hw)
-            if i in self.out_indices:
-                outs.append(self._output(i, x.transpose(1, 2).reshape(b, -1, *hw)))
-            if i >= max(self.out_indices):
-                break
-            if layer.downsample is not None:
-                x, hw = layer.downsample(x, hw)
-        return tuple(outs)
+    def forward_stem(self, x):
+        return self.patch_embed(x)  # (tokens, hw)

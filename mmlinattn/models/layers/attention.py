@@ -8,9 +8,12 @@ The attention itself is chosen by a *core* name, an entry of the table
 :data:`mmlinattn.ops.cores.CORES` (``'inline'``, ``'linear'``, ``'softmax'``, ``'mala'``, and any core
 registered later), so the papers' ablations are config switches (plus kernel / residual / beta / gamma
 options). The modules ask the table what a core takes (kernel, RoPE, bias, spatial reduction).
-Every module can also return its explicit attention matrix (``attention_matrix``), computed from the
-same weights and inputs as the linear-time path, for the analysis tools.
+Every module keeps its table entry (``core_entry``) and takes the core's further switches as one dict,
+``core_options`` (e.g. MALA's ``beta`` / ``gamma``). For the analysis tools every module also returns
+the queries and keys its core sees (``queries_keys``) and its explicit attention matrix
+(``attention_matrix``), computed from the same weights and inputs as the linear-time path.
 """
+import warnings
 from typing import Optional, Tuple
 
 import torch
@@ -80,7 +83,8 @@ class TokenAttention(nn.Module):
         kernel (str | None): feature map phi for the cores that take one (``None``: the core's
             default, ``identity`` for InLine, ``relu`` for linear).
         sr_ratio (int): spatial reduction of keys/values (PVT's softmax blocks; only cores marked
-            ``reduced_kv``): a strided conv and a LayerNorm (``sr``, ``norm``, eps ``norm_eps``).
+            ``reduced_kv`` and the ``'q_kv'`` layout): a strided conv and a LayerNorm (``sr``,
+            ``norm``, eps ``norm_eps``).
         attn_drop (float): attention dropout, for the cores that take ``dropout_p`` (softmax).
         proj_drop (float): dropout after the output projection.
         norm_eps (float): eps of the spatial-reduction LayerNorm (torch's default 1e-5, as PVT v1).
@@ -96,7 +100,7 @@ class TokenAttention(nn.Module):
         if dim % num_heads:
             raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
         entry = _core_for_module(core, kernel)
-        self.core = core
+        self.core, self.core_entry = core, entry
         self.dim, self.num_heads = dim, num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
@@ -112,6 +116,9 @@ class TokenAttention(nn.Module):
         self.qkv_layout = qkv_layout
         self.sr_ratio = sr_ratio
         if sr_ratio > 1:
+            if qkv_layout != 'q_kv':  # one fused qkv Linear cannot reduce keys/values alone
+                raise ValueError(f"spatial reduction (sr_ratio={sr_ratio}) needs qkv_layout='q_kv' "
+                                 f"(separate q and kv projections), not {qkv_layout!r}")
             if not entry.reduced_kv:
                 reducible = [c.name for c in CORES.values() if c.reduced_kv]
                 raise ValueError(f'spatial reduction (sr_ratio > 1) is only supported with the cores '
@@ -147,8 +154,8 @@ class TokenAttention(nn.Module):
         if hw[0] * hw[1] != n:
             raise ValueError(f'{n} tokens do not form a {hw[0]}x{hw[1]} map')
         q, k, v, v_tokens = self._qkv(x, hw)
-        out = run_core(self.core, q, k, v, self.scale, kernel=self.kernel,
-                       dropout_p=self.attn_drop if self.training else 0., **self.core_options)
+        out = self.core_entry(q, k, v, scale=self.scale, kernel=self.kernel,
+                              dropout_p=self.attn_drop if self.training else 0., **self.core_options)
         out = out.transpose(1, 2).reshape(b, n, c)
         if self.residual is not None:
             v_map = v_tokens.transpose(1, 2).reshape(b, c, *hw)
@@ -156,9 +163,17 @@ class TokenAttention(nn.Module):
         return self.proj_drop(self.proj(out))
 
     @torch.no_grad()
-    def attention_matrix(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+    def queries_keys(self, x: torch.Tensor, hw: Tuple[int, int]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The (B, h, N, d) queries and (B, h, M, d) keys the core sees for input ``x`` (M < N after
+        spatial reduction)."""
         q, k, _, _ = self._qkv(x, hw)
-        return core_matrix(self.core, q, k, self.scale, kernel=self.kernel, **self.core_options)
+        return q, k
+
+    @torch.no_grad()
+    def attention_matrix(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        q, k = self.queries_keys(x, hw)
+        return self.core_entry.attention_matrix(q, k, scale=self.scale, kernel=self.kernel,
+                                                **self.core_options)
 
 
 def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
@@ -190,10 +205,11 @@ class WindowSoftmaxAttention(nn.Module):
     def __init__(self, dim: int, num_heads: int, window_size: int = 7, qkv_bias: bool = True,
                  attn_drop: float = 0., proj_drop: float = 0., core: str = 'softmax'):
         super().__init__()
-        if not get_core(core).bias:
+        entry = get_core(core)
+        if not entry.bias:
             raise ValueError(f'window attention needs a core that takes an attention bias; '
                              f'{core!r} does not')
-        self.core = core
+        self.core, self.core_entry = core, entry
         self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
@@ -231,17 +247,23 @@ class WindowSoftmaxAttention(nn.Module):
                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         b, nw, n, c = x.shape
         q, k, v = self._qkv(x)
-        out = run_core(self.core, q, k, v, self.scale,
-                       attn_bias=self._attn_bias(window_hw, mask, q.dtype),
-                       dropout_p=self.attn_drop if self.training else 0.)
+        out = self.core_entry(q, k, v, scale=self.scale,
+                              attn_bias=self._attn_bias(window_hw, mask, q.dtype),
+                              dropout_p=self.attn_drop if self.training else 0.)
         out = out.transpose(2, 3).reshape(b, nw, n, c)
         return self.proj_drop(self.proj(out))
 
     @torch.no_grad()
-    def attention_matrix(self, x, window_hw, mask=None):
+    def queries_keys(self, x: torch.Tensor, window_hw=None, mask=None):
+        """The (B, nW, h, N, d) queries and keys of the windows ``x``."""
         q, k, _ = self._qkv(x)
-        return core_matrix(self.core, q, k, self.scale,
-                           attn_bias=self._attn_bias(window_hw, mask, q.dtype))
+        return q, k
+
+    @torch.no_grad()
+    def attention_matrix(self, x, window_hw, mask=None):
+        q, k = self.queries_keys(x)
+        return self.core_entry.attention_matrix(
+            q, k, scale=self.scale, attn_bias=self._attn_bias(window_hw, mask, q.dtype))
 
 
 class RoPE(nn.Module):
@@ -274,21 +296,31 @@ class QKVOAttention(nn.Module):
         kernel (str | None): feature map for the cores that take one (``None``: the core's default).
         use_rope (bool): pass the stage's 2-D RoPE tables to the core (cores with ``rope='none'``
             ignore them).
-        beta (bool): MALA's beta term (``False``: beta = 1, the paper's ablation).
-        gamma (bool): MALA's gamma term (``False``: gamma = 0).
+        core_options (dict | None): further switches of the core, e.g. MALA's ``beta`` (``False``:
+            beta = 1, the paper's ablation) and ``gamma`` (``False``: gamma = 0); those the core does
+            not take are not passed to it.
+        beta, gamma (bool | None): the former spelling of ``core_options=dict(beta=..., gamma=...)``,
+            still read with a ``FutureWarning``.
     """
 
     def __init__(self, dim: int, num_heads: int, core: str = 'mala', kernel: Optional[str] = None,
-                 use_rope: bool = True, beta: bool = True, gamma: bool = True):
+                 use_rope: bool = True, core_options: Optional[dict] = None,
+                 beta: Optional[bool] = None, gamma: Optional[bool] = None):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
-        _core_for_module(core, kernel)
-        self.core = core
+        self.core, self.core_entry = core, _core_for_module(core, kernel)
         self.dim, self.num_heads = dim, num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
-        self.kernel, self.use_rope, self.beta, self.gamma = kernel, use_rope, beta, gamma
+        self.kernel, self.use_rope = kernel, use_rope
+        self.core_options = dict(core_options or {})
+        legacy = {k: v for k, v in (('beta', beta), ('gamma', gamma)) if v is not None}
+        if legacy:
+            warnings.warn(f'QKVOAttention: pass {sorted(legacy)} in core_options '
+                          f'(attn_cfg=dict(core_options=dict(...))), as every attention module takes '
+                          'them', FutureWarning, stacklevel=2)
+            self.core_options.update(legacy)
         self.qkvo = nn.Conv2d(dim, dim * 4, 1)
         self.lepe = nn.Conv2d(dim, dim, 5, 1, 2, groups=dim)
         self.proj = nn.Conv2d(dim, dim, 1)
@@ -304,14 +336,21 @@ class QKVOAttention(nn.Module):
     def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:
         b, c, h, w = x.shape
         q, k, v, o, lepe = self._split(x)
-        rope = rope if self.use_rope else None
-        out = run_core(self.core, q, k, v, self.scale, kernel=self.kernel, rope=rope,
-                       beta=self.beta, gamma=self.gamma)
+        out = self.core_entry(q, k, v, scale=self.scale, kernel=self.kernel,
+                              rope=rope if self.use_rope else None, **self.core_options)
         out = out.transpose(-2, -1).reshape(b, c, h, w)
         return self.proj((out + lepe) * o)
 
     @torch.no_grad()
-    def attention_matrix(self, x, rope=None):
+    def queries_keys(self, x: torch.Tensor, rope=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The (B, h, N, d) queries and keys of the map ``x``, before any RoPE rotation (which the
+        core applies itself)."""
         q, k, _, _, _ = self._split(x)
-        return core_matrix(self.core, q, k, self.scale, kernel=self.kernel,
-                           rope=rope if self.use_rope else None, beta=self.beta, gamma=self.gamma)
+        return q, k
+
+    @torch.no_grad()
+    def attention_matrix(self, x, rope=None):
+        q, k = self.queries_keys(x)
+        return self.core_entry.attention_matrix(q, k, scale=self.scale, kernel=self.kernel,
+                                                rope=rope if self.use_rope else None,
+                                                **self.core_options)
