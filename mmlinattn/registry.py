@@ -11,7 +11,16 @@ import importlib
 
 from mmengine.registry import FUNCTIONS, MODELS, Registry
 
-__all__ = ['MODELS', 'add_function_registries']
+__all__ = ['MODELS', 'model_registry', 'add_function_registries']
+
+def model_registry(cfg):
+    """The ``MODELS`` registry of a config's toolbox (its ``default_scope``: ``mmdet``, ``mmseg``,
+    ``mmpretrain``), with that scope set as mmengine's default; our backbones build from it through
+    the root registry above."""
+    from mmengine.registry import init_default_scope
+    init_default_scope(cfg.default_scope)
+    return importlib.import_module(cfg.default_scope + '.registry').MODELS
+
 
 #: the toolboxes whose inferencers (``DetInferencer``, ``MMSegInferencer``) run our configs
 INFERENCER_SCOPES = ('mmdet', 'mmseg')

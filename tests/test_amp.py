@@ -7,7 +7,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmlinattn.runtime import model_registry
+from mmlinattn.registry import model_registry
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CASES = ['inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py',

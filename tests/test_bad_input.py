@@ -311,15 +311,3 @@ def test_cfg_option_typo_stops_train_py_before_the_work_dir(tmp_path, capsys):
     assert rc == 2 and not work.exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and 'did you mean default_hooks.checkpoint.interval?' in err[0], err
-
-
-def test_runtime_keeps_the_names_tools_and_users_imported_from_it():
-    """``mmlinattn.runtime`` (the former home of the pre-flight checks and the runner set-up) still
-    gives the same objects as :mod:`mmlinattn.apis`."""
-    from mmlinattn import apis, runtime
-    names = ['ConfigError', 'CfgOptionsAction', 'check_cfg_options', 'load_config', 'model_registry',
-             'check_coco_annotations', 'check_seg_annotations', 'check_data_paths',
-             'check_model_channels', 'set_work_dir', 'prepare_env', 'enable_amp', 'add_common_args',
-             'parse_with_common_args', 'build_runner', 'close_distributed', 'COCO_CHECK_MAX_BYTES',
-             'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE']
-    assert {n: getattr(runtime, n) for n in names} == {n: getattr(apis, n) for n in names}

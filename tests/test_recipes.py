@@ -273,7 +273,7 @@ def _param_groups(name):
     """The optimizer's parameter groups the config's rules give the backbone."""
     from mmengine.optim import build_optim_wrapper
 
-    from mmlinattn.runtime import model_registry
+    from mmlinattn.registry import model_registry
     cfg = load(name)
     cfg.model.backbone.init_cfg = None
     backbone = model_registry(cfg).build(cfg.model.backbone)
