@@ -19,9 +19,9 @@ import torch
 
 import mmlinattn  # noqa: F401
 from mmlinattn.analysis import attention_map, collect_attention, matrices_for_cores, summarize
-from mmlinattn.models import InLinePVT, InLineSwin, MAViT
+from mmlinattn.models.backbones import FAMILIES
 
-BACKBONES = {'InLinePVT': InLinePVT, 'InLineSwin': InLineSwin, 'MAViT': MAViT}
+BACKBONES = {cls.__name__: cls for cls in FAMILIES.values()}  # InLinePVT, InLineSwin, MAViT
 MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
 
 

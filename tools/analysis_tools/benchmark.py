@@ -21,20 +21,18 @@ import platform
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chatter
 
 import torch  # noqa: E402
-from benchmark_utils import peak_memory, timeit  # noqa: E402  (tools/analysis_tools/)
 
 import mmlinattn  # noqa: E402,F401
+from mmlinattn.benchmarking import build_reference, peak_memory, timeit  # noqa: E402
 from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
 
 
 def build_models(names):
-    from mmdet.models.backbones import PyramidVisionTransformer, SwinTransformer
     zoo = {
         'InLine-Swin-T': lambda: InLineSwin(arch='tiny'),
-        'Swin-T (mmdet)': lambda: SwinTransformer(embed_dims=96, depths=[2, 2, 6, 2],
-                                                  num_heads=[3, 6, 12, 24], window_size=7),
+        'Swin-T (mmdet)': lambda: build_reference('Swin-T'),
         'InLine-PVT-S': lambda: InLinePVT(arch='small'),
-        'PVT-S (mmdet)': lambda: PyramidVisionTransformer(num_layers=[3, 4, 6, 3]),
+        'PVT-S (mmdet)': lambda: build_reference('PVT-S'),
         'MAViT-T': lambda: MAViT(arch='tiny'),
     }
     unknown = set(names) - set(zoo)

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from benchmark_step import swap_backbone  # a sibling in this folder (on sys.path when run)
+from mmlinattn.benchmarking import swap_backbone
 from mmlinattn.deploy import Exportable, build_model, example_input, export, ort_session
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))

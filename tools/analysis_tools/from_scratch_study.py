@@ -24,6 +24,7 @@ import sys
 import time
 
 from mmlinattn.apis import load_config, model_registry, read_metrics, run_script
+from mmlinattn.benchmarking import REFERENCE_BACKBONES, reference_cfg
 from mmlinattn.models import out_channels
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -57,19 +58,15 @@ VARIANTS = {
                                                    drop_path_rate=0.0, out_norm=False,
                                                    init_scheme='mmdet_pvt'),
 }
-# mmdet's own backbones as references: name -> (backbone config, channels of its four maps)
+# mmdet's own backbones as references (mmlinattn.benchmarking): name -> (backbone config, channels of
+# its four maps), trained here without drop path
+_REF_ARGS = dict(out_indices=(0, 1, 2, 3))
 REFERENCES = {
-    'mmdet-swin-t': (dict(type='mmdet.SwinTransformer', embed_dims=96, depths=[2, 2, 6, 2],
-                          num_heads=[3, 6, 12, 24], window_size=7, drop_path_rate=0.0,
-                          out_indices=(0, 1, 2, 3)),
-                     [96, 192, 384, 768]),
-    'mmdet-pvt-t': (dict(type='mmdet.PyramidVisionTransformer', num_layers=[2, 2, 2, 2],
-                         drop_path_rate=0.0, out_indices=(0, 1, 2, 3)),
-                    [64, 128, 320, 512]),
-    'mmdet-resnet-18': (dict(type='mmdet.ResNet', depth=18, num_stages=4, out_indices=(0, 1, 2, 3),
-                             frozen_stages=-1, norm_cfg=dict(type='BN', requires_grad=True),
-                             norm_eval=False, style='pytorch'),
-                        [64, 128, 256, 512]),
+    'mmdet-swin-t': (reference_cfg('Swin-T', drop_path_rate=0.0, **_REF_ARGS),
+                     REFERENCE_BACKBONES['Swin-T'][2]),
+    'mmdet-pvt-t': (reference_cfg('PVT-T', drop_path_rate=0.0, **_REF_ARGS),
+                    REFERENCE_BACKBONES['PVT-T'][2]),
+    'mmdet-resnet-18': (reference_cfg('ResNet-18', **_REF_ARGS), REFERENCE_BACKBONES['ResNet-18'][2]),
 }
 
 
@@ -166,7 +163,7 @@ def main(argv=None):
     if args.seeds:
         return seeded_table(names, args)
     head = ('| backbone | FPN-input RMS, stages 1-4 | spatially varying share of the energy | '
-            f'bbox AP50 | segm AP50 | train+val s |\n|---|---|---|---|---|---|')
+            'bbox AP50 | segm AP50 | train+val s |\n|---|---|---|---|---|---|')
 
     def row(name, label, bb, ch):
         stats = feature_stats(bb, args.data)

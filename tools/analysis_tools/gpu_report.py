@@ -28,17 +28,16 @@ import time
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
-from benchmark_step import BACKBONE_IN_NAME, CONFIG_DIRS, measure_one  # a sibling in this folder
-
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+from mmlinattn.benchmarking import BACKBONE_IN_NAME, CONFIG_DIRS, REFERENCES, ROOT, measure_one
+from mmlinattn.ops import CORES
 
 # the tests that need a GPU (each skips without one); tests/test_gpu_report.py checks that every test
 # file that skips without CUDA is listed here
 GPU_TESTS = ['tests/test_amp.py']
 TOKENS = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
-FAMILIES = CONFIG_DIRS  # the config folders, and the backbone in a config's name, as benchmark_step
+FAMILIES = CONFIG_DIRS  # the config folders, one per family of the family table
 REFERENCE_KINDS = ('mask-rcnn', 'upernet')  # mmdet's Swin-T / PVT-S next to these
-REFERENCE_NAMES = ('Swin-T', 'PVT-S')
+REFERENCE_NAMES = tuple(REFERENCES)  # mmdet's Swin-T and PVT-S
 # rough wall time of one worker process on a GPU (start-up, build, warm-up and timed steps, fp32 and
 # AMP), seconds; a job is not started when less than 1.5x this is left of the budget, and is stopped
 # at 4x this
@@ -119,12 +118,14 @@ def parse_pytest(stdout: str, returncode: int) -> dict:
 
 
 def attention_table(tokens, log, heads=4, head_dim=32, reps=10) -> List[dict]:
-    """Per N: fp16 / bf16 error of InLine and MALA against fp32, and fp16 times against SDPA flash."""
+    """Per N: fp16 / bf16 error of every linear-time core of the table (mmlinattn.ops.CORES) against
+    fp32, and their fp16 times against SDPA flash."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from mmlinattn.ops import inline_attention, mala_attention
+    from mmlinattn.ops import CORES
+    cores = {name: core for name, core in CORES.items() if name != 'softmax'}  # flash is softmax's
 
     def cuda_ms(fn):
         fn()
@@ -145,7 +146,8 @@ def attention_table(tokens, log, heads=4, head_dim=32, reps=10) -> List[dict]:
         q, k, v = (torch.randn(1, heads, n, head_dim, device='cuda', generator=g) for _ in range(3))
         row = dict(tokens=n)
         with torch.no_grad():
-            for name, fn in (('inline', inline_attention), ('mala', mala_attention)):
+            for name, core in cores.items():
+                fn = (lambda q, k, v, c=core: c(q, k, v))
                 ref = fn(q, k, v)
                 scale = ref.abs().max().item()
                 row[f'{name}_fp32_ms'] = cuda_ms(lambda: fn(q, k, v))
@@ -226,17 +228,23 @@ def format_tests(res: Optional[dict]) -> str:
 
 
 def format_attention(rows: List[dict]) -> str:
-    head = ('| tokens | InLine fp16 err | InLine bf16 err | MALA fp16 err | MALA bf16 err | flash fp16 ms '
-            '| InLine fp16 ms | MALA fp16 ms | InLine fp32 ms | MALA fp32 ms | InLine / flash | MALA / flash |')
-    out = [head, '|' + '---|' * 12]
+    """One line per N; the columns repeat for every linear-time core measured (the table's cores)."""
+    cores = [k[:-len('_fp32_ms')] for k in rows[0] if k.endswith('_fp32_ms')] if rows else []
+    titles = {name: CORES[name].title if name in CORES else name for name in cores}
+    head = ('| tokens | ' + ''.join(f'{titles[c]} fp16 err | {titles[c]} bf16 err | ' for c in cores)
+            + 'flash fp16 ms | ' + ''.join(f'{titles[c]} fp16 ms | ' for c in cores)
+            + ''.join(f'{titles[c]} fp32 ms | ' for c in cores)
+            + ''.join(f'{titles[c]} / flash | ' for c in cores)).rstrip()
+    out = [head, '|' + '---|' * (2 + 5 * len(cores))]
     for r in rows:
         flash = r.get('flash_fp16_ms')
-        ratio = [('-' if flash is None else f"{r[f'{a}_fp16_ms'] / flash:.2f}") for a in ('inline', 'mala')]
-        out.append(f"| {r['tokens']} | {r['inline_float16_err']:.1e} | {r['inline_bfloat16_err']:.1e} | "
-                   f"{r['mala_float16_err']:.1e} | {r['mala_bfloat16_err']:.1e} | "
-                   f"{'n/a' if flash is None else format(flash, '.3f')} | {r['inline_fp16_ms']:.3f} | "
-                   f"{r['mala_fp16_ms']:.3f} | {r['inline_fp32_ms']:.3f} | {r['mala_fp32_ms']:.3f} | "
-                   f"{ratio[0]} | {ratio[1]} |")
+        cells = [str(r['tokens'])]
+        cells += [f"{r[f'{c}_{dt}_err']:.1e}" for c in cores for dt in ('float16', 'bfloat16')]
+        cells.append('n/a' if flash is None else format(flash, '.3f'))
+        cells += [f"{r[f'{c}_fp16_ms']:.3f}" for c in cores]
+        cells += [f"{r[f'{c}_fp32_ms']:.3f}" for c in cores]
+        cells += ['-' if flash is None else f"{r[f'{c}_fp16_ms'] / flash:.2f}" for c in cores]
+        out.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(out)
 
 

@@ -17,30 +17,35 @@ import sys
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 # ---------------------------------------------------------------------------------------- backbones
-FAMILIES = {
-    'inline_pvt': dict(
-        type='InLinePVT', prefix='inline-pvt',
-        archs={'t': 'tiny', 's': 'small', 'm': 'medium', 'l': 'large'},
-        channels={a: [64, 128, 320, 512] for a in 'tsml'},
-        drop_path={'t': 0.1, 's': 0.1, 'm': 0.3, 'l': 0.3},
-        ckpt='checkpoints/inline_pvt_{a}.pth', extra={}),
-    'inline_swin': dict(
-        type='InLineSwin', prefix='inline-swin',
-        archs={'t': 'tiny', 's': 'small', 'b': 'base'},
-        channels={'t': [96, 192, 384, 768], 's': [96, 192, 384, 768], 'b': [128, 256, 512, 1024]},
-        drop_path={'t': 0.2, 's': 0.3, 'b': 0.5},
-        ckpt='checkpoints/inline_swin_{a}.pth', extra={}),
+# Per family, what only the configs know: where the authors' ImageNet checkpoint goes and any further
+# backbone keys. Type, arch names, channels and drop-path rates come from the backbone classes' arch
+# tables (mmlinattn.models.backbones.FAMILIES), so they are written once.
+CONFIG_EXTRAS = {
+    'inline_pvt': dict(ckpt='checkpoints/inline_pvt_{a}.pth', extra={}),
+    'inline_swin': dict(ckpt='checkpoints/inline_swin_{a}.pth', extra={}),
     'mavit': dict(
-        type='MAViT', prefix='mavit',
-        archs={'t': 'tiny', 's': 'small', 'b': 'base', 'l': 'large'},
-        channels={'t': [64, 128, 256, 512], 's': [64, 128, 320, 512], 'b': [96, 192, 384, 512],
-                  'l': [96, 192, 448, 640]},
-        drop_path={'t': 0.1, 's': 0.15, 'b': 0.4, 'l': 0.55},
         ckpt='checkpoints/MAViT_{A}.pth',
         # the released detectors trained the stem/downsampling BN with SyncBN (their norm_eval never
         # took effect, see mmlinattn/models/backbones/mavit.py)
         extra=dict(norm_cfg="dict(type='SyncBN', requires_grad=True)")),
 }
+
+
+def family_table():
+    """family -> type, prefix, archs {letter: name}, channels / drop_path {letter: ...}, ckpt, extra."""
+    from mmlinattn.models.backbones import FAMILIES as CLASSES
+    table = {}
+    for family, cls in CLASSES.items():
+        archs = {name[0]: name for name in cls.arch_zoo}
+        table[family] = dict(
+            type=cls.__name__, prefix=family.replace('_', '-'), archs=archs,
+            channels={a: cls.stage_channels(n) for a, n in archs.items()},
+            drop_path={a: cls.resolve_arch(n)['drop_path_rate'] for a, n in archs.items()},
+            **CONFIG_EXTRAS[family])
+    return table
+
+
+FAMILIES = family_table()
 
 # ------------------------------------------------------------------------------- recipes (docs/design.md section 4)
 # lr / weight decay per (algorithm, family), at the source's total batch.
