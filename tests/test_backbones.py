@@ -297,8 +297,38 @@ def test_pvt_position_tables_resized_from_other_resolution(tmp_path):
     assert torch.allclose(dst.pos_embed1, ref)
 
 
+@pytest.mark.parametrize('cls', [InLineSwin, InLinePVT, MAViT])
+def test_norm_cfg_builds_the_block_and_output_norms_in_every_family(cls):
+    """``norm_cfg`` means one thing in every family: the blocks' two norms and the output norms (as
+    mmdet builds its output norms from its ``norm_cfg``). Counted from the arch table: 2 per block
+    plus one per returned stage, every one with the eps asked for; Swin also builds its patch
+    embedding's and its three patch mergings' norms from it, as mmdet's Swin does."""
+    depths = cls.resolve_arch('tiny')['depths']
+    m = cls(arch='tiny', out_indices=(1, 3), out_norm=True, norm_cfg=dict(type='LN', eps=0.25))
+    eps = [mod.eps for mod in m.modules() if isinstance(mod, nn.LayerNorm) and mod.eps == 0.25]
+    assert len(eps) == 2 * sum(depths) + 2 + (1 + 3 if cls is InLineSwin else 0)
+    outs = getattr(m, m.out_norm_name)
+    assert [isinstance(outs[i], nn.Identity) for i in range(4)] == [True, False, True, False]
+    assert outs[1].norm.eps == outs[3].norm.eps == 0.25
+    if cls is MAViT:  # channels-first blocks: a non-LayerNorm norm runs on the NCHW map as it is
+        g = cls(arch='tiny', out_norm=True, norm_cfg=dict(type='GN', num_groups=8), out_indices=(3,))
+        assert isinstance(g.extra_norms[3].norm, nn.GroupNorm)
+        assert g.eval()(torch.randn(1, 3, 64, 64))[0].shape == (1, 512, 2, 2)
+
+
+def test_mavit_conv_norms_are_conv_norm_cfg():
+    """MAViT's stem and downsampling BatchNorms have their own name, ``conv_norm_cfg``; a BN config
+    given as ``norm_cfg`` (its former meaning) is read as that, with a FutureWarning."""
+    m = MAViT(arch='tiny', conv_norm_cfg=dict(type='SyncBN'))
+    assert sum(isinstance(x, nn.SyncBatchNorm) for x in m.modules()) == 4 + 3
+    assert all(mod.eps == 1e-6 for mod in m.modules() if isinstance(mod, nn.LayerNorm))
+    with pytest.warns(FutureWarning, match='conv_norm_cfg'):
+        old = MAViT(arch='tiny', norm_cfg=dict(type='SyncBN', requires_grad=True))
+    assert sum(isinstance(x, nn.SyncBatchNorm) for x in old.modules()) == 4 + 3
+
+
 def test_norm_eval_freezes_every_batchnorm():
-    m = MAViT(arch='tiny', norm_eval=True, norm_cfg=dict(type='SyncBN'))
+    m = MAViT(arch='tiny', norm_eval=True, conv_norm_cfg=dict(type='SyncBN'))
     bns = [mod for mod in m.modules() if isinstance(mod, nn.modules.batchnorm._BatchNorm)]
     assert len(bns) == 4 + 3  # stem + three downsamplings
     m = MAViT(arch='tiny', norm_eval=True)  # SyncBN needs a process group to run: use BN here

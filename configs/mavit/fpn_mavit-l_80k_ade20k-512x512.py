@@ -15,7 +15,7 @@ model = dict(
         arch='large',
         drop_path_rate=0.55,
         out_indices=(0, 1, 2, 3),
-        norm_cfg=dict(type='SyncBN', requires_grad=True),
+        conv_norm_cfg=dict(type='SyncBN', requires_grad=True),
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/MAViT_L.pth')),
     neck=dict(in_channels=[96, 192, 448, 640]))
 

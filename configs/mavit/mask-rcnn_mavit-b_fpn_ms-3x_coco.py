@@ -15,7 +15,7 @@ model = dict(
         arch='base',
         drop_path_rate=0.4,
         out_indices=(0, 1, 2, 3),
-        norm_cfg=dict(type='SyncBN', requires_grad=True),
+        conv_norm_cfg=dict(type='SyncBN', requires_grad=True),
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/MAViT_B.pth')),
     neck=dict(in_channels=[96, 192, 384, 512]))
 

@@ -15,7 +15,7 @@ model = dict(
         arch='small',
         drop_path_rate=0.15,
         out_indices=(0, 1, 2, 3),
-        norm_cfg=dict(type='SyncBN', requires_grad=True),
+        conv_norm_cfg=dict(type='SyncBN', requires_grad=True),
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/MAViT_S.pth')),
     neck=dict(in_channels=[64, 128, 320, 512]))
 

@@ -15,7 +15,7 @@ model = dict(
         arch='tiny',
         drop_path_rate=0.1,
         out_indices=(1, 2, 3),
-        norm_cfg=dict(type='SyncBN', requires_grad=True),
+        conv_norm_cfg=dict(type='SyncBN', requires_grad=True),
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/MAViT_T.pth')),
     neck=dict(in_channels=[128, 256, 512], start_level=0))
 

@@ -27,7 +27,7 @@ CONFIG_EXTRAS = {
         ckpt='checkpoints/MAViT_{A}.pth',
         # the released detectors trained the stem/downsampling BN with SyncBN (their norm_eval never
         # took effect, see mmlinattn/models/backbones/mavit.py)
-        extra=dict(norm_cfg="dict(type='SyncBN', requires_grad=True)")),
+        extra=dict(conv_norm_cfg="dict(type='SyncBN', requires_grad=True)")),
 }
 
 

@@ -83,13 +83,14 @@ class LinAttnBackbone(BaseModule):
         self.embed_dims = list(dims)
         self.num_features = [self.embed_dims[i] for i in self.out_indices]
 
-    def _build_out_norms(self, out_norm: bool, eps: float) -> None:
-        """A LayerNorm over channels on each *returned* stage (``<out_norm_name>.<stage>``); the other
-        stages get an ``Identity``, so no parameter is left without a gradient (DDP)."""
+    def _build_out_norms(self, out_norm: bool, norm_cfg: dict) -> None:
+        """A norm over channels built from the backbone's ``norm_cfg`` (as mmdet's backbones build
+        theirs) on each *returned* stage (``<out_norm_name>.<stage>``); the other stages get an
+        ``Identity``, so no parameter is left without a gradient (DDP)."""
         self.out_norm = out_norm
         if out_norm:
             setattr(self, self.out_norm_name, nn.ModuleList(
-                [LayerNorm2d(d, eps=eps) if i in self.out_indices else nn.Identity()
+                [LayerNorm2d(d, norm_cfg=norm_cfg) if i in self.out_indices else nn.Identity()
                  for i, d in enumerate(self.embed_dims)]))
 
     # ------------------------------------------------------------------ forward

@@ -107,7 +107,8 @@ class InLinePVT(LinAttnBackbone):
         pad_patches (bool): ``False`` (default, PVT v1's behaviour): each strided patch conv drops the
             remainder of a size that is not a multiple of its patch, so inputs need at least 32 px
             per side; ``True`` zero-pads the bottom/right instead (any size, ceil-sized maps).
-        norm_cfg (dict): the blocks' norms (``LN``, eps 1e-6).
+        norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-6, as PVT v1): the blocks' two
+            norms and the output norms. The patch embeddings keep PVT v1's own LayerNorm (eps 1e-5).
         init_scheme (str): the init without a checkpoint (docs/design.md): ``'trunc_normal'``
             (default: every Linear and conv weight trunc-normal std 0.02, biases 0), ``'authors'`` (the
             authors' code: Linears so, convolutions - InLine's local residual included - torch's
@@ -165,7 +166,7 @@ class InLinePVT(LinAttnBackbone):
                          sr_ratio=sr_ratios[i] if get_core(cores[i][j]).reduced_kv else 1,
                          attn_cfg=attn_cfg, norm_cfg=norm_cfg)
                 for j in range(depths[i])]))
-        self._build_out_norms(out_norm, eps=1e-6)
+        self._build_out_norms(out_norm, norm_cfg)
         self._freeze_stages()
 
     def _mlp_ratios(self, arch: dict, mlp_ratio) -> List[float]:

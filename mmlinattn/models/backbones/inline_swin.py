@@ -230,7 +230,9 @@ class InLineSwin(LinAttnBackbone):
         inline_window (int | None): ``None`` global InLine (default); an int for the authors' literal
             windowed behaviour.
         out_norm (bool): a LayerNorm on each returned stage (``out_norms.<i>``, as mmdet's Swin).
-        norm_cfg (dict): norms of the patch embedding, blocks and patch merging (``LN``, eps 1e-5).
+        norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-5, as Swin): the blocks' two
+            norms and the output norms, and the patch embedding's and patch merging's, which Swin
+            builds from the same setting.
         init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors' file.
     """
     arch_zoo = {
@@ -269,7 +271,7 @@ class InLineSwin(LinAttnBackbone):
             SwinStage(dims[i], self.depths[i], heads[i], cores[i], self.dpr[i], i < n - 1,
                       window_size, mlp_ratio, inline_window, attn_cfg, norm_cfg, with_cp)
             for i in range(n)])
-        self._build_out_norms(out_norm, eps=1e-5)
+        self._build_out_norms(out_norm, norm_cfg)
         self._freeze_stages()
 
     @classmethod

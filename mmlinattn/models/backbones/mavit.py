@@ -19,6 +19,9 @@ from mmlinattn.registry import MODELS
 
 from .base import LinAttnBackbone, run_block
 
+MAVIT_NORM = dict(type='LN', eps=1e-6)  # the blocks' LayerNorm over channels, as the authors'
+CONV_NORM = dict(type='BN', requires_grad=True)  # the stem's and downsampling's, as the authors'
+
 
 class ConvFFN(nn.Module):
     """1x1 -> GELU -> (t + DWConv3x3(t)) -> 1x1 (names ``fc1``, ``dwconv``, ``fc2``).
@@ -51,17 +54,18 @@ class MAViTBlock(nn.Module):
         drop_path (float): stochastic depth rate of this block.
         layer_scale (float | None): initial LayerScale (``gamma_1``, ``gamma_2``); ``None``: none.
         attn_cfg (dict | None): :class:`QKVOAttention` options.
+        norm_cfg (dict): the two norms over channels (``LN``, eps 1e-6).
     """
 
     def __init__(self, dim: int, num_heads: int, core: str, mlp_ratio: float = 3.5,
                  drop_path: float = 0., layer_scale: Optional[float] = 1.0,
-                 attn_cfg: Optional[dict] = None):
+                 attn_cfg: Optional[dict] = None, norm_cfg: dict = MAVIT_NORM):
         super().__init__()
         self.pos = nn.Conv2d(dim, dim, 3, 1, 1, groups=dim)
-        self.norm1 = LayerNorm2d(dim, eps=1e-6)
+        self.norm1 = LayerNorm2d(dim, norm_cfg=norm_cfg)
         self.attn = QKVOAttention(dim, num_heads, core=core, **(attn_cfg or {}))
         self.drop_path = DropPath(drop_path)
-        self.norm2 = LayerNorm2d(dim, eps=1e-6)
+        self.norm2 = LayerNorm2d(dim, norm_cfg=norm_cfg)
         self.ffn = ConvFFN(dim, int(mlp_ratio * dim))
         self.layer_scale = layer_scale
         if layer_scale is not None:
@@ -109,23 +113,25 @@ class MAViTStage(nn.Module):
         cores (list[str]): one core name per block.
         dprs (list[float]): one drop-path rate per block.
         layer_scale (float | None): initial LayerScale of the blocks (``None``: no LayerScale).
-        norm_cfg (dict): norm of the downsampling.
+        conv_norm_cfg (dict): norm of the downsampling convolution (BN).
         mlp_ratio (float): ConvFFN hidden width / ``dim``.
         attn_cfg (dict | None): :class:`QKVOAttention` options.
         with_cp (bool): activation checkpointing of each block while training.
+        norm_cfg (dict): the blocks' norms over channels.
     """
 
     def __init__(self, dim: int, out_dim: Optional[int], depth: int, num_heads: int,
                  cores: Sequence[str], dprs: Sequence[float], layer_scale: Optional[float],
-                 norm_cfg: dict, mlp_ratio: float = 3.5, attn_cfg: Optional[dict] = None,
-                 with_cp: bool = False):
+                 conv_norm_cfg: dict, mlp_ratio: float = 3.5, attn_cfg: Optional[dict] = None,
+                 with_cp: bool = False, norm_cfg: dict = MAVIT_NORM):
         super().__init__()
         self.with_cp = with_cp
         self.RoPE = RoPE(dim, num_heads)
         self.blocks = nn.ModuleList([
-            MAViTBlock(dim, num_heads, cores[i], mlp_ratio, dprs[i], layer_scale, attn_cfg)
+            MAViTBlock(dim, num_heads, cores[i], mlp_ratio, dprs[i], layer_scale, attn_cfg,
+                       norm_cfg)
             for i in range(depth)])
-        self.downsample = Downsample(dim, out_dim, norm_cfg) if out_dim else None
+        self.downsample = Downsample(dim, out_dim, conv_norm_cfg) if out_dim else None
 
     def forward(self, x: torch.Tensor, downsample: bool = True):
         """(B, C, H, W) through the blocks -> ``(output, next stage's input)``: the map before the
@@ -180,13 +186,18 @@ class MAViT(LinAttnBackbone):
             ``core_options``, e.g. ``dict(beta=False)`` for MALA's ablations).
         out_indices (Sequence[int]): stages whose features are returned.
         frozen_stages (int): -1 nothing frozen, 0 the stem, k also stages 1..k.
-        norm_eval (bool): keep BatchNorm layers (stem, downsampling) in eval mode while training.
+        norm_eval (bool): keep BatchNorm layers (``conv_norm_cfg``'s) in eval mode while training.
         with_cp (bool): activation checkpointing of each block while training.
         drop_path_rate (float | None): stochastic depth at the last block (``None``: the arch's).
         mlp_ratio (float): ConvFFN hidden width / channels (3.5). ``ffn_ratio``, its former name,
             is still read, with a ``FutureWarning``.
-        norm_cfg (dict): norm of stem and downsampling (``BN``; ``SyncBN`` for multi-GPU).
-        out_norm (bool): add the LayerNorm on each output (the authors' downstream setup).
+        norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-6): the blocks' two norms
+            and the output norms, as in every family.
+        conv_norm_cfg (dict): the norm after each convolution of the stem and the downsampling
+            (``BN``; ``SyncBN`` for multi-GPU, as the released detectors). A BatchNorm config given as
+            ``norm_cfg`` (its meaning before it was the same in every family) is read as this, with
+            a ``FutureWarning``.
+        out_norm (bool): add the output norm on each returned stage (the authors' downstream setup).
         layer_scale_init (float | list | None): override the arch's initial LayerScale values
             (e.g. a small value to start the blocks near identity when training from scratch).
         init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH, use_ema=False)`` loads the
@@ -215,9 +226,14 @@ class MAViT(LinAttnBackbone):
                  attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
                  drop_path_rate: Optional[float] = None, mlp_ratio: float = 3.5,
-                 norm_cfg: dict = dict(type='BN', requires_grad=True), out_norm: bool = True,
+                 norm_cfg: dict = MAVIT_NORM, conv_norm_cfg: dict = CONV_NORM, out_norm: bool = True,
                  layer_scale_init=None, init_cfg=None, ffn_ratio: Optional[float] = None):
         super().__init__(init_cfg=init_cfg)
+        if 'BN' in str(norm_cfg.get('type', '')):  # the former meaning: the convolutions' BN
+            warnings.warn('MAViT: norm_cfg now sets the blocks\' and output norms, as in every '
+                          'family; the stem\'s and downsampling\'s BatchNorm is conv_norm_cfg '
+                          f'(read {norm_cfg} as conv_norm_cfg)', FutureWarning, stacklevel=2)
+            norm_cfg, conv_norm_cfg = MAVIT_NORM, norm_cfg
         if ffn_ratio is not None:
             warnings.warn('MAViT: ffn_ratio is now called mlp_ratio (as in the other backbones)',
                           FutureWarning, stacklevel=2)
@@ -231,12 +247,13 @@ class MAViT(LinAttnBackbone):
             layer_scale = (list(layer_scale_init) if isinstance(layer_scale_init, (list, tuple))
                            else [layer_scale_init] * n)
         cores = self._block_cores(attn_type, arch)
-        self.patch_embed = Stem(in_channels, dims[0], norm_cfg)
+        self.patch_embed = Stem(in_channels, dims[0], conv_norm_cfg)
         self.layers = nn.ModuleList([
             MAViTStage(dims[i], dims[i + 1] if i < n - 1 else None, depths[i], heads[i], cores[i],
-                       self.dpr[i], layer_scale[i], norm_cfg, mlp_ratio, attn_cfg, with_cp)
+                       self.dpr[i], layer_scale[i], conv_norm_cfg, mlp_ratio, attn_cfg, with_cp,
+                       norm_cfg)
             for i in range(n)])
-        self._build_out_norms(out_norm, eps=1e-6)
+        self._build_out_norms(out_norm, norm_cfg)
         self._freeze_stages()
 
     def _post_init(self):

@@ -54,18 +54,25 @@ class Mlp(nn.Module):
 
 
 class LayerNorm2d(nn.Module):
-    """LayerNorm over the channels of an NCHW map (the LayerNorm is ``.norm``, the authors' name).
+    """A norm over the channels of an NCHW map, a LayerNorm unless ``norm_cfg`` says otherwise (the
+    norm is ``.norm``, the authors' name).
 
     Args:
         dim (int): channels.
-        eps (float): LayerNorm epsilon.
+        eps (float): LayerNorm epsilon (without ``norm_cfg``).
+        norm_cfg (dict | None): mmcv norm config (``dict(type='LN', eps=1e-6)``, ``'GN'``, ``'BN'``,
+            ...); a LayerNorm normalises each position's channels, the others run on the map as is.
     """
 
-    def __init__(self, dim: int, eps: float = 1e-6):
+    def __init__(self, dim: int, eps: float = 1e-6, norm_cfg: Optional[dict] = None):
         super().__init__()
-        self.norm = nn.LayerNorm(dim, eps=eps)
+        cfg = dict(type='LN', eps=eps) if norm_cfg is None else dict(norm_cfg)
+        self.norm = build_norm_layer(cfg, dim)[1]
+        self.channels_last = isinstance(self.norm, nn.LayerNorm)
 
     def forward(self, x):
+        if not self.channels_last:
+            return self.norm(x)
         return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
