@@ -69,6 +69,16 @@ class Preempted(TrainingStopped):
     exit_code = PREEMPTED_EXIT_CODE
 
 
+#: exit code of tools/train.py after Ctrl-C (SIGINT) was honoured (checkpoint written): 128 + SIGINT,
+#: what a shell reports for a program stopped by Ctrl-C.
+INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT
+
+
+class Interrupted(Preempted):
+    """Ctrl-C (SIGINT) arrived; the iteration was finished and a checkpoint written."""
+    exit_code = INTERRUPTED_EXIT_CODE
+
+
 def _any_rank(flag: bool) -> bool:
     """``flag`` OR-ed over all ranks (the plain value without a process group); a collective, so
     every rank must call it at the same point."""
@@ -227,28 +237,60 @@ class PreemptionHook(Hook):
     ``--resume`` continues from that checkpoint with the same iteration, learning rate, optimizer
     and scheduler state.
 
+    Ctrl-C (SIGINT; ``ctrl_c=True``) does the same, with :class:`Interrupted` (exit code
+    :data:`INTERRUPTED_EXIT_CODE`, 130) instead of a ``KeyboardInterrupt`` traceback that loses the
+    iterations since the last checkpoint. The first Ctrl-C prints one line saying so; a second one
+    while the stop is pending raises ``KeyboardInterrupt`` at once (nothing more is saved).
+
     The signal handler only sets a flag. After every training iteration the flag is OR-ed over all
     ranks (a collective, so it also waits for every rank to finish the iteration); then the
     checkpoint is written once, by rank 0 (mmengine's ``Runner.save_checkpoint`` is
     ``master_only``), as ``iter_{n}.pth`` (``n``: iterations done) and named in ``last_checkpoint``.
+    With an iteration-based ``CheckpointHook`` the file is written by that hook's own save
+    (its ``out_dir``, file name and arguments), so it counts in ``max_keep_ckpts``: the oldest kept
+    checkpoint is rotated out as for any other save, and a resumed run goes on rotating. With an
+    epoch-based ``CheckpointHook`` (``epoch_{n}.pth`` names) the mid-epoch ``iter_{n}.pth`` is written
+    beside them, and removed by the resumed run once the hook has written its next checkpoint.
     With an epoch-based loop, a resumed run starts the interrupted epoch again from its first
     batch (mmengine's resume), keeping the iteration count.
 
-    ``tools/train.py`` adds it to every run; ``preemption_signals=[]`` in the config turns it off.
+    ``tools/train.py`` adds it to every run; ``preemption_signals=[]`` in the config turns it off
+    (Ctrl-C is then Python's ``KeyboardInterrupt`` again).
+
+    Data loader workers started before ``before_train`` (an iteration-based loop starts them when
+    it is built) keep Python's own Ctrl-C handling: a Ctrl-C typed in the terminal also reaches them
+    and they stop. The iteration under way and the checkpoint do not need them; an iteration still
+    waiting for its batch from such a worker fails with the data loader's error instead.
     """
 
     priority = 'LOWEST'  # after CheckpointHook: an iteration it has just saved is not saved twice
 
-    def __init__(self, signals=('SIGTERM', 'SIGUSR1')) -> None:
-        self.signals = [getattr(signal, s) if isinstance(s, str) else s for s in signals]
+    #: the message hub key naming a mid-epoch checkpoint that the resumed run removes later
+    STALE_KEY = 'preemption_ckpt'
+
+    def __init__(self, signals=('SIGTERM', 'SIGUSR1'), ctrl_c: bool = True) -> None:
+        self.signals = [getattr(signal, s) if isinstance(s, str) else signal.Signals(s)
+                        for s in signals]
+        if ctrl_c and signal.SIGINT not in self.signals:
+            self.signals.append(signal.SIGINT)
         self.received = None
         self._previous = {}
+        self._stale = None
 
     def _handler(self, signum, frame) -> None:
-        self.received = signal.Signals(signum).name
+        if signum == signal.SIGINT:
+            if self.received is not None:  # a second Ctrl-C: stop now, without saving
+                self.after_train(None)
+                raise KeyboardInterrupt
+            # os.write: safe inside a signal handler (print could re-enter a half-written stream)
+            os.write(2, b'\nCtrl-C: finishing this iteration, then saving a checkpoint and stopping '
+                        b'(press Ctrl-C again to stop at once, without saving)\n')
+        if self.received is None:
+            self.received = signal.Signals(signum).name
 
     def before_train(self, runner) -> None:
         import threading
+        self._stale = runner.message_hub.get_info(self.STALE_KEY)
         if threading.current_thread() is not threading.main_thread():
             runner.logger.warning('PreemptionHook: not on the main thread, signals not handled')
             return
@@ -260,19 +302,46 @@ class PreemptionHook(Hook):
             signal.signal(s, prev)
         self._previous = {}
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+    @staticmethod
+    def _checkpoint_hook(runner):
+        from mmengine.hooks import CheckpointHook
+        return next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
+
+    def _drop_stale(self, runner) -> None:
+        """After a resume from a mid-epoch preemption checkpoint: remove it once the epoch-based
+        CheckpointHook has written a newer checkpoint (so that ``max_keep_ckpts`` holds again)."""
+        hook = self._checkpoint_hook(runner)
+        last = getattr(hook, 'last_ckpt', None)
+        if not self._stale or last is None or last == self._stale:
+            return
+        from mmengine.dist import is_main_process
+        if is_main_process() and os.path.isfile(last) and os.path.isfile(self._stale):
+            os.remove(self._stale)
+        runner.message_hub.pop_info(self.STALE_KEY)
+        self._stale = None
+
+    def after_train_epoch(self, runner) -> None:
+        self._drop_stale(runner)
+
+    def after_train_iter(self, runner, batch_idx=None, data_batch=None, outputs=None) -> None:
+        self._drop_stale(runner)
         if not _any_rank(self.received is not None):
             return
         from mmengine.dist import barrier, is_main_process
         done = runner.iter + 1  # mmengine counts the iteration after the hooks
-        name = f'iter_{done}.pth'
-        path = os.path.join(runner.work_dir, name)
-        ckpt_hook = next((h for h in runner.hooks if type(h).__name__ == 'CheckpointHook'), None)
-        saved_now = ckpt_hook is not None and getattr(ckpt_hook, 'last_ckpt', None) == path \
-            and os.path.isfile(path)
-        if not saved_now:
-            runner.save_checkpoint(runner.work_dir, name,
-                                   meta=dict(epoch=runner.epoch, iter=done), by_epoch=False)
+        meta = dict(epoch=runner.epoch, iter=done)
+        hook = self._checkpoint_hook(runner)
+        if hook is not None and not hook.by_epoch and getattr(hook, 'file_backend', None):
+            # the hook's own save: its out_dir and file name, and its max_keep_ckpts rotation
+            path = hook.file_backend.join_path(hook.out_dir, hook.filename_tmpl.format(done))
+            if hook.last_ckpt != path:  # not saved by the hook at this very iteration
+                hook._save_checkpoint_with_step(runner, done, meta=meta)
+        else:
+            name = f'iter_{done}.pth'
+            path = os.path.join(runner.work_dir, name)
+            if hook is not None and hook.max_keep_ckpts > 0:  # removed after the next epoch's save
+                runner.message_hub.update_info(self.STALE_KEY, path)
+            runner.save_checkpoint(runner.work_dir, name, meta=meta, by_epoch=False)
             if is_main_process():
                 from .checkpoint import write_atomic
 
@@ -280,8 +349,12 @@ class PreemptionHook(Hook):
                     with open(tmp, 'w') as f:
                         f.write(path)
                 write_atomic(os.path.join(runner.work_dir, 'last_checkpoint'), write)
+                if self._stale and self._stale != path and os.path.isfile(self._stale):
+                    os.remove(self._stale)  # preempted twice in one epoch: the newer file replaces it
         barrier()
         self.after_train(runner)
         why = self.received or 'a signal on another rank'
-        raise Preempted(f'{why} received: finished iteration {done}, saved {path}; continue with '
-                        f'--resume (exit code {PREEMPTED_EXIT_CODE})')
+        error = Interrupted if self.received == 'SIGINT' else Preempted
+        shown = 'SIGINT (Ctrl-C)' if self.received == 'SIGINT' else why
+        raise error(f'{shown} received: finished iteration {done}, saved {path}; continue with '
+                    f'--resume (exit code {error.exit_code})')

@@ -1,7 +1,9 @@
 """Run a trained detector / segmentor through OpenMMLab's inferencers and draw its predictions.
 
 - :func:`build_inferencer` - mmdet's ``DetInferencer`` or mmseg's ``MMSegInferencer`` for a config,
-  picked by the config's ``default_scope`` (tools/image_demo.py uses it);
+  picked by the config's ``default_scope`` (tools/image_demo.py uses it); a checkpoint without class
+  names (the authors' released files, converted ones) gets those of the config's dataset
+  (:func:`config_dataset_meta`) instead of the toolbox's COCO / Cityscapes default, with one warning;
 - :func:`draw_val_predictions` - for the first images of a config's validation set, the ground truth
   (left) next to the model's prediction (right), drawn by mmdet's ``DetLocalVisualizer`` (boxes,
   masks) or mmseg's ``SegLocalVisualizer`` (overlay), one PNG per image (``make demo`` calls it on its
@@ -15,7 +17,8 @@ import importlib
 import os
 import os.path as osp
 import sys
-from typing import List, Union
+import warnings
+from typing import List, Optional, Union
 
 from mmengine.config import Config
 
@@ -44,9 +47,61 @@ def config_scope(cfg: Config, name: str = 'the config') -> str:
     return scope
 
 
+class ClassesFromConfigWarning(UserWarning):
+    """The checkpoint carries no class names; the config's dataset gave them."""
+
+
+#: the warnings mmdet's / mmseg's inferencers give when they fall back to COCO / Cityscapes classes
+_DEFAULT_CLASSES_WARNINGS = ('dataset_meta or class names are not saved', 'weights is None, use')
+
+
+def _dataset_cfg(loader_cfg):
+    """The dataset config inside a data loader config, through dataset wrappers (``RepeatDataset``,
+    ``ClassBalancedDataset``: ``dataset``; ``ConcatDataset``: the first of ``datasets``)."""
+    ds = (loader_cfg or {}).get('dataset')
+    while isinstance(ds, dict) and 'metainfo' not in ds:
+        inner = ds.get('dataset') or (ds.get('datasets') or [None])[0]
+        if not isinstance(inner, dict):
+            break
+        ds = inner
+    return ds if isinstance(ds, dict) and ds.get('type') else None
+
+
+def config_dataset_meta(cfg: Config, scope: str) -> Optional[dict]:
+    """``{'classes', 'palette', 'source'}`` of the config's test (else val, else train) dataset: its
+    class's ``METAINFO`` with the config's ``metainfo`` over it, as the dataset itself merges them
+    (built with ``lazy_init=True``, which reads no annotation); ``None`` if no dataset names classes.
+    """
+    from mmengine.registry import init_default_scope
+    init_default_scope(scope)
+    datasets = importlib.import_module(f'{scope}.registry').DATASETS
+    for key in ('test_dataloader', 'val_dataloader', 'train_dataloader'):
+        ds = _dataset_cfg(cfg.get(key))
+        if ds is None:
+            continue
+        ds = copy.deepcopy(ds)
+        try:
+            ds['lazy_init'] = True
+            meta = dict(datasets.build(ds).metainfo)
+        except Exception:  # noqa: BLE001 - a dataset that does not build without its files
+            cls = datasets.get(ds['type'])
+            meta = dict(getattr(cls, 'METAINFO', None) or {})
+            meta.update(ds.get('metainfo') or {})
+        if meta.get('classes'):
+            return dict(classes=list(meta['classes']), palette=meta.get('palette'),
+                        source=f'{key}.dataset ({ds["type"]})')
+    return None
+
+
 def build_inferencer(config: Union[str, Config], checkpoint: str = None, device: str = 'cpu',
                      show_progress: bool = False):
-    """``DetInferencer`` / ``MMSegInferencer`` (chosen by the config's scope) with the checkpoint."""
+    """``DetInferencer`` / ``MMSegInferencer`` (chosen by the config's scope) with the checkpoint.
+
+    When the checkpoint carries no ``dataset_meta`` (class names), both inferencers fall back to a
+    default list (COCO's 80 classes, Cityscapes' 19) that need not be the model's: a 150-class
+    ADE20K segmentor then fails on its first pixel of class 19 and a detector's boxes get COCO
+    names. Here the classes and palette of the config's dataset (:func:`config_dataset_meta`) are
+    used instead, with one :class:`ClassesFromConfigWarning` in place of the toolbox's."""
     cfg = load_config(config)
     scope = config_scope(cfg, config if isinstance(config, str) else 'the config')
     if 'visualizer' in cfg:
@@ -54,8 +109,27 @@ def build_inferencer(config: Union[str, Config], checkpoint: str = None, device:
         # LocalVisBackend is for the Runner's logs and only warns here, having no save_dir
         cfg.visualizer.vis_backends = []
     module, name = INFERENCERS[scope]
-    inferencer = getattr(importlib.import_module(module), name)(
-        model=cfg, weights=checkpoint, device=device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        inferencer = getattr(importlib.import_module(module), name)(
+            model=cfg, weights=checkpoint, device=device)
+    fell_back = [w for w in caught if str(w.message).startswith(_DEFAULT_CLASSES_WARNINGS)]
+    meta = config_dataset_meta(cfg, scope) if fell_back else None
+    for w in caught:  # the other warnings, as they came
+        if meta is None or w not in fell_back:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if meta is not None:
+        source = meta.pop('source')
+        if meta['palette'] is None:  # keep the toolbox's (mmdet: 'random'; mmseg: its own)
+            meta['palette'] = inferencer.model.dataset_meta.get('palette')
+        dataset_meta = inferencer.model.dataset_meta
+        dataset_meta.clear()  # the same dict as mmdet's visualizer.dataset_meta
+        dataset_meta.update(meta)
+        if scope == 'mmdet':
+            inferencer.visualizer.dataset_meta = dataset_meta
+        what = f'checkpoint {checkpoint} carries' if checkpoint else 'no checkpoint, so'
+        warnings.warn(f'{what} no dataset_meta (class names): using the {len(meta["classes"])} '
+                      f'classes of the config\'s {source}', ClassesFromConfigWarning, stacklevel=2)
     inferencer.show_progress = show_progress
     return inferencer
 

@@ -17,6 +17,7 @@ import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
 from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_distributed,
                             config_from_args, parse_with_common_args, preflight, tool_error)
 from mmlinattn.apis.runner import check_finite_checkpoint
+from mmlinattn.apis.runs import check_work_dir
 from mmlinattn.checkpoint import CheckpointError
 from mmlinattn.datafaults import DataFileError
 
@@ -36,6 +37,7 @@ def parse_args(argv=None):
 
 def build_cfg(args):
     cfg = config_from_args(args)
+    check_work_dir(cfg.work_dir)  # unwritable: one line naming it, exit 2
     if not osp.isfile(args.checkpoint):
         raise ConfigError(f'checkpoint file not found: {args.checkpoint}')
     cfg.load_from = args.checkpoint

@@ -17,6 +17,7 @@ from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_di
                             tool_error)
 from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint
 from mmlinattn.apis.runner import add_training_hooks
+from mmlinattn.apis.runs import check_work_dir
 from mmlinattn.datafaults import DataFileError
 from mmlinattn.hooks import CheckpointWriteError, TrainingStopped
 
@@ -41,6 +42,7 @@ def parse_args(argv=None):
 
 def build_cfg(args):
     cfg = config_from_args(args)
+    check_work_dir(cfg.work_dir)  # unwritable: one line naming it, exit 2
     if args.amp:
         enable_amp(cfg)
     if args.resume == 'auto':

@@ -16,17 +16,22 @@ what mmengine writes into the work dir, not from the log text (:func:`read_metri
   prints: it is mmengine's own record, unrounded, and independent of any tool's output format. Under
   DDP, mmengine 0.10 writes it from every rank (same metrics, only ``time`` / ``data_time`` differ),
   so a shorter copy may land over a longer one; the first complete JSON object in it is read.
+
+Before a tool builds its Runner, :func:`check_work_dir` makes sure the work dir can be written (one
+line naming it and why, instead of mmengine's ``OSError`` traceback from the Runner).
 """
 import contextlib
+import errno
 import json
 import os
 import os.path as osp
 import re
 import subprocess
 import sys
+import tempfile
 from typing import List, Sequence
 
-__all__ = ['ToolFailed', 'run_script', 'read_scalars', 'read_metrics']
+__all__ = ['ToolFailed', 'run_script', 'read_scalars', 'read_metrics', 'check_work_dir']
 
 _RUN_FOLDER = re.compile(r'^\d{8}_\d{6}$')  # mmengine's timestamp, one folder per run
 _NOT_METRICS = ('step', 'time', 'data_time', 'memory')
@@ -114,3 +119,31 @@ def read_metrics(work_dir: str) -> dict:
         evals = [r for r in read_scalars(work_dir) if 'loss' not in r and 'lr' not in r]
         record = evals[-1] if evals else {}
     return {k: v for k, v in record.items() if k not in _NOT_METRICS}
+
+
+def check_work_dir(work_dir: str) -> None:
+    """Make sure a run can write ``work_dir`` (tools/train.py and tools/test.py call it before the
+    Runner, which would create it and fail with an ``OSError`` traceback).
+
+    The nearest part of the path that exists must be a directory (not a file: ``ENOTDIR``), and a
+    folder must be creatable in it (the work dir itself when it exists); that probe folder is removed
+    at once. A read-only file system (``EROFS``), missing permissions (``EACCES``, ``EPERM``; root
+    passes most permission bits, not a read-only file system) or a full disk all give a
+    :class:`ConfigError` (exit code 2 in the tools) naming the work dir, the folder tried and the
+    reason.
+    """
+    from .config import ConfigError
+    path = osp.abspath(work_dir)
+    existing = path
+    while not osp.exists(existing) and osp.dirname(existing) != existing:
+        existing = osp.dirname(existing)
+    hint = '; pass --work-dir with a folder you can write'
+    if not osp.isdir(existing):
+        raise ConfigError(f'work dir {work_dir} cannot be created: {existing} is a file, not a '
+                          f'directory ({os.strerror(errno.ENOTDIR)}){hint}')
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix='.write-test-', dir=existing))
+    except OSError as e:
+        where = 'in it' if existing == path else f'in {existing}'
+        raise ConfigError(f'work dir {work_dir} is not writable: {e.strerror or e} (could not '
+                          f'create a folder {where}){hint}') from None

@@ -1,0 +1,322 @@
+"""The edges of a run: a checkpoint without class names in the inferencers and tools/image_demo.py,
+Ctrl-C during training (saves like SIGTERM; a second Ctrl-C stops at once), a work dir that cannot
+be written, and the preemption checkpoint counted in ``max_keep_ckpts``. On data and checkpoints the
+tests make (the toy sets, freshly built models)."""
+import copy
+import errno
+import os
+import os.path as osp
+import re
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+import torch
+from mmengine.config import Config
+
+from helpers import make_toy_sets
+from tools import test as test_tool
+from tools import train as train_tool
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+ADE_CFG = osp.join(ROOT, 'configs/mavit/fpn_mavit-t_80k_ade20k-512x512.py')
+DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
+
+
+@pytest.fixture(scope='module')
+def toy_data(tmp_path_factory):
+    return make_toy_sets(tmp_path_factory.mktemp('edges'), seed=5, size=48, train=4, val=2)
+
+
+def _options(toy_data, *extra):
+    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val', 'test')]
+    return data + ['train_cfg.val_interval=1000', 'train_dataloader.batch_size=2',
+                   'default_hooks.logger.interval=1'] + list(extra)
+
+
+def _last_checkpoint(work):
+    with open(work / 'last_checkpoint') as f:
+        return f.read().strip()
+
+
+def _iter_files(work):
+    return sorted((f for f in os.listdir(work) if re.fullmatch(r'iter_\d+\.pth', f)),
+                  key=lambda f: int(f[5:-4]))
+
+
+# ------------------------------------------------------- 1. a checkpoint without dataset_meta
+def _build(cfg):
+    from mmengine.registry import init_default_scope
+
+    import importlib
+    init_default_scope(cfg.default_scope)
+    registry = importlib.import_module(cfg.default_scope + '.registry')
+    torch.manual_seed(0)
+    return registry.MODELS.build(cfg.model).eval()
+
+
+def _image(path, h=96, w=128):
+    import cv2
+    import numpy as np
+    img = np.random.default_rng(0).integers(0, 255, (h, w, 3), dtype=np.uint8)
+    cv2.imwrite(str(path), img)
+    return str(path)
+
+
+def _records(caught, text):
+    return [str(w.message) for w in caught if text in str(w.message)]
+
+
+def test_image_demo_seg_checkpoint_without_dataset_meta_uses_the_configs_classes(tmp_path, capsys):
+    """The ADE20K Semantic FPN (150 classes) with a checkpoint holding weights only, as the authors'
+    and converted files do: mmseg's inferencer would fall back to Cityscapes' 19 classes and
+    image_demo would fail on the first pixel of class >= 19. Its classifier bias makes every pixel
+    class 149, so that failure is certain; the names must be ADE20K's (mmseg's ADE20KDataset)."""
+    import json
+
+    from mmseg.datasets import ADE20KDataset
+
+    from tools import image_demo
+    config = tmp_path / 'ade_small.py'  # the real config, its test resize at 128 px
+    config.write_text(
+        f"_base_ = [{ADE_CFG!r}]\n"
+        "test_dataloader = dict(dataset=dict(pipeline=[dict(type='LoadImageFromFile'), "
+        "dict(type='Resize', scale=(128, 128), keep_ratio=True), dict(type='PackSegInputs')]))\n")
+    state = _build(Config.fromfile(str(config))).state_dict()
+    state['decode_head.conv_seg.bias'][:] = 0
+    state['decode_head.conv_seg.bias'][149] = 100.0
+    ckpt = tmp_path / 'weights_only.pth'
+    torch.save({'state_dict': state}, ckpt)
+    image = _image(tmp_path / 'a.png')
+    out = tmp_path / 'out'
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        rc = image_demo.main([image, str(config), str(ckpt), '--out-dir', str(out)])
+    assert rc == 0, capsys.readouterr().err[-2000:]
+    classes = list(ADE20KDataset.METAINFO['classes'])
+    with open(out / 'preds' / 'a.json') as f:
+        pred = json.load(f)
+    assert pred['classes'] == classes
+    assert pred['pixels'] == {classes[149]: 96 * 128}
+    said = _records(caught, 'dataset_meta')
+    assert len(said) == 1, said  # ours only, not mmseg's Cityscapes one
+    assert str(ckpt) in said[0] and '150 classes' in said[0] and 'ADE20KDataset' in said[0], said
+
+
+@pytest.mark.parametrize('with_meta', [False, True])
+def test_det_inferencer_classes_from_the_config_when_the_checkpoint_has_none(tmp_path, with_meta):
+    """DetInferencer with a checkpoint without dataset_meta: the toy COCO's three classes and palette
+    (the config's metainfo), not COCO's 80; one warning. A checkpoint with dataset_meta keeps its
+    own, with no warning."""
+    from mmlinattn.visualization import build_inferencer
+    cfg = Config.fromfile(DET_CFG)
+    want = cfg.test_dataloader.dataset.metainfo
+    ckpt = tmp_path / 'det.pth'
+    saved = dict(state_dict=_build(cfg).state_dict())
+    own = dict(classes=['a', 'b', 'c'], palette=[(1, 2, 3), (4, 5, 6), (7, 8, 9)])
+    if with_meta:
+        saved['meta'] = dict(dataset_meta=own)
+    torch.save(saved, ckpt)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        inferencer = build_inferencer(DET_CFG, str(ckpt))
+    said = _records(caught, 'dataset_meta')
+    meta = inferencer.model.dataset_meta
+    if with_meta:
+        assert list(meta['classes']) == own['classes'] and not said, said
+        return
+    assert list(meta['classes']) == list(want['classes'])
+    assert [tuple(p) for p in meta['palette']] == [tuple(p) for p in want['palette']]
+    assert inferencer.visualizer.dataset_meta['classes'] == meta['classes']
+    assert len(said) == 1 and '3 classes' in said[0] and str(ckpt) in said[0], said
+
+
+# ------------------------------------------------------------------ 2. Ctrl-C during training
+# about 12 s (idle 2-core CPU): a real training process, interrupted as a terminal does
+def test_ctrl_c_saves_the_finished_iteration_and_exits(toy_data, tmp_path):
+    work = tmp_path / 'work'
+    cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
+           '--cfg-options', *_options(toy_data, 'default_hooks.checkpoint.interval=1000'),
+           'train_cfg.max_iters=200']
+    # a session of its own: Ctrl-C in a terminal signals the whole foreground process group
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'),
+                            start_new_session=True)
+    lines, deadline = [], time.time() + 240
+    for line in proc.stdout:
+        lines.append(line)
+        if 'Iter(train) [  1/200]' in line or time.time() > deadline:
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    lines += proc.stdout.readlines()
+    rc = proc.wait(timeout=120)
+    out = ''.join(lines)
+    assert rc == 128 + signal.SIGINT, out[-3000:]  # the shell's code for a program stopped by Ctrl-C
+    assert 'Traceback' not in out and 'KeyboardInterrupt' not in out, out[-3000:]
+    n = max(int(m) for m in re.findall(r'Iter\(train\) \[\s*(\d+)/200\]', out))
+    assert n < 200 and f'received: finished iteration {n}' in out, out[-2000:]
+    assert 'press Ctrl-C again' in out
+    saved = work / f'iter_{n}.pth'
+    assert _last_checkpoint(work) == str(saved)
+    assert torch.load(saved, map_location='cpu', weights_only=True)['meta']['iter'] == n
+
+
+def test_second_ctrl_c_stops_at_once(capfd):
+    """Real SIGINTs to this process: the first sets the stop and says so; the second, while the stop
+    is pending, raises KeyboardInterrupt at once; Python's own handler is back afterwards."""
+    from mmengine.logging import MessageHub, MMLogger
+
+    from mmlinattn.hooks import PreemptionHook
+
+    class Runner:  # what before_train reads
+        message_hub = MessageHub.get_current_instance()
+        logger = MMLogger.get_current_instance()
+    before = signal.getsignal(signal.SIGINT)
+    hook = PreemptionHook(signals=['SIGTERM'])
+    hook.before_train(Runner())
+    try:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here
+        except KeyboardInterrupt:
+            pytest.fail('the first Ctrl-C raised KeyboardInterrupt instead of a pending stop')
+        assert hook.received == 'SIGINT'
+        assert 'press Ctrl-C again to stop at once' in capfd.readouterr().err
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert signal.getsignal(signal.SIGINT) is before
+    finally:
+        hook.after_train(None)
+        signal.signal(signal.SIGINT, before)
+
+
+# ----------------------------------------------------------------- 3. an unwritable work dir
+@pytest.mark.parametrize('tool', ['train', 'test'])
+def test_unwritable_work_dir_is_one_line_before_the_runner(toy_data, tmp_path, capsys, monkeypatch,
+                                                           tool):
+    """A work dir under a regular file cannot be created, also as root (ENOTDIR): one line naming
+    it and the reason, exit code 2, before mmengine's Runner is built (its OSError traceback)."""
+    import mmengine.runner
+    blocker = tmp_path / 'file'
+    blocker.write_text('a file, not a folder')
+    work = blocker / 'sub' / 'work'
+    built = []
+
+    def from_cfg(cls, cfg):
+        built.append(cfg)
+        raise RuntimeError('the Runner was built')
+    monkeypatch.setattr(mmengine.runner.Runner, 'from_cfg', classmethod(from_cfg))
+    args = [SEG_CFG, '--work-dir', str(work), '--cfg-options', *_options(toy_data)]
+    if tool == 'train':
+        rc = train_tool.main(args)
+    else:
+        ckpt = tmp_path / 'empty.pth'
+        torch.save({'state_dict': {}}, ckpt)
+        rc = test_tool.main(args[:1] + [str(ckpt)] + args[1:])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and not built, err
+    line = [ln for ln in err if ln.startswith(f'tools/{tool}.py: error: ')]
+    assert len(line) == 1 and line[0] == err[-1], err
+    assert line[0].startswith(f'tools/{tool}.py: error: work dir {work} cannot be created: '), line
+    assert f'{blocker} is a file' in line[0] and os.strerror(errno.ENOTDIR) in line[0], line
+
+
+@pytest.mark.parametrize('code', [errno.EROFS, errno.EACCES])
+def test_work_dir_on_a_read_only_or_forbidden_folder(tmp_path, monkeypatch, code):
+    """A read-only file system / no permission (as root neither stops a write here, so the folder
+    creation the check tries is made to fail with that errno): the message names the work dir, the
+    folder tried and the reason."""
+    from mmlinattn.apis import ConfigError
+    from mmlinattn.apis.runs import check_work_dir
+    work = tmp_path / 'new' / 'work'
+
+    def mkdir(path, mode=0o777):
+        raise OSError(code, os.strerror(code), path)
+    monkeypatch.setattr(os, 'mkdir', mkdir)
+    with pytest.raises(ConfigError) as e:
+        check_work_dir(str(work))
+    assert str(e.value).startswith(f'work dir {work} is not writable: {os.strerror(code)} ')
+    assert f'in {tmp_path}' in str(e.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason='root writes into a chmod 0o500 folder')
+def test_work_dir_in_a_folder_without_write_permission(tmp_path):
+    from mmlinattn.apis import ConfigError
+    from mmlinattn.apis.runs import check_work_dir
+    locked = tmp_path / 'locked'
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(ConfigError, match=os.strerror(errno.EACCES)):
+            check_work_dir(str(locked / 'work'))
+    finally:
+        locked.chmod(0o700)
+
+
+def test_writable_work_dir_passes_and_leaves_nothing(tmp_path):
+    from mmlinattn.apis.runs import check_work_dir
+    check_work_dir(str(tmp_path / 'a' / 'b'))
+    check_work_dir(str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------- 4. the preemption checkpoint in max_keep_ckpts
+# about 13 s (idle 2-core CPU): 5 + 3 toy iterations in two runs
+def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy_data, tmp_path):
+    """CheckpointHook every 2 iterations keeping 2; SIGTERM during iteration 5 (sent by a hook of
+    this test, so the iteration is certain): mmengine's rotation would keep iter_2 and iter_4, so
+    the iter_5 of the preemption must replace iter_2. The resumed run starts at 5 and rotates on
+    (iter_6, iter_8)."""
+    from mmengine.hooks import Hook
+    from mmengine.runner import Runner
+
+    from mmlinattn.hooks import Preempted
+    work = tmp_path / 'work'
+    opts = _options(toy_data, 'default_hooks.checkpoint.interval=2',
+                    'default_hooks.checkpoint.max_keep_ckpts=2')
+
+    class SignalAt(Hook):
+        def __init__(self, n):
+            self.n = n
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            if runner.iter + 1 == self.n:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--cfg-options', *opts,
+                                  'train_cfg.max_iters=20'])
+    cfg = train_tool.build_cfg(args)
+    cfg.experiment_name = 'edges_preempted'
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(SignalAt(5), priority='NORMAL')
+    with pytest.raises(Preempted, match='SIGTERM received: finished iteration 5'):
+        runner.train()
+    assert _iter_files(work) == ['iter_4.pth', 'iter_5.pth']
+    assert _last_checkpoint(work) == str(work / 'iter_5.pth')
+
+    saved = torch.load(work / 'iter_5.pth', map_location='cpu', weights_only=True)
+    assert saved['meta']['iter'] == 5
+    captured = {}
+
+    class Capture(Hook):
+        def before_train(self, runner):  # right after the resume
+            captured['iter'] = runner.iter
+            captured['model'] = copy.deepcopy(runner.model.state_dict())
+
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
+                                  *opts, 'train_cfg.max_iters=8'])
+    cfg = train_tool.build_cfg(args)
+    cfg.experiment_name = 'edges_resumed'
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(Capture(), priority='LOWEST')
+    runner.train()
+    assert captured['iter'] == 5
+    for k, v in saved['state_dict'].items():
+        assert torch.equal(captured['model'][k], v), k
+    assert _iter_files(work) == ['iter_6.pth', 'iter_8.pth']  # iter_5 rotated out on the way
+    assert _last_checkpoint(work) == str(work / 'iter_8.pth')
