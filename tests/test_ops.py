@@ -223,3 +223,47 @@ def test_chunked_inference_path_equals_reference(monkeypatch, grad):
     if not grad:  # the in-place passes must not touch the inputs
         mala_attention(q, k, v)
         assert torch.equal(q, q0)
+
+
+def _sdpa_kernels(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.name for e in prof.events() if e.name.startswith('aten::_scaled_dot_product')}
+
+
+def test_softmax_stages_run_sdpas_fused_kernel():
+    """MAViT's softmax stages (heads cut out of one channels-first projection: a strided last dim)
+    and Swin's windows (5-D, (B, nW, h, N, d)) reach SDPA's fused flash kernel, in training and in
+    inference, instead of its math path, which materialises every head's N x N matrix. Which kernel
+    ran is read from the profiler's op names (torch's own). Swin's training step stays on the math
+    path: the fused CPU kernel computes no gradient for the learned relative position bias."""
+    from mmlinattn.models.layers import QKVOAttention, RoPE, WindowSoftmaxAttention
+    flash, math = ('aten::_scaled_dot_product_flash_attention_for_cpu',
+                   'aten::_scaled_dot_product_attention_math')
+    m = QKVOAttention(64, 2, core='softmax')
+    rope = RoPE(64, 2)((6, 7))
+    x = torch.randn(2, 64, 6, 7, requires_grad=True)
+    with torch.no_grad():
+        got = _sdpa_kernels(lambda: m(x, rope))
+    assert flash in got and math not in got, got
+    got = _sdpa_kernels(lambda: m(x, rope).sum().backward())
+    assert flash in got and flash + '_backward' in got and math not in got, got
+    w = WindowSoftmaxAttention(48, 3, 7)
+    windows = torch.randn(2, 4, 49, 48)
+    for mask in (None, torch.zeros(4, 49, 49)):
+        with torch.no_grad():
+            got = _sdpa_kernels(lambda: w(windows, (7, 7), mask))
+        assert flash in got and math not in got, got
+
+
+@pytest.mark.parametrize('with_mask', [False, True])
+def test_window_softmax_layout_keeps_the_math(with_mask):
+    """Folding Swin's windows into the heads for the fused kernel gives the reference's result:
+    softmax(q k^T s + bias) v per window, the bias (and shift mask) broadcast over the images."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 3, 9, 8, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(3, 9, 9, dtype=torch.float64)
+    if with_mask:
+        bias = bias[None] + torch.randn(4, 1, 9, 9, dtype=torch.float64)
+    want = torch.softmax(q @ k.transpose(-2, -1) * 8 ** -0.5 + bias, -1) @ v
+    torch.testing.assert_close(softmax_attention(q, k, v, attn_bias=bias), want)

@@ -261,8 +261,34 @@ def softmax_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = 
         # tensors only (Swin's windows are 5-D), and torch 2.14's ONNX decomposition of SDPA lays
         # out its output unlike the CPU kernel the export traced, which breaks the reshape after it
         return softmax_attention_reference(q, k, v, scale, attn_bias)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout_p,
-                                          scale=_scale(q, scale))
+    lead = q.shape[:-2]
+    q4, k4, v4, bias4 = _flash_layout(q, k, v, attn_bias)
+    out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=bias4, dropout_p=dropout_p,
+                                         scale=_scale(q, scale))
+    return out.reshape(*lead, *out.shape[-2:])
+
+
+def _flash_layout(q: Tensor, k: Tensor, v: Tensor, attn_bias: Optional[Tensor]):
+    """q, k, v and the bias as SDPA's fused (flash) CPU kernel takes them; in any other layout SDPA
+    falls back to its math path, which materialises the (N x M) matrix of every head.
+
+    The kernel wants 4-D tensors with a contiguous last dim: extra dims between B and the heads
+    (Swin's windows, (B, nW, h, N, d)) are folded into the heads, so that a bias without B,
+    (nW, h, N, M) or (h, N, M), broadcasts over B as (1, nW*h, N, M) with no copy per image; a
+    strided last dim (MAViT's heads come out of one channels-first projection) is made contiguous, one
+    pass over (N x d) instead of the math path's (N x M).
+    """
+    if q.dim() > 4:
+        b, mid = q.shape[0], q.shape[1:-2]
+        q, k, v = (t.reshape(b, -1, *t.shape[-2:]) for t in (q, k, v))
+        if attn_bias is not None:
+            if attn_bias.dim() == len(mid) + 3:  # (B, nW, h, N, M): per image
+                attn_bias = attn_bias.reshape(b, -1, *attn_bias.shape[-2:])
+            else:
+                attn_bias = attn_bias.expand(*mid, *attn_bias.shape[-2:])
+                attn_bias = attn_bias.reshape(1, -1, *attn_bias.shape[-2:])
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    return q, k, v, attn_bias
 
 
 def softmax_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,
