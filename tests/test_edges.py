@@ -320,3 +320,42 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
         assert torch.equal(captured['model'][k], v), k
     assert _iter_files(work) == ['iter_6.pth', 'iter_8.pth']  # iter_5 rotated out on the way
     assert _last_checkpoint(work) == str(work / 'iter_8.pth')
+
+
+# about 12 s (idle 2-core CPU): 3 + 2 toy iterations in two runs
+def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpoint(toy_data,
+                                                                                   tmp_path):
+    """Epoch-based loop, CheckpointHook by epoch keeping 1: SIGTERM in the first iteration of epoch
+    2 writes iter_3.pth beside epoch_1.pth; the resumed run repeats epoch 2 and, once epoch_2.pth is
+    written (epoch_1 rotated out by mmengine), removes iter_3.pth: one file again."""
+    from mmengine.hooks import Hook
+    from mmengine.runner import Runner
+
+    from mmlinattn.hooks import Preempted
+    work = tmp_path / 'work'
+
+    class SignalAt(Hook):
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            if runner.iter + 1 == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    def run(name, resume, hook=None):
+        argv = [SEG_CFG, '--work-dir', str(work)] + (['--resume'] if resume else []) + [
+            '--cfg-options', *_options(toy_data, 'default_hooks.checkpoint.by_epoch=True',
+                                       'default_hooks.checkpoint.interval=1',
+                                       'default_hooks.checkpoint.max_keep_ckpts=1')]
+        cfg = train_tool.build_cfg(train_tool.parse_args(argv))
+        cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=2, val_interval=1000)
+        cfg.train_dataloader.sampler = dict(type='DefaultSampler', shuffle=True)
+        cfg.experiment_name = name
+        runner = Runner.from_cfg(cfg)
+        if hook:
+            runner.register_hook(hook, priority='NORMAL')
+        runner.train()
+
+    with pytest.raises(Preempted, match='finished iteration 3'):
+        run('edges_epoch_preempted', False, SignalAt())
+    assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_1.pth', 'iter_3.pth']
+    assert _last_checkpoint(work) == str(work / 'iter_3.pth')
+    run('edges_epoch_resumed', True)
+    assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_2.pth']
