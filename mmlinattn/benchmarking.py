@@ -268,3 +268,52 @@ def recipe_name(name):
     return BACKBONE_IN_NAME.sub('{}', name)
 
 
+def cuda_attention_table(tokens, log=print, heads=4, head_dim=32, reps=10) -> list:
+    """Per N: fp16 / bf16 error of every linear-time core of the table (mmlinattn.ops.CORES) against
+    fp32, and their fp16 times against SDPA flash."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from mmlinattn.ops import CORES
+    cores = {name: core for name, core in CORES.items() if name != 'softmax'}  # flash is softmax's
+
+    def cuda_ms(fn):
+        fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            ts.append(a.elapsed_time(b))
+        return sorted(ts)[len(ts) // 2]
+
+    rows = []
+    for n in tokens:
+        g = torch.Generator(device='cuda').manual_seed(0)
+        q, k, v = (torch.randn(1, heads, n, head_dim, device='cuda', generator=g) for _ in range(3))
+        row = dict(tokens=n)
+        with torch.no_grad():
+            for name, core in cores.items():
+                fn = (lambda q, k, v, c=core: c(q, k, v))
+                ref = fn(q, k, v)
+                scale = ref.abs().max().item()
+                row[f'{name}_fp32_ms'] = cuda_ms(lambda: fn(q, k, v))
+                for dt in (torch.float16, torch.bfloat16):
+                    qh, kh, vh = q.to(dt), k.to(dt), v.to(dt)
+                    out = fn(qh, kh, vh)
+                    row[f'{name}_{str(dt)[6:]}_err'] = (out.float() - ref).abs().max().item() / scale
+                    if dt == torch.float16:
+                        row[f'{name}_fp16_ms'] = cuda_ms(lambda: fn(qh, kh, vh))
+            qh, kh, vh = q.half(), k.half(), v.half()
+            try:
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    row['flash_fp16_ms'] = cuda_ms(lambda: F.scaled_dot_product_attention(qh, kh, vh))
+            except RuntimeError as e:
+                row['flash_error'] = str(e).splitlines()[0][:120]
+        log(f'attention N={n}: ' + ', '.join(f'{k} {v:.3g}' for k, v in row.items()
+                                            if isinstance(v, float)))
+        rows.append(row)
+    return rows

@@ -28,7 +28,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
-from mmlinattn.benchmarking import BACKBONE_IN_NAME, CONFIG_DIRS, REFERENCES, ROOT, measure_one
+from mmlinattn.benchmarking import (BACKBONE_IN_NAME, CONFIG_DIRS, REFERENCES, ROOT,
+                                    cuda_attention_table, measure_one)
 from mmlinattn.ops import CORES
 
 # the tests that need a GPU (each skips without one); tests/test_gpu_report.py checks that every test
@@ -115,58 +116,6 @@ def parse_pytest(stdout: str, returncode: int) -> dict:
         counts[what.rstrip('s') if what.startswith('error') else what] = int(n)
     failed = re.findall(r'^(?:FAILED|ERROR) (\S+)', stdout, flags=re.M)
     return dict(returncode=returncode, counts=counts, failed=failed)
-
-
-def attention_table(tokens, log, heads=4, head_dim=32, reps=10) -> List[dict]:
-    """Per N: fp16 / bf16 error of every linear-time core of the table (mmlinattn.ops.CORES) against
-    fp32, and their fp16 times against SDPA flash."""
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from mmlinattn.ops import CORES
-    cores = {name: core for name, core in CORES.items() if name != 'softmax'}  # flash is softmax's
-
-    def cuda_ms(fn):
-        fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            ts.append(a.elapsed_time(b))
-        return sorted(ts)[len(ts) // 2]
-
-    rows = []
-    for n in tokens:
-        g = torch.Generator(device='cuda').manual_seed(0)
-        q, k, v = (torch.randn(1, heads, n, head_dim, device='cuda', generator=g) for _ in range(3))
-        row = dict(tokens=n)
-        with torch.no_grad():
-            for name, core in cores.items():
-                fn = (lambda q, k, v, c=core: c(q, k, v))
-                ref = fn(q, k, v)
-                scale = ref.abs().max().item()
-                row[f'{name}_fp32_ms'] = cuda_ms(lambda: fn(q, k, v))
-                for dt in (torch.float16, torch.bfloat16):
-                    qh, kh, vh = q.to(dt), k.to(dt), v.to(dt)
-                    out = fn(qh, kh, vh)
-                    row[f'{name}_{str(dt)[6:]}_err'] = (out.float() - ref).abs().max().item() / scale
-                    if dt == torch.float16:
-                        row[f'{name}_fp16_ms'] = cuda_ms(lambda: fn(qh, kh, vh))
-            qh, kh, vh = q.half(), k.half(), v.half()
-            try:
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    row['flash_fp16_ms'] = cuda_ms(lambda: F.scaled_dot_product_attention(qh, kh, vh))
-            except RuntimeError as e:
-                row['flash_error'] = str(e).splitlines()[0][:120]
-        log(f'attention N={n}: ' + ', '.join(f'{k} {v:.3g}' for k, v in row.items()
-                                            if isinstance(v, float)))
-        rows.append(row)
-    return rows
 
 
 def worker(config: str, ref: Optional[str], warmup: int = 3) -> None:
@@ -331,7 +280,7 @@ def main(argv=None) -> int:
         print(f'[{(time.time() - t0) / 60:5.1f} min] {msg}', flush=True)
     tests = run_gpu_tests(log)
     log(format_tests(tests))
-    attention = attention_table(args.tokens, log)
+    attention = cuda_attention_table(args.tokens, log)
     results: List[Optional[dict]] = []
     for i, job in enumerate(jobs, 1):
         left = args.budget_min * 60 - (time.time() - t0)

@@ -14,12 +14,14 @@ import os
 import os.path as osp
 import sys
 
+from mmlinattn.models.backbones import family_facts
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 # ---------------------------------------------------------------------------------------- backbones
 # Per family, what only the configs know: where the authors' ImageNet checkpoint goes and any further
 # backbone keys. Type, arch names, channels and drop-path rates come from the backbone classes' arch
-# tables (mmlinattn.models.backbones.FAMILIES), so they are written once.
+# tables (mmlinattn.models.backbones.family_facts), so they are written once.
 CONFIG_EXTRAS = {
     'inline_pvt': dict(ckpt='checkpoints/inline_pvt_{a}.pth', extra={}),
     'inline_swin': dict(ckpt='checkpoints/inline_swin_{a}.pth', extra={}),
@@ -31,21 +33,8 @@ CONFIG_EXTRAS = {
 }
 
 
-def family_table():
-    """family -> type, prefix, archs {letter: name}, channels / drop_path {letter: ...}, ckpt, extra."""
-    from mmlinattn.models.backbones import FAMILIES as CLASSES
-    table = {}
-    for family, cls in CLASSES.items():
-        archs = {name[0]: name for name in cls.arch_zoo}
-        table[family] = dict(
-            type=cls.__name__, prefix=family.replace('_', '-'), archs=archs,
-            channels={a: cls.stage_channels(n) for a, n in archs.items()},
-            drop_path={a: cls.resolve_arch(n)['drop_path_rate'] for a, n in archs.items()},
-            **CONFIG_EXTRAS[family])
-    return table
-
-
-FAMILIES = family_table()
+# family -> type, prefix, archs {letter: name}, channels / drop_path {letter: ...}, ckpt, extra
+FAMILIES = {family: dict(facts, **CONFIG_EXTRAS[family]) for family, facts in family_facts().items()}
 
 # ------------------------------------------------------------------------------- recipes (docs/design.md section 4)
 # lr / weight decay per (algorithm, family), at the source's total batch.

@@ -9,7 +9,7 @@ from .mavit import MAViT
 FAMILIES = {'inline_pvt': InLinePVT, 'inline_swin': InLineSwin, 'mavit': MAViT}
 LAYOUTS = {name: cls.authors_layout for name, cls in FAMILIES.items()}
 
-__all__ = ['InLinePVT', 'InLineSwin', 'MAViT', 'FAMILIES', 'LAYOUTS', 'out_channels']
+__all__ = ['InLinePVT', 'InLineSwin', 'MAViT', 'FAMILIES', 'LAYOUTS', 'family_facts', 'out_channels']
 
 
 def out_channels(backbone_cfg: dict) -> List[int]:
@@ -30,3 +30,17 @@ def out_channels(backbone_cfg: dict) -> List[int]:
     out_indices = list(out_indices) if isinstance(out_indices, (list, tuple)) else [out_indices]
     channels = cls.stage_channels(arch)
     return [channels[i] for i in out_indices]
+
+
+def family_facts() -> dict:
+    """Per family, what configs and tools name and size from the classes' arch tables: ``type`` (the
+    class name), ``prefix`` (in config names, ``inline-pvt``), ``archs`` ({letter: arch name}),
+    ``channels`` and ``drop_path`` ({letter: the arch's stage channels / drop-path rate})."""
+    facts = {}
+    for family, cls in FAMILIES.items():
+        archs = {name[0]: name for name in cls.arch_zoo}
+        facts[family] = dict(
+            type=cls.__name__, prefix=family.replace('_', '-'), archs=archs,
+            channels={a: cls.stage_channels(n) for a, n in archs.items()},
+            drop_path={a: cls.resolve_arch(n)['drop_path_rate'] for a, n in archs.items()})
+    return facts
