@@ -28,7 +28,8 @@ import sys
 import tempfile
 
 import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
-from mmlinattn.checkpoint import CheckpointError, check_model_checkpoint, read_checkpoint
+from mmlinattn.checkpoint import (CheckpointError, check_model_checkpoint, local_checkpoint,
+                                  read_checkpoint)
 from mmlinattn.visualization import ScopeError, build_inferencer, config_scope, load_config
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
@@ -126,6 +127,7 @@ def main(argv=None):
             raise InputError(f'config not found: {args.config}')
         cfg = load_config(args.config)
         scope = config_scope(cfg, args.config)
+        args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: fetched once (torch's hub cache)
         if not osp.isfile(args.checkpoint):
             raise InputError(f'checkpoint not found: {args.checkpoint}')
         read_checkpoint(args.checkpoint)  # a file that is no checkpoint: CheckpointError naming it

@@ -18,7 +18,7 @@ from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_di
                             config_from_args, parse_with_common_args, preflight, tool_error)
 from mmlinattn.apis.runner import check_finite_checkpoint
 from mmlinattn.apis.runs import check_work_dir
-from mmlinattn.checkpoint import CheckpointError
+from mmlinattn.checkpoint import CheckpointError, local_checkpoint
 from mmlinattn.datafaults import DataFileError
 
 
@@ -38,6 +38,7 @@ def parse_args(argv=None):
 def build_cfg(args):
     cfg = config_from_args(args)
     check_work_dir(cfg.work_dir)  # unwritable: one line naming it, exit 2
+    args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: fetched once into torch's hub cache
     if not osp.isfile(args.checkpoint):
         raise ConfigError(f'checkpoint file not found: {args.checkpoint}')
     cfg.load_from = args.checkpoint

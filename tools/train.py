@@ -17,6 +17,7 @@ from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_di
                             tool_error)
 from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint
 from mmlinattn.apis.runner import add_training_hooks
+from mmlinattn.apis.preflight.checkpoints import prepare_checkpoints
 from mmlinattn.apis.runs import check_work_dir
 from mmlinattn.datafaults import DataFileError
 from mmlinattn.hooks import CheckpointWriteError, TrainingStopped
@@ -65,6 +66,8 @@ def build_cfg(args):
                               "total batch its optimizer's lr is for")
         cfg.auto_scale_lr.enable = True
     preflight(cfg, ('train_dataloader',) if args.no_validate else ('train_dataloader', 'val_dataloader'))
+    # URLs fetched once; a backbone init_cfg file that does not fit: one line, before the Runner
+    prepare_checkpoints(cfg, resume=bool(cfg.get('resume')))
     add_training_hooks(cfg)  # non-finite loss stops the run; SIGTERM/SIGUSR1 save and stop
     if cfg.get('compile'):
         # mmengine compiles train_step, optimizer step included: dynamo needs plain-dict param groups
