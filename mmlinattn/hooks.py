@@ -40,7 +40,6 @@ import os  # noqa: E402
 import signal  # noqa: E402
 
 import torch  # noqa: E402
-from mmdet.engine.hooks import CheckInvalidLossHook  # noqa: E402
 
 #: exit code of tools/train.py after a preemption signal was honoured (checkpoint written): 75 is
 #: ``EX_TEMPFAIL`` ("temporary failure; try again") - requeue the job with ``--resume``.
@@ -120,10 +119,10 @@ def non_finite_tensors(state: dict, limit: int = 8):
 
 
 @HOOKS.register_module()
-class NonFiniteLossHook(CheckInvalidLossHook):
+class NonFiniteLossHook(Hook):
     """Stop training at the first iteration whose loss (any term) or gradient norm is NaN/inf.
 
-    mmdet's ``CheckInvalidLossHook`` (the base class) asserts ``torch.isfinite(outputs['loss'])``
+    mmdet's ``CheckInvalidLossHook`` (which this hook replaces, for every toolbox) asserts ``torch.isfinite(outputs['loss'])``
     every ``interval`` (50) iterations; its assertion message is ``None`` (it is the return value of
     ``logger.info``), it looks at the summed loss only, is off under ``python -O`` and only mmdet
     configs see it. This hook checks every iteration (``interval=1``) each loss term of the model's
@@ -140,7 +139,7 @@ class NonFiniteLossHook(CheckInvalidLossHook):
     priority = 'ABOVE_NORMAL'
 
     def __init__(self, interval: int = 1) -> None:
-        super().__init__(interval=interval)
+        self.interval = interval
         self._seen = {}
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:

@@ -21,6 +21,7 @@ import warnings
 from typing import List, Optional, Union
 
 from mmengine.config import Config
+from mmlinattn.registry import add_function_registries
 
 #: the inferencer of each toolbox scope
 INFERENCERS = {'mmdet': ('mmdet.apis', 'DetInferencer'), 'mmseg': ('mmseg.apis', 'MMSegInferencer')}
@@ -109,6 +110,7 @@ def build_inferencer(config: Union[str, Config], checkpoint: str = None, device:
         # LocalVisBackend is for the Runner's logs and only warns here, having no save_dir
         cfg.visualizer.vis_backends = []
     module, name = INFERENCERS[scope]
+    add_function_registries((scope,))  # before the inferencer looks its collate function up
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         inferencer = getattr(importlib.import_module(module), name)(

@@ -43,3 +43,26 @@ def test_no_tool_imports_another_tool():
 def test_conftest_patches_no_sys_path():
     src = open(osp.join(ROOT, 'tests', 'conftest.py')).read()
     assert 'sys.path' not in src
+
+
+def test_importing_the_library_loads_no_toolbox():
+    """``import mmlinattn.ops`` (and so ``import mmlinattn``, which it runs first) loads none of mmdet,
+    mmseg or mmpretrain: the math and the backbones need only torch, mmengine and mmcv. Read from a
+    fresh interpreter's ``sys.modules``."""
+    import subprocess
+    import sys
+    code = ('import sys, mmlinattn.ops, mmlinattn; '
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'mmdet', 'mmseg', 'mmpretrain'}))")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == '[]', out.stdout + out.stderr
+
+
+def test_function_registries_for_toolboxes_imported_before_us():
+    """A toolbox imported before ``mmlinattn`` (mmdet's own demo with ``custom_imports``) gets the
+    empty ``function`` registry that silences its inferencer's registry-scope warning."""
+    import subprocess
+    import sys
+    code = ('import mmdet.registry, mmlinattn; from mmengine.registry import FUNCTIONS; '
+            "print('mmdet' in FUNCTIONS.children, 'mmseg' in FUNCTIONS.children)")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == 'True False', out.stdout + out.stderr
