@@ -144,6 +144,43 @@ def test_patches_are_skipped_with_a_warning_on_other_mmengine_versions(monkeypat
     monkeypatch.setattr(mmengine, '__version__', '0.11.0')
     with pytest.warns(RuntimeWarning, match='written for mmengine 0.10.x, found 0.11.0'):
         compat.apply()
-    assert set(compat.STATUS) == {'history_buffer', 'atomic_checkpoint'}
-    assert all(isinstance(v, str) for v in compat.STATUS.values())
+    assert set(compat.STATUS) == set(compat.PATCHES)
+    # the mmengine patches are skipped; numpy's allow-list depends on torch only
+    assert compat.STATUS.pop('numpy_globals') is True
+    assert all(v.startswith('written for mmengine 0.10.x') for v in compat.STATUS.values())
     assert runner_module.save_checkpoint is before    # nothing patched again
+
+
+def test_patches_leave_an_upstream_that_is_already_fixed_alone(monkeypatch, recwarn):
+    """Each mmengine patch looks at the behaviour it fixes: a HistoryBuffer that pickles only data,
+    or a CheckpointHook that deletes after saving, is not patched (and nothing warns); neither is
+    HistoryBuffer where torch does not load weights-only by default (torch < 2.6)."""
+    from mmengine.hooks import CheckpointHook
+    from mmengine.logging import HistoryBuffer
+
+    import mmlinattn.compat as compat
+
+    def data_only(self):
+        return {'max_length': self.max_length}
+
+    def saves_then_deletes(self, runner, step, meta):
+        runner.save_checkpoint(self.out_dir, 'x.pth', meta=meta)
+        self.file_backend.remove('old.pth')
+
+    monkeypatch.setattr(HistoryBuffer, '__getstate__', data_only)
+    monkeypatch.setattr(CheckpointHook, '_save_checkpoint_with_step', saves_then_deletes)
+    monkeypatch.setattr(compat, '_APPLIED', False)
+    monkeypatch.setattr(compat, 'STATUS', {})
+    compat.apply()
+    assert HistoryBuffer.__getstate__ is data_only
+    assert CheckpointHook._save_checkpoint_with_step is saves_then_deletes
+    assert compat.STATUS['history_buffer'].startswith('not needed')
+    assert compat.STATUS['rotate_after_save'].startswith('not needed')
+    assert not [w for w in recwarn if 'mmlinattn' in str(w.message)]
+
+    monkeypatch.setattr(compat, '_APPLIED', False)
+    monkeypatch.setattr(compat, 'STATUS', {})
+    monkeypatch.setattr(torch, '__version__', '2.5.1')
+    compat.apply()
+    assert compat.STATUS['history_buffer'] == ('not needed: torch 2.5.1 does not load weights-only '
+                                               'by default')

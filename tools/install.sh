@@ -6,6 +6,9 @@
 # The stack (measured to work together, see docs/design.md, "The stack"):
 #   Python 3.11, torch 2.14.1 + torchvision 0.29.1, mmcv 2.1.0 built from source WITH its C++ ops,
 #   mmengine 0.10.7, mmdet 3.3.0, mmsegmentation 1.2.2, mmpretrain 1.2.0, numpy 2.x.
+# requirements/runtime.txt holds the version RANGES setup.py declares; the exact versions above are
+# the pins of requirements/constraints.txt, which every pip call here applies (-c). The oldest end of
+# the ranges is tools/install_compat.sh's (`make test-compat`).
 #
 # mmcv 2.1.0 has no wheel for this torch, so it is compiled here (~14 min on 2 cores). The wheel is
 # cached under ${XDG_CACHE_HOME:-~/.cache}/mmlinattn/wheels/, keyed on the torch version, python tag and
@@ -99,7 +102,7 @@ if ! mmcv_ok; then
   pipi -q "addict" "yapf" "packaging" "pyyaml" "Pillow" "opencv-python>=4.10,<5"
 fi
 
-log "OpenMMLab packages and their undeclared dependencies"
+log "OpenMMLab packages and their undeclared dependencies (runtime.txt's ranges, constraints.txt's pins)"
 pipi -q -r "$ROOT/requirements/runtime.txt"
 log "test tools"
 pipi -q -r "$ROOT/requirements/tests.txt"

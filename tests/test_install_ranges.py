@@ -1,0 +1,140 @@
+"""Installing into a user's own OpenMMLab environment: setup.py declares version ranges (not the
+pins of tools/install.sh) that hold both the pinned stack and the oldest supported one, and
+checkpoints pickled under numpy 1 or numpy 2 load under either."""
+import io
+import pickle
+import pickletools
+import runpy
+import zipfile
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: the oldest stack the project promises to run on (issue 30; built by `make test-compat`)
+OLDEST = {'mmengine': '0.10.4', 'mmdet': '3.2.0', 'mmsegmentation': '1.2.1', 'mmpretrain': '1.1.1',
+          'numpy': '1.26.4', 'mmcv': '2.1.0'}
+#: packages whose range must be a range with an upper end (a user's stack has them)
+STACK = ('mmcv', 'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain', 'numpy')
+
+
+def _install_requires(monkeypatch) -> dict:
+    import setuptools
+    captured = {}
+    monkeypatch.setattr(setuptools, 'setup', lambda **kwargs: captured.update(kwargs))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / 'setup.py'), run_name='__main__')
+    reqs = [Requirement(r) for r in captured['install_requires']]
+    return {r.name.lower(): r for r in reqs}
+
+
+def _pins(name: str) -> dict:
+    """``name==version`` lines of a requirements file (what tools/install*.sh apply with -c)."""
+    pins = {}
+    for line in (ROOT / 'requirements' / name).read_text().splitlines():
+        line = line.split('#', 1)[0].strip()
+        if line:
+            req = Requirement(line)
+            pins[req.name.lower()] = req.specifier
+    return pins
+
+
+def _lower_end(spec) -> str:
+    (low,) = [s.version for s in spec if s.operator in ('>=', '==')]
+    return low
+
+
+def test_install_requires_are_ranges_with_upper_ends(monkeypatch):
+    declared = _install_requires(monkeypatch)
+    for name in STACK:
+        spec = declared[name].specifier
+        assert not any(s.operator in ('==', '===') for s in spec), f'{name} is pinned: {spec}'
+        assert any(s.operator == '<' for s in spec), f'{name} has no upper end: {spec}'
+        assert any(s.operator == '>=' for s in spec), f'{name} has no lower end: {spec}'
+
+
+def test_ranges_hold_the_pinned_and_the_oldest_stack(monkeypatch):
+    declared = _install_requires(monkeypatch)
+    pinned = _pins('constraints.txt')   # what tools/install.sh (make test) installs
+    for name in STACK:
+        spec = declared[name].specifier
+        assert spec.contains(OLDEST[name]), f'{name} {OLDEST[name]} (oldest) outside {spec}'
+        assert spec.contains(_lower_end(pinned[name])), f'{name} pin {pinned[name]} outside {spec}'
+        if name != 'mmcv':   # one mmcv build serves both stacks
+            assert Version(_lower_end(spec)) == Version(OLDEST[name]) or name == 'numpy', \
+                f'{name}: the range starts at {_lower_end(spec)}, the oldest tested is {OLDEST[name]}'
+    # the OpenMMLab pins are exact, so `make test` installs one stack
+    for name in ('mmcv', 'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain', 'torch', 'torchvision'):
+        assert [s.operator for s in pinned[name]] == ['=='], f'constraints.txt: {name} {pinned[name]}'
+    # the compat environment's constraints are the oldest stack
+    oldest = _pins('oldest.txt')
+    assert {n: _lower_end(oldest[n]) for n in OLDEST} == OLDEST
+
+
+def test_mmcv_range_is_what_mmdet_and_mmseg_accept(monkeypatch):
+    import mmdet
+    import mmseg
+    spec = _install_requires(monkeypatch)['mmcv'].specifier
+    assert not spec.contains(mmdet.mmcv_maximum_version)
+    assert not spec.contains(mmseg.MMCV_MAX)
+    assert spec.contains(version('mmcv'))
+
+
+def test_the_running_environment_satisfies_install_requires(monkeypatch):
+    """The pinned stack (`make test`) and the oldest one (`make test-compat`) both run this test."""
+    for name, req in _install_requires(monkeypatch).items():
+        assert req.specifier.contains(version(name), prereleases=True), \
+            f'{name} {version(name)} is installed, setup.py asks for {req.specifier}'
+
+
+def _array_pickle(arr, module: str) -> bytes:
+    """A protocol-2 pickle of ``arr`` (what torch.save writes) naming ``module`` for numpy's
+    ``_reconstruct`` and ``scalar``, whichever numpy runs the test: numpy 1 wrote
+    ``numpy.core.multiarray``, numpy 2 writes ``numpy._core.multiarray``."""
+    data = pickle.dumps(arr, protocol=2)
+    for old in (b'numpy._core.multiarray\n', b'numpy.core.multiarray\n'):
+        data = data.replace(old, module.encode() + b'\n')
+    globals_named = {arg for op, arg, _ in pickletools.genops(data) if op.name == 'GLOBAL'}
+    assert f'{module} _reconstruct' in globals_named, globals_named
+    return data
+
+
+def _torch_file(payload: bytes) -> bytes:
+    """A torch.save zip whose pickle is ``payload`` (the checkpoint holds no tensors)."""
+    src = io.BytesIO()
+    torch.save({'meta': None}, src)
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(src.getvalue())) as zin, \
+            zipfile.ZipFile(out, 'w', zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            body = payload if info.filename.endswith('/data.pkl') else zin.read(info)
+            zout.writestr(info, body)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize('module', ['numpy.core.multiarray', 'numpy._core.multiarray'])
+def test_numpy_arrays_pickled_under_either_numpy_load(module, tmp_path):
+    import mmlinattn  # noqa: F401  (allow-lists numpy's data types)
+    from mmlinattn.checkpoint import _RestrictedUnpickler, read_checkpoint
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+    payload = _array_pickle({'model': {'w': arr}, 'acc': np.float64(81.2)}, module)
+
+    # mmlinattn's restricted unpickler (the authors' files)
+    unpickler = _RestrictedUnpickler(io.BytesIO(payload))
+    loaded = unpickler.load()
+    assert not unpickler.replaced, unpickler.replaced
+    np.testing.assert_array_equal(loaded['model']['w'], arr)
+
+    # torch's weights-only loader (mmengine's torch.load of a Runner checkpoint)
+    path = tmp_path / 'ckpt.pth'
+    path.write_bytes(_torch_file(payload))
+    loaded = torch.load(path, weights_only=True)
+    assert isinstance(loaded['model']['w'], np.ndarray) and loaded['acc'] == np.float64(81.2)
+    np.testing.assert_array_equal(loaded['model']['w'], arr)
+    assert read_checkpoint(str(path))['acc'] == np.float64(81.2)
