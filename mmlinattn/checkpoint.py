@@ -18,6 +18,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from .fileio import last_checkpoint, write_atomic  # noqa: F401 (write_atomic re-exported)
+
 Tensor = torch.Tensor
 
 
@@ -480,12 +482,9 @@ def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = N
     if not osp.isdir(work_dir):
         return None
     candidates = []
-    pointer = osp.join(work_dir, 'last_checkpoint')
-    if osp.isfile(pointer):
-        with open(pointer) as f:
-            named = f.read().strip()
-        if named:
-            candidates.append(named if osp.isabs(named) else osp.join(work_dir, osp.basename(named)))
+    named = last_checkpoint(work_dir, must_exist=False)
+    if named:
+        candidates.append(named)
     files = [osp.join(work_dir, f) for f in os.listdir(work_dir) if f.endswith('.pth')]
     for f in sorted(files, key=lambda p: (osp.getmtime(p), p), reverse=True):
         if not any(osp.realpath(f) == osp.realpath(c) for c in candidates):
@@ -597,16 +596,3 @@ class AuthorsLayout:
                 raise KeyError(f'{k}: not a key of a {self.family} ImageClassifier built from '
                                'configs/classification')
         return out
-
-
-def write_atomic(path: str, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` to a temporary file next to ``path``, then rename it to ``path``: a reader never
-    sees a half-written file, and an interrupted write leaves the old ``path`` (if any) as it was."""
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    tmp = f'{path}.tmp-{os.getpid()}'
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if osp.exists(tmp):
-            os.remove(tmp)

@@ -29,8 +29,8 @@ What importing ``mmlinattn`` can change in the process (also listed in the READM
    truncated checkpoint. Why: mmengine 0.10's ``save_checkpoint`` writes the final name directly.
    Where the config's ``backend_args`` (or the path's prefix) select another storage backend,
    mmengine's own one-request write is used unchanged. The write goes through
-   :func:`mmlinattn.checkpoint.write_atomic` (the converter's too). A write that fails (disk full,
-   permissions) raises :class:`mmlinattn.hooks.CheckpointWriteError`, one line naming the work dir,
+   :func:`mmlinattn.fileio.write_atomic` (the converter's too). A write that fails (disk full,
+   permissions) raises :class:`mmlinattn.fileio.CheckpointWriteError`, one line naming the work dir,
    the bytes the checkpoint needs and the bytes free. Applied for mmengine in :data:`MMENGINE_RANGE`
    whose ``save_checkpoint`` takes ``(checkpoint, filename, file_client_args, backend_args)``.
 4. ``rotate_after_save`` - **``CheckpointHook`` rotates after the save**: with ``max_keep_ckpts``,
@@ -50,11 +50,12 @@ mmdet and mmsegmentation need no patch here: the tested ranges (mmdet 3.2.0 - 3.
 mmsegmentation 1.2.1 - 1.2.2) run unchanged.
 """
 import inspect
-import os
 import warnings
 
 import numpy as np
 import torch
+
+from .fileio import checkpoint_write_error, write_atomic
 
 #: mmengine versions the mmengine patches (1, 3, 4, 5) were written for: ``low <= version < high``.
 #: The tested ends are 0.10.4 (``make test-compat``) and 0.10.7 (``make test``).
@@ -124,41 +125,15 @@ def _is_local(filename, file_client_args=None, backend_args=None) -> bool:
     return isinstance(get_file_backend(filename, backend_args=backend_args), LocalBackend)
 
 
-def _write_failed(checkpoint, filename, error: OSError):
-    """The one-line error for a checkpoint that could not be written: the folder, the bytes the
-    checkpoint needs and the bytes free there."""
-    import io
-    import shutil
-
-    from .hooks import CheckpointWriteError
-    folder = os.path.dirname(os.path.abspath(filename))
-    try:
-        with io.BytesIO() as buf:
-            torch.save(checkpoint, buf)
-            needed = f'{buf.tell():,} bytes'
-    except Exception:  # noqa: BLE001
-        needed = 'unknown bytes'
-    try:
-        free = f'{shutil.disk_usage(folder).free:,} bytes free'
-    except OSError:
-        free = 'free space unknown'
-    reason = error.strerror or str(error)
-    return CheckpointWriteError(
-        f'could not write checkpoint {os.path.basename(filename)} in work dir {folder}: {reason} '
-        f'(needs {needed}, {free}). The previous checkpoint is kept and last_checkpoint still '
-        'names it; free space (or fix the permissions) and continue with --resume.')
-
-
 def _atomic(save_checkpoint):
     def atomic_save_checkpoint(checkpoint, filename, file_client_args=None, backend_args=None):
-        from .checkpoint import write_atomic
         kwargs = dict(file_client_args=file_client_args, backend_args=backend_args)
         if not _is_local(filename, file_client_args, backend_args):  # remote: one request
             return save_checkpoint(checkpoint, filename, **kwargs)
         try:
             write_atomic(filename, lambda tmp: save_checkpoint(checkpoint, tmp, **kwargs))
         except OSError as e:
-            raise _write_failed(checkpoint, filename, e) from None
+            raise checkpoint_write_error(checkpoint, filename, e) from None
     atomic_save_checkpoint.__wrapped__ = save_checkpoint
     return atomic_save_checkpoint
 

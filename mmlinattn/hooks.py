@@ -1,6 +1,13 @@
 """Hooks for training with mmengine's Runner."""
+import math
+import os
+import signal
+
+import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
+
+from .fileio import CheckpointWriteError, last_checkpoint, write_atomic  # noqa: F401 (re-exported)
 
 
 @HOOKS.register_module()
@@ -35,11 +42,6 @@ class PlainParamGroupsHook(Hook):
 # --------------------------------------------------------------------------------------------------
 # Training that stops: a non-finite loss, a preempted job
 # --------------------------------------------------------------------------------------------------
-import math  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
-
-import torch  # noqa: E402
 
 #: exit code of tools/train.py after a preemption signal was honoured (checkpoint written): 75 is
 #: ``EX_TEMPFAIL`` ("temporary failure; try again") - requeue the job with ``--resume``.
@@ -55,12 +57,6 @@ class TrainingStopped(RuntimeError):
 class NonFiniteLossError(TrainingStopped):
     """A loss term or the gradient norm became NaN/inf, or a checkpoint about to be written holds
     non-finite weights."""
-
-
-class CheckpointWriteError(OSError):
-    """A checkpoint could not be written (disk full, permissions); the previous one is kept. An
-    ``OSError`` (what the failed write raised), with ``exit_code`` as :class:`TrainingStopped`."""
-    exit_code = 2
 
 
 class Preempted(TrainingStopped):
@@ -182,7 +178,7 @@ class NonFiniteLossHook(Hook):
                     f'{", ".join(weights[0])}')
         else:
             what = f'non-finite loss or weights at {where} on another rank (this is rank {get_rank()})'
-        last = _last_checkpoint(runner.work_dir)
+        last = last_checkpoint(runner.work_dir)
         raise NonFiniteLossError(
             f'{what}; {_lr_text(runner)}. Training stopped; no '
             f'checkpoint of these weights was written' +
@@ -215,16 +211,6 @@ class NonFiniteLossHook(Hook):
                 f'refusing to write a checkpoint at iteration {runner.iter + 1}: {n} of {total} '
                 f'weight tensors are non-finite ({", ".join(names)}{", ..." if n > len(names) else ""}'
                 f'); {_lr_text(runner)}')
-
-
-def _last_checkpoint(work_dir: str):
-    pointer = os.path.join(work_dir or '', 'last_checkpoint')
-    if os.path.isfile(pointer):
-        with open(pointer) as f:
-            named = f.read().strip()
-        if named and os.path.isfile(named):
-            return named
-    return None
 
 
 @HOOKS.register_module()
@@ -342,7 +328,6 @@ class PreemptionHook(Hook):
                 runner.message_hub.update_info(self.STALE_KEY, path)
             runner.save_checkpoint(runner.work_dir, name, meta=meta, by_epoch=False)
             if is_main_process():
-                from .checkpoint import write_atomic
 
                 def write(tmp):
                     with open(tmp, 'w') as f:

@@ -66,3 +66,59 @@ def test_function_registries_for_toolboxes_imported_before_us():
             "print('mmdet' in FUNCTIONS.children, 'mmseg' in FUNCTIONS.children)")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == 'True False', out.stdout + out.stderr
+
+
+def _module_graph(package='mmlinattn'):
+    """{module: modules of the package it imports}, from every import statement (inside functions
+    too); ``from a import b`` points at ``a.b`` where that is a module, else at ``a``."""
+    files = {}
+    for path in _py_files(package):
+        rel = osp.relpath(path, ROOT)[:-3].replace(os.sep, '.')
+        files[rel[:-len('.__init__')] if rel.endswith('.__init__') else rel] = path
+    graph = {}
+    for mod, path in files.items():
+        is_pkg = path.endswith('__init__.py')
+        deps = set()
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ''
+                if node.level:
+                    parts = mod.split('.')[:len(mod.split('.')) - node.level + (1 if is_pkg else 0)]
+                    base = '.'.join(parts + ([base] if base else []))
+                names = [f'{base}.{a.name}' if f'{base}.{a.name}' in files else base
+                         for a in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in files:  # a name inside a module: the module
+                    name = name.rpartition('.')[0]
+                if name and name != mod:
+                    deps.add(name)
+        graph[mod] = deps
+    return graph
+
+
+def test_no_import_cycle_in_the_library():
+    """No two modules of mmlinattn import each other, directly or through others, counting imports
+    placed inside functions (which only hide a cycle until the function runs)."""
+    graph = _module_graph()
+    # the graph sees relative, absolute and in-function imports
+    assert 'mmlinattn.ops.attention' in graph['mmlinattn.ops.cores']
+    assert 'mmlinattn.models.backbones' in graph['mmlinattn.models.classification']
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = 'open'
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 'open':
+                cycles.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, stack + [dep])
+        state[node] = 'done'
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, '\n'.join(' -> '.join(c) for c in cycles)

@@ -20,6 +20,7 @@ import sys
 import time
 
 from mmlinattn.apis import model_registry, read_metrics, run_script
+from mmlinattn.fileio import last_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py'
@@ -53,8 +54,7 @@ def job(config, work_dir, extra):
     run('tools/test.py', config, ckpt0, '--work-dir', work_dir + '/untrained',
         log=osp.join(work_dir, 'test_untrained.log'))
     run('tools/train.py', config, '--work-dir', work_dir, *extra, log=osp.join(work_dir, 'train.log'))
-    with open(osp.join(ROOT, work_dir, 'last_checkpoint')) as f:
-        last = f.read().strip()
+    last = last_checkpoint(osp.join(ROOT, work_dir))
     run('tools/test.py', config, last, '--work-dir', work_dir + '/trained',
         log=osp.join(work_dir, 'test_trained.log'))
     # the pictures, through the OpenMMLab inferencer as a user would call it (mmlinattn.visualization)

@@ -32,6 +32,7 @@ import sys
 import time
 
 from mmlinattn.apis import read_metrics, run_script
+from mmlinattn.fileio import last_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
@@ -53,11 +54,6 @@ def train(config, work_dir, options):
                [config, '--work-dir', work_dir, '--cfg-options', *options], cwd=ROOT,
                log=osp.join(work_dir, 'train.log'), echo=('Epoch(val', 'Iter(val'))
     return read_metrics(work_dir), time.time() - t0
-
-
-def last_checkpoint(work_dir):
-    with open(osp.join(work_dir, 'last_checkpoint')) as f:
-        return f.read().strip()
 
 
 def export_authors_layout(classifier_ckpt, family, dst):
