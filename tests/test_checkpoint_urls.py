@@ -1,0 +1,266 @@
+"""Checkpoints from http(s) URLs (init_cfg, load_from, tools/test.py, tools/misc/download_checkpoints.py)
+and the checkpoint edges of tools/train.py (a backbone file of another architecture; the converter's
+backbone file through load_from).
+
+Every URL points at an ``http.server`` on 127.0.0.1 started here; torch's hub dir is a tmp folder.
+Nothing leaves the machine. Expected values come from the files the tests write (torch.load of the
+served file, hashlib of its bytes), not from the code under test.
+"""
+import functools
+import hashlib
+import http.server
+import os.path as osp
+import re
+import threading
+
+import pytest
+import torch
+import torch.hub
+
+from mmlinattn.checkpoint import AUTHORS_CHECKPOINTS, CheckpointError
+from mmlinattn.models import InLinePVT, MAViT
+from helpers import make_toy_sets, save_authors_file
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG_MAVIT = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+SEG_PVT = osp.join(ROOT, 'configs/toy/fpn_inline-pvt-t_toy-ade.py')
+TINY = dict(embed_dims=[16, 32, 32, 32], depths=[1, 1, 1, 1], num_heads=[1, 1, 1, 1])
+HTML = (b'<!DOCTYPE html>\n<html><head><title>Link expired</title></head>'
+        b'<body>This share link has expired.</body></html>\n')
+
+
+class _Server:
+    """A static file server on 127.0.0.1 (port 0) in a thread, counting the GET requests per path."""
+
+    def __init__(self, root):
+        self.requests = []
+        outer = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(self):
+                outer.requests.append(self.path.split('?')[0])
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+        handler = functools.partial(Handler, directory=str(root))
+        self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+        self.url = f'http://127.0.0.1:{self.httpd.server_address[1]}'
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                                       daemon=True)
+        self.thread.start()
+
+    def count(self, name):
+        return self.requests.count('/' + name)
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """(server, folder it serves); torch's hub dir is ``tmp_path/hub``."""
+    root = tmp_path / 'srv'
+    root.mkdir()
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
+    monkeypatch.setattr(torch.hub, '_hub_dir', str(tmp_path / 'hub'))
+    server = _Server(root)
+    yield server, root
+    server.close()
+
+
+def _tiny_mavit_file(path, seed=1):
+    """A tiny MAViT's weights as the MALA release stores them (``model``); returns what torch.load
+    reads back from the file."""
+    torch.manual_seed(seed)
+    m = MAViT(arch=TINY, out_norm=False)
+    m.init_weights()
+    torch.save({'model': m.state_dict(), 'epoch': 3}, path)
+    return torch.load(path, weights_only=True)['model']
+
+
+def _cached(tmp_path, name):
+    return tmp_path / 'hub' / 'checkpoints' / name
+
+
+# --------------------------------------------------------------------------- init_cfg URL
+def test_init_cfg_url_loads_the_file_once(served, tmp_path):
+    server, root = served
+    want = _tiny_mavit_file(root / 'good.pth')
+    url = f'{server.url}/good.pth'
+    for _ in range(2):  # the second backbone reads the cached file
+        torch.manual_seed(123)
+        m = MAViT(arch=TINY, out_norm=False, init_cfg=dict(type='Pretrained', checkpoint=url))
+        m.init_weights()
+        got = m.state_dict()
+        assert set(want) <= set(got)
+        assert all(torch.equal(got[k], v) for k, v in want.items())
+    assert _cached(tmp_path, 'good.pth').is_file()
+    assert server.count('good.pth') == 1
+
+
+@pytest.mark.parametrize('kind', ['truncated', 'html'])
+def test_bad_download_is_named_and_removed(served, tmp_path, kind):
+    server, root = served
+    _tiny_mavit_file(root / 'good.pth')
+    data = (root / 'good.pth').read_bytes()
+    name = f'{kind}.pth'
+    (root / name).write_bytes(data[:len(data) // 2] if kind == 'truncated' else HTML)
+    url = f'{server.url}/{name}'
+    cached = _cached(tmp_path, name)
+    for attempt in (1, 2):  # nothing bad stays cached: the second use downloads again
+        m = MAViT(arch=TINY, out_norm=False, init_cfg=dict(type='Pretrained', checkpoint=url))
+        with pytest.raises(CheckpointError) as e:
+            m.init_weights()
+        msg = str(e.value)
+        assert url in msg and str(cached) in msg
+        assert ('truncated' in msg) if kind == 'truncated' else ('HTML page' in msg)
+        assert not cached.exists()
+        assert server.count(name) == attempt
+
+
+def test_tsinghua_share_page_hint(served, tmp_path):
+    """A link without the direct-download form gives an HTML page; the error says what to add."""
+    server, root = served
+    (root / 'f').mkdir()
+    (root / 'f' / 'abc').mkdir()
+    (root / 'f' / 'abc' / 'index.html').write_bytes(HTML)
+    from mmlinattn.checkpoint import read_checkpoint
+    url = f'{server.url}/f/abc/'
+    with pytest.raises(CheckpointError, match='HTML page') as e:
+        read_checkpoint(url)
+    assert str(_cached(tmp_path, 'abc.pth')) in str(e.value)
+
+
+def test_readme_lists_the_library_table():
+    """checkpoints/README.md shows the URLs and local names of mmlinattn.checkpoint's one table, and
+    every local name is one the configs point at."""
+    readme = open(osp.join(ROOT, 'checkpoints/README.md')).read()
+    configs = set()
+    import glob
+    for p in glob.glob(osp.join(ROOT, 'configs/**/*.py'), recursive=True):
+        configs.update(re.findall(r"checkpoints/([\w.-]+\.pth)", open(p).read()))
+    for name, entry in AUTHORS_CHECKPOINTS.items():
+        assert entry.url in readme and f'`{entry.filename}`' in readme, name
+        assert entry.filename in configs, name
+    assert set(e.filename for e in AUTHORS_CHECKPOINTS.values()) == configs
+
+
+# --------------------------------------------------------------------------- tools
+@pytest.fixture(scope='module')
+def toy_data(tmp_path_factory):
+    return make_toy_sets(tmp_path_factory.mktemp('toy'), seed=3, size=64)
+
+
+def _seg_data(root):
+    return [f'{k}_dataloader.dataset.data_root={root}/toy_ade' for k in ('train', 'val', 'test')]
+
+
+def test_test_tool_takes_a_url(served, tmp_path, toy_data, capsys):
+    from mmengine.config import Config
+
+    from mmlinattn.apis.config import model_registry
+    from tools import test as test_tool
+    server, root = served
+    cfg = Config.fromfile(SEG_MAVIT)
+    cfg.model.backbone.init_cfg = None
+    torch.manual_seed(0)
+    model = model_registry(cfg).build(cfg.model)
+    torch.save({'state_dict': model.state_dict(), 'meta': {}}, root / 'seg.pth')
+    url = f'{server.url}/seg.pth'
+    rc = test_tool.main([SEG_MAVIT, url, '--work-dir', str(tmp_path / 'wd'), '--cfg-options',
+                         *_seg_data(toy_data)])
+    out = capsys.readouterr().out
+    assert rc == 0 and 'mIoU' in out
+    assert server.count('seg.pth') == 1 and _cached(tmp_path, 'seg.pth').is_file()
+
+
+def test_download_checkpoints_tool(served, tmp_path, capsys):
+    from tools.misc import download_checkpoints as dl
+    server, root = served
+    names = {'MAViT_T': 'MAViT_T.pth', 'InLine_PVT_T': 'inline_pvt_t.pth'}
+    _tiny_mavit_file(root / 'MAViT_T.pth', seed=1)
+    _tiny_mavit_file(root / 'inline_pvt_t.pth', seed=2)
+    out_dir = tmp_path / 'checkpoints'
+    argv = ['--only', 'mavit-t', 'InLine_PVT_T', '--out-dir', str(out_dir), '--base-url', server.url,
+            '--no-progress']
+    assert dl.main(argv) == 0
+    sums = {}
+    for line in (out_dir / 'SHA256SUMS').read_text().splitlines():
+        digest, name = line.split()
+        sums[name] = digest
+    for name, filename in names.items():
+        data = (root / filename).read_bytes()
+        assert (out_dir / filename).read_bytes() == data
+        assert sums[filename] == hashlib.sha256(data).hexdigest()
+        assert server.count(filename) == 1
+    assert set(sums) == set(names.values())
+    # a second run fetches nothing and verifies the files
+    capsys.readouterr()
+    assert dl.main(argv) == 0
+    assert capsys.readouterr().out.count('sha256 verified') == 2
+    assert server.count('MAViT_T.pth') == 1
+    # a file changed after its download is reported, not silently accepted
+    with open(out_dir / 'MAViT_T.pth', 'ab') as f:
+        f.write(b'\0')
+    assert dl.main(argv) == 1
+    assert 'MAViT_T.pth has sha256' in capsys.readouterr().err
+    # an HTML page where a file should be: named and removed, the others kept
+    (root / 'MAViT_S.pth').write_bytes(HTML)
+    assert dl.main(['--only', 'MAViT_S', '--out-dir', str(out_dir), '--base-url', server.url,
+                    '--no-progress']) == 1
+    err = capsys.readouterr().err
+    assert 'HTML page' in err and f'{server.url}/MAViT_S.pth' in err
+    assert not (out_dir / 'MAViT_S.pth').exists() and 'MAViT_S.pth' not in \
+        (out_dir / 'SHA256SUMS').read_text()
+
+
+# --------------------------------------------------------------------------- train.py edges
+def _fresh_logger(name):
+    """The pre-flight logs to mmengine's current logger, which an earlier test may have bound to
+    its own (now closed) captured stdout: a fresh one, made in the test's body, writes to this
+    test's."""
+    from mmengine.logging import MMLogger
+    return MMLogger.get_instance(f'checkpoint-urls-{name}', log_level='INFO')
+
+
+def test_backbone_checkpoint_of_another_architecture_is_one_line(tmp_path, toy_data, capsys):
+    """InLine-PVT weights as MAViT's init_cfg: exit 2, one line naming the file, the backbone and
+    the first keys, before the Runner (no work dir checkpoint)."""
+    from tools import train as train_tool
+    torch.manual_seed(0)
+    ckpt = tmp_path / 'pvt.pth'
+    torch.save({'model': InLinePVT(arch=TINY, mlp_ratio=2).state_dict()}, ckpt)
+    work = tmp_path / 'wd'
+    _fresh_logger(tmp_path.name)
+    capsys.readouterr()
+    rc = train_tool.main([SEG_MAVIT, '--work-dir', str(work), '--cfg-options', *_seg_data(toy_data),
+                          'model.backbone.init_cfg.type=Pretrained',
+                          f'model.backbone.init_cfg.checkpoint={ckpt}', 'train_cfg.max_iters=1'])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1, err
+    assert str(ckpt) in err[0] and 'MAViT' in err[0] and 'init_cfg' in err[0]
+    assert 'patch_embed' in err[0]  # the first keys
+    assert not list(work.glob('**/*.pth')) if work.exists() else True
+
+
+def test_load_from_converted_backbone_file(tmp_path, toy_data, capsys):
+    """The converter's backbone file as load_from (README): the backbone gets exactly its weights,
+    the run trains, and the log says what happened."""
+    from tools import train as train_tool
+    from tools.model_converters import convert_authors_checkpoint as conv
+    src, dst = tmp_path / 'authors.pth', tmp_path / 'converted.pth'
+    save_authors_file(src, 'inline_pvt', 'tiny')
+    assert conv.main(['inline_pvt', 'tiny', str(src), str(dst)]) == 0
+    want = torch.load(dst, weights_only=True)['state_dict']
+    work = tmp_path / 'wd'
+    _fresh_logger(tmp_path.name)
+    rc = train_tool.main([SEG_PVT, '--work-dir', str(work), '--cfg-options', *_seg_data(toy_data),
+                          f'load_from={dst}', 'train_cfg.max_iters=1',
+                          'optim_wrapper.optimizer.lr=0', 'optim_wrapper.optimizer.weight_decay=0'])
+    assert rc == 0
+    got = torch.load(work / 'iter_1.pth', weights_only=False, map_location='cpu')['state_dict']
+    assert all(torch.equal(got['backbone.' + k], v) for k, v in want.items())
+    assert f'load_from {dst} holds backbone weights only' in capsys.readouterr().out
