@@ -21,7 +21,6 @@ note goes stale loudly when upstream or a compat patch fixes it) and the workaro
 
 Each ``mim run`` is a fresh process (~10 s of imports on a 2-core machine).
 """
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -44,9 +43,6 @@ SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 MIM = shutil.which('mim', path=osp.dirname(sys.executable)) or shutil.which('mim')
 
 pytestmark = pytest.mark.skipif(MIM is None, reason='openmim (requirements/tests.txt) is not installed')
-needs_seaborn = pytest.mark.skipif(
-    importlib.util.find_spec('seaborn') is None,
-    reason="mmdet's and mmseg's analyze_logs import seaborn, which tools/install.sh does not install")
 
 # the mmseg 1.2.2 failures documented in the README (see the module docstring)
 SEG_BROWSE_ERROR = 'Layout of the output array img is incompatible with cv::Mat'
@@ -214,7 +210,6 @@ def _check_plot(out, path, log, keys):
     assert osp.getsize(path) > 1000
 
 
-@needs_seaborn
 def test_mmdet_analyze_logs_plot_curve(root, det_run):
     """mmdet's analyze_logs on our detection training log; the PNG has matplotlib's default size."""
     import matplotlib
@@ -228,7 +223,6 @@ def test_mmdet_analyze_logs_plot_curve(root, det_run):
     assert decoded(root / 'curve_det.png').std() > 10
 
 
-@needs_seaborn
 def test_mmseg_analyze_logs(root, seg_run):
     """mmseg's analyze_logs (no ``plot_curve`` sub-command: the log comes first) on our segmentation
     log, loss and the validation's mIoU, to a PDF."""
