@@ -16,6 +16,8 @@ import logging
 import os.path as osp
 import sys
 
+from mmengine.logging import MMLogger
+
 import mmlinattn  # noqa: F401
 from mmlinattn import flops as F
 
@@ -25,7 +27,7 @@ def _pct(x):
 
 
 def all_backbones():
-    print('| backbone | params (M) | GFLOPs @224, all matmuls | diff | without softmax QK/AV '
+    print('| backbone | params (M) | GFLOPs @224, all matmuls | diff | layers only (mala) '
           '| diff | paper |')
     print('|---|---|---|---|---|---|---|')
     for (name, arch), paper in F.PAPER_BACKBONE_GFLOPS.items():
@@ -37,7 +39,7 @@ def all_backbones():
 
 
 def zoo(out=None):
-    logging.getLogger('mmengine').setLevel(logging.ERROR)   # scope switches between mmdet / mmseg
+    MMLogger.get_current_instance().setLevel(logging.ERROR)   # scope switches mmdet <-> mmseg
     rows = []
     print('| config | input | params (M) | GFLOPs (ours) | convention '
           '| GFLOPs (paper convention) | paper | diff |')
