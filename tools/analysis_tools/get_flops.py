@@ -48,7 +48,8 @@ def zoo(out=None):
         r = F.zoo_row(config)
         rows.append(r)
         print(f"| {r['config']} | {r['input']} | {r['params'] / 1e6:.2f} "
-              f"| {r['flops'] / 1e9:.1f} | {r['convention']} | {r['paper_convention_flops'] / 1e9:.1f} "
+              f"| {r['flops'] / 1e9:.1f} | {r['convention']} "
+              f"| {r['paper_convention_flops'] / 1e9:.1f} "
               f"| {r['paper_gflops'] or '-'} | {_pct(r['diff'])} |", flush=True)
     if out:
         with open(out, 'w') as f:
