@@ -1,17 +1,32 @@
 """Evaluate a checkpoint on a config's test set (OpenMMLab style).
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl]
-                         [--json-prefix PREFIX] [--tta] [--show-dir DIR]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl | PRED_DIR]
+                         [--json-prefix PREFIX] [--tta] [--show] [--show-dir DIR] [--wait-time S]
                          [--cfg-options key=value ...] [--launcher none|pytorch|slurm|mpi]
 
-``--out`` dumps the raw predictions (pickle); ``--json-prefix`` writes COCO-format result files
-(``PREFIX.bbox.json`` / ``PREFIX.segm.json``) for detection configs; ``--tta`` runs the config's
-test-time augmentation (ADE20K: multi-scale 0.5-1.75 + flip). Checkpoints are loaded weights-only.
+Every flag of mmdet's and mmseg's own ``tools/test.py``, with the same effect:
+
+- ``--out FILE.pkl`` dumps the raw predictions (detection: mmdet's ``DumpDetResults``, masks as
+  RLE); for a segmentation config ``--out DIR`` (not ending in .pkl) writes one PNG prediction per
+  image there, as mmseg's tool (``test_evaluator.output_dir`` + ``keep_results``);
+- ``--show`` / ``--wait-time`` display each drawn prediction (needs a display); ``--show-dir DIR``
+  saves them: detection under ``WORK_DIR/TIMESTAMP/DIR`` (mmdet's ``test_out_dir``), segmentation in
+  ``DIR/vis_image`` (mmseg's visualizer ``save_dir``; every ``interval``-th image, as mmseg);
+- ``--tta``: the config's ``tta_model`` / ``tta_pipeline`` (ADE20K: multi-scale 0.5-1.75 + flip); a
+  detection config without them gets mmdet's default, ``DetTTAModel`` over a flip / no-flip pipeline.
+
+Ours only: ``--json-prefix`` writes COCO-format result files (``PREFIX.bbox.json`` /
+``PREFIX.segm.json``) for detection configs; checkpoints are loaded weights-only, and the config,
+data and checkpoint are checked first (one line on stderr, exit 2). Test-server submissions (COCO
+test-dev, the ADE20K test set): README.md "Test-server submission".
 """
 import argparse
+import logging
 import numbers
 import os.path as osp
 import sys
+
+from mmengine.config import ConfigDict
 
 import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
 from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_distributed,
@@ -27,10 +42,16 @@ def parse_args(argv=None):
     p.add_argument('config', help='test config file path')
     p.add_argument('checkpoint', help='checkpoint file')
     p.add_argument('--work-dir', help='the dir to save the evaluation metrics')
-    p.add_argument('--out', help='dump predictions to a pickle file (.pkl)')
+    p.add_argument('--out', help='dump predictions to a pickle file (.pkl); segmentation: or a '
+                                 'directory for PNG predictions (as mmseg)')
     p.add_argument('--json-prefix', help='detection: also write COCO-format json results')
-    p.add_argument('--show-dir', help='save visualised predictions here (under work-dir)')
-    p.add_argument('--tta', action='store_true', help='test-time augmentation of the config')
+    p.add_argument('--show', action='store_true', help='show prediction results (needs a display)')
+    p.add_argument('--show-dir', help='save painted predictions here (detection: under '
+                                      'work_dir/timestamp; segmentation: DIR/vis_image)')
+    p.add_argument('--wait-time', type=float, default=2, help='the interval of --show (s)')
+    p.add_argument('--tta', action='store_true',
+                   help="test-time augmentation: the config's, or mmdet's default flip TTA for a "
+                        'detection config without one')
     add_common_args(p)
     return parse_with_common_args(p, argv)
 
@@ -46,12 +67,10 @@ def build_cfg(args):
     backbone = cfg.get('model', {}).get('backbone')
     if isinstance(backbone, dict) and isinstance(backbone.get('init_cfg'), dict):
         backbone['init_cfg'] = None
+    if args.show or args.show_dir:
+        trigger_visualization_hook(cfg, args)
     if args.tta:
-        if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
-            raise ConfigError(f'{args.config} defines no tta_model / tta_pipeline for --tta')
-        cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
-        cfg.tta_model.module = cfg.model
-        cfg.model = cfg.tta_model
+        apply_tta(cfg, args.config)
     if args.json_prefix:
         ev = cfg.test_evaluator
         for e in (ev if isinstance(ev, list) else [ev]):
@@ -61,23 +80,103 @@ def build_cfg(args):
         else:
             raise ConfigError('--json-prefix needs a CocoMetric test_evaluator (detection configs)')
     if args.out:
-        if not args.out.endswith(('.pkl', '.pickle')):
-            raise ConfigError('--out must end with .pkl or .pickle')
-        dump = dict(type='DumpResults', out_file_path=args.out)
-        ev = cfg.test_evaluator
-        cfg.test_evaluator = (list(ev) if isinstance(ev, list) else [ev]) + [dump]
-    if args.show_dir:
-        hooks = cfg.default_hooks
-        vis = hooks.get('visualization')
-        if vis is None:
-            raise ConfigError('the config has no visualization hook for --show-dir')
-        vis['draw'] = True
-        vis['test_out_dir'] = args.show_dir
-        if vis.get('type') == 'SegVisualizationHook':
-            vis['interval'] = 1
+        add_out(cfg, args.out)
     preflight(cfg, ('test_dataloader',))
     check_finite_checkpoint(args.checkpoint)  # a diverged run's weights score a believable number
     return cfg
+
+
+def _evaluators(cfg):
+    ev = cfg.get('test_evaluator')
+    return list(ev) if isinstance(ev, (list, tuple)) else [ev] if ev else []
+
+
+def is_segmentation(cfg) -> bool:
+    return cfg.get('default_scope') == 'mmseg' or \
+        any(isinstance(e, dict) and str(e.get('type', '')).endswith('IoUMetric')
+            for e in _evaluators(cfg))
+
+
+def trigger_visualization_hook(cfg, args) -> None:
+    """--show / --show-dir / --wait-time, set as the toolbox's own test.py sets them: the
+    visualization hook draws; ``show`` and ``wait_time`` with --show; with --show-dir mmdet's hook
+    takes ``test_out_dir`` (saved under work_dir/timestamp), mmseg's visualizer ``save_dir``."""
+    vis = (cfg.get('default_hooks') or {}).get('visualization')
+    if vis is None:
+        raise ConfigError("the config has no default_hooks.visualization for --show / --show-dir "
+                          "(add visualization=dict(type='DetVisualizationHook') or "
+                          "'SegVisualizationHook' to default_hooks)")
+    vis['draw'] = True
+    if args.show:
+        vis['show'] = True
+        vis['wait_time'] = args.wait_time
+    if args.show_dir:
+        if str(vis.get('type', '')).endswith('SegVisualizationHook') or \
+                (cfg.get('default_scope') == 'mmseg' and 'Det' not in str(vis.get('type', ''))):
+            if not isinstance(cfg.get('visualizer'), dict):
+                raise ConfigError('--show-dir: the config has no visualizer to save with')
+            cfg.visualizer['save_dir'] = args.show_dir
+        else:
+            vis['test_out_dir'] = args.show_dir
+
+
+def default_det_tta(cfg) -> None:
+    """mmdet's tools/test.py default when a detection config has no ``tta_model`` /
+    ``tta_pipeline``: ``DetTTAModel`` (NMS at IoU 0.5, 100 per image) over the test pipeline with its
+    last step replaced by a flip / no-flip ``TestTimeAug`` that packs the flip keys."""
+    from copy import deepcopy
+    from mmengine.logging import print_log
+    if 'tta_model' not in cfg:
+        print_log('--tta: the config has no tta_model; using DetTTAModel (mmdet\'s default)',
+                  logger='current', level=logging.WARNING)
+        cfg.tta_model = dict(type='DetTTAModel',
+                             tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5), max_per_img=100))
+    if 'tta_pipeline' not in cfg:
+        print_log('--tta: the config has no tta_pipeline; using a flip TTA of the test pipeline '
+                  '(mmdet\'s default)', logger='current', level=logging.WARNING)
+        ds = cfg.test_dataloader.dataset
+        while 'dataset' in ds:
+            ds = ds['dataset']
+        pipeline = deepcopy(ds.pipeline)
+        pipeline[-1] = dict(
+            type='TestTimeAug',
+            transforms=[[dict(type='RandomFlip', prob=1.), dict(type='RandomFlip', prob=0.)],
+                        [dict(type='PackDetInputs',
+                              meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                                         'scale_factor', 'flip', 'flip_direction'))]])
+        cfg.tta_pipeline = pipeline
+
+
+def apply_tta(cfg, config_path: str) -> None:
+    """--tta: the model wrapped by the config's ``tta_model`` and the test set read through its
+    ``tta_pipeline``; detection configs without them get mmdet's default (:func:`default_det_tta`)."""
+    if cfg.get('default_scope') == 'mmdet':
+        default_det_tta(cfg)
+    if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
+        raise ConfigError(f'{config_path} defines no tta_model / tta_pipeline for --tta')
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+    cfg.model = ConfigDict(**cfg.tta_model, module=cfg.model)
+
+
+def add_out(cfg, out: str) -> None:
+    """--out: ``.pkl`` / ``.pickle`` dumps the predictions (detection: mmdet's ``DumpDetResults``,
+    as its tool); for a segmentation config any other value is the folder of PNG predictions
+    (mmseg's tool: ``output_dir`` and ``keep_results`` on its ``IoUMetric``)."""
+    evs = _evaluators(cfg)
+    if out.endswith(('.pkl', '.pickle')):
+        dump = 'DumpDetResults' if cfg.get('default_scope') == 'mmdet' else 'DumpResults'
+        cfg.test_evaluator = evs + [dict(type=dump, out_file_path=out)]
+        return
+    if not is_segmentation(cfg):
+        raise ConfigError(f'--out {out}: must end with .pkl or .pickle (a folder of PNG predictions '
+                          'is for segmentation configs)')
+    ious = [e for e in evs if isinstance(e, dict) and str(e.get('type', '')).endswith('IoUMetric')]
+    if not ious:
+        raise ConfigError(f'--out {out}: a folder of PNG predictions needs an IoUMetric '
+                          'test_evaluator')
+    for e in ious:
+        e['output_dir'] = out
+        e['keep_results'] = True
 
 
 def main(argv=None):

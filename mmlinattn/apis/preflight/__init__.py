@@ -19,7 +19,7 @@ from .cfg_options import CfgOptionsAction, check_cfg_options
 from .channels import check_model_channels
 from .classes import check_num_classes
 from .coco import COCO_CHECK_MAX_BYTES, check_coco_annotations
-from .datasets import dataset_cfgs, dataset_classes
+from .datasets import check_format_only, dataset_cfgs, dataset_classes, labels_needed
 from .segmentation import SEG_CHECK_ALL_MAX, SEG_CHECK_SAMPLE, check_seg_annotations
 
 __all__ = ['CfgOptionsAction', 'check_cfg_options', 'check_data_paths', 'check_coco_annotations',
@@ -43,6 +43,7 @@ def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', '
     segmentation label maps of the datasets found. The heads' class counts are checked first
     (:func:`check_num_classes`)."""
     check_num_classes(cfg, tuple(which))
+    check_format_only(cfg, tuple(which))
     problems = []
     for key, ds in dataset_cfgs(cfg, list(which)):
         root = ds.get('data_root') or ''
@@ -59,7 +60,8 @@ def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', '
                 filter_cfg = None if ds.get('test_mode') else ds.get('filter_cfg')
                 check_coco_annotations(path, MMLogger.get_current_instance(),
                                        classes=dataset_classes(cfg, ds), filter_cfg=filter_cfg,
-                                       ds_key=key, img_dir=_coco_image_dir(ds))
+                                       ds_key=key, img_dir=_coco_image_dir(ds),
+                                       labels=labels_needed(cfg, key))
         prefix = ds.get('data_prefix') or {}
         if isinstance(prefix, str):  # mmpretrain: data_prefix='train'
             prefix = dict(img_path=prefix)

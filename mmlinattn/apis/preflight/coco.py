@@ -10,8 +10,14 @@ COCO_CHECK_MAX_BYTES = 100 * 2 ** 20
 
 
 def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None,
-                           ds_key: str = 'dataset', img_dir: Optional[str] = None) -> List[str]:
+                           ds_key: str = 'dataset', img_dir: Optional[str] = None,
+                           labels: bool = True) -> List[str]:
     """Validate a COCO-format annotation file before training.
+
+    With ``labels=False`` (a test set whose evaluator has ``format_only=True``, see
+    :func:`~.datasets.labels_needed`), an image-info file - ``images`` and ``categories`` only, as
+    COCO's ``image_info_test-dev2017.json`` - is accepted; with labels needed, its missing
+    ``annotations`` list is an error that says how to write a test-server submission instead.
 
     Structural problems (not JSON, truncated, no ``images``/``annotations``/``categories`` list, an
     annotation without ``image_id``/``bbox``) raise :class:`ConfigError` naming the file and record.
@@ -31,9 +37,18 @@ def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None
                           f'column {e.colno}: {e.msg}') from None
     if not isinstance(data, dict):
         raise ConfigError(f'{path}: a COCO annotation file must hold a JSON object')
-    for key in ('images', 'annotations', 'categories'):
+    for key in ('images', 'categories'):
         if not isinstance(data.get(key), list):
             raise ConfigError(f'{path}: no "{key}" list - not a COCO instances file')
+    if not isinstance(data.get('annotations'), list):
+        if 'annotations' in data or labels:
+            ev = ds_key.split('.', 1)[0].replace('_dataloader', '_evaluator')
+            hint = '' if ev.startswith('train') or ev == ds_key.split('.', 1)[0] else (
+                '. An image-info file (images and categories only, as COCO test-dev) has no '
+                f'labels to score: to write a test-server submission set {ev}.format_only=True '
+                f'and {ev}.outfile_prefix=DIR/NAME (README.md "Test-server submission")')
+            raise ConfigError(f'{path}: no "annotations" list - not a COCO instances file' + hint)
+        data['annotations'] = []
     image_ids = set()
     for i, img in enumerate(data['images']):
         for key in ('id', 'file_name', 'width', 'height'):
@@ -65,7 +80,8 @@ def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None
                                 f'(dropped; the instance is ignored if none is left)')
     if img_dir is not None:
         _check_images_exist(path, data['images'], img_dir, ds_key)
-    _check_filtered_coco(path, data, classes, filter_cfg, ds_key)
+    if labels:
+        _check_filtered_coco(path, data, classes, filter_cfg, ds_key)
     if warnings and logger is not None:
         logger.warning(f'{path}: {len(warnings)} annotation record(s) will be skipped:\n  ' +
                        '\n  '.join(warnings[:20]) + ('\n  ...' if len(warnings) > 20 else ''))

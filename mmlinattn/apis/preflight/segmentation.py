@@ -9,7 +9,7 @@ from mmengine.logging import MMLogger
 from PIL import Image
 
 from ..config import ConfigError
-from .datasets import dataset_class, dataset_classes
+from .datasets import dataset_class, dataset_classes, labels_needed, loader_evaluators
 
 # Segmentation sets up to this many files are checked file by file; larger ones by a seeded sample.
 SEG_CHECK_ALL_MAX = 2000
@@ -52,6 +52,11 @@ def check_seg_annotations(cfg: Config, key: str, ds_cfg: dict, logger=None) -> N
         raise ConfigError(f'{key}: no image found under {ds_cfg.get("data_root", "")}'
                           f'{prefix.get("img_path", "")} with suffix {getattr(ds, "img_suffix", "?")!r}'
                           f' (set {key}.data_prefix.img_path / {key}.img_suffix)')
+    if not labels_needed(cfg, key):  # a test set for a server: images only, no label maps read
+        logger.info(f'{key}: {len(infos)} images; the evaluator formats results only '
+                    '(format_only=True), label maps not checked')
+        return
+    _check_labels_present(cfg, key, ds_cfg, infos)
     num_classes = _seg_num_classes(cfg, ds_cfg)
     if len(infos) > SEG_CHECK_ALL_MAX:
         chosen = random.Random(0).sample(infos, SEG_CHECK_SAMPLE)
@@ -120,3 +125,36 @@ def check_seg_annotations(cfg: Config, key: str, ds_cfg: dict, logger=None) -> N
             f'\n  Fix the files, or model.decode_head.num_classes / {key}.reduce_zero_label')
     if problems:
         raise ConfigError(f'{key}: ' + '\n  '.join(problems))
+
+
+def _transform_types(pipeline) -> set:
+    """Every transform type in a pipeline, looking into TestTimeAug's nested lists."""
+    found = set()
+    for t in pipeline or []:
+        if isinstance(t, (list, tuple)):
+            found |= _transform_types(t)
+        elif isinstance(t, dict):
+            found.add(str(t.get('type', '')))
+            found |= _transform_types(t.get('transforms'))
+    return found
+
+
+def _check_labels_present(cfg: Config, key: str, ds_cfg: dict, infos) -> None:
+    """A val / test set scored by a metric must have label maps and load them; a set of images only
+    (the ADE20K test set) is for a test-server submission (``format_only=True``). Without this,
+    mmseg's IoUMetric fails after the whole run (``KeyError: 'gt_sem_seg'``)."""
+    evs = loader_evaluators(cfg, key)
+    if not evs:
+        return
+    ev_key = evs[0][0]
+    why = None
+    if not any(info.get('seg_map_path') for info in infos):
+        why = f'lists no label maps ({key}.data_prefix has no seg_map_path)'
+    elif ds_cfg.get('pipeline') and not any(t.endswith('LoadAnnotations')
+                                            for t in _transform_types(ds_cfg['pipeline'])):
+        why = 'loads no label maps (no LoadAnnotations in its pipeline)'
+    if why:
+        raise ConfigError(
+            f'{key} {why} but {ev_key} computes metrics from them. For a test set without labels '
+            f'(a test-server submission) set {ev_key}.format_only=True and {ev_key}.output_dir=DIR '
+            '(or tools/test.py --out DIR); README.md "Test-server submission"')

@@ -1,0 +1,232 @@
+"""tools/test.py against mmdet's and mmseg's own ``tools/test.py`` (the scripts installed under
+``site-packages/<pkg>/.mim/tools``): the same toy config, the same checkpoint (a freshly built model
+saved with the config's dataset meta), the same flags; the metrics, the predictions dumped with
+``--out`` and the files written for ``--show-dir`` must agree.
+
+The upstream tool runs in a subprocess of this interpreter; our configs carry
+``custom_imports=['mmlinattn']``, so it sees our backbones without help. Ours runs in-process.
+What is compared:
+
+* detection (toy RetinaNet, MAViT-T): ``--out x.pkl --show-dir vis`` (the pickle's structure - mmdet
+  dumps with ``DumpDetResults``, which drops the ground truth - and its predictions; the painted
+  files' names) and ``--tta --out x.pkl`` on a config without ``tta_model`` (mmdet falls back to
+  ``DetTTAModel`` over a flip pipeline);
+* segmentation (toy Semantic FPN, MAViT-T): ``--out DIR --show-dir vis`` (the PNG predictions, pixel
+  for pixel, and the painted files' names).
+
+Flags that need a display (``--show``, ``--wait-time``) are compared by what they configure.
+"""
+import glob
+import os
+import os.path as osp
+import pickle
+import subprocess
+import sys
+from argparse import Namespace
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from PIL import Image
+
+from helpers import make_toy_sets
+from mmlinattn.apis import read_metrics
+from test_inference import make_checkpoint
+from tools import test as test_tool
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
+SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+
+
+def upstream_script(pkg):
+    import importlib
+    return osp.join(osp.dirname(importlib.import_module(pkg).__file__), '.mim', 'tools', 'test.py')
+
+
+def run_upstream(pkg, cwd, args):
+    """The toolbox's own tools/test.py in a subprocess; its combined output (asserts exit 0)."""
+    env = dict(os.environ, MPLBACKEND='Agg', PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, upstream_script(pkg), *map(str, args)], cwd=str(cwd),
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    return r.stdout + r.stderr
+
+
+def data_args(root, kind):
+    if kind == 'det':
+        d = f'{root}/data/toy_coco/'
+        return ['--cfg-options', f'test_dataloader.dataset.data_root={d}',
+                f'test_evaluator.ann_file={d}annotations/instances_val.json']
+    return ['--cfg-options', f'test_dataloader.dataset.data_root={root}/data/toy_ade']
+
+
+@pytest.fixture(scope='module')
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp('tool_parity')
+    make_toy_sets(r / 'data', seed=5, size=64, train=2, val=3)
+    return r
+
+
+@pytest.fixture(scope='module')
+def seg_cfg(root):
+    """The toy Semantic FPN with mmseg's SegVisualizationHook (as every ADE20K schedule of mmseg
+    and ours has; the toy schedule has none), drawing every test image (its default: 1 in 50)."""
+    path = root / 'seg_vis.py'
+    path.write_text(f'_base_ = {SEG_CFG!r}\n'
+                    "default_hooks = dict(visualization=dict(type='SegVisualizationHook', "
+                    'interval=1))\n')
+    return str(path)
+
+
+@pytest.fixture(scope='module')
+def det_ckpt(root):
+    path = root / 'det.pth'
+    make_checkpoint(Config.fromfile(DET_CFG), str(path), seed=1)
+    return path
+
+
+@pytest.fixture(scope='module')
+def seg_ckpt(root):
+    cfg = Config.fromfile(SEG_CFG)
+    path = root / 'seg.pth'
+    make_checkpoint(cfg, str(path), seed=1, meta=cfg.test_dataloader.dataset.metainfo)
+    return path
+
+
+def structure(obj):
+    """The nesting of a dumped prediction: dict keys, list lengths, array shapes and dtypes."""
+    if isinstance(obj, dict):
+        return {k: structure(v) for k, v in sorted(obj.items())}
+    if isinstance(obj, (list, tuple)):
+        return [structure(v) for v in obj]
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        return (type(obj).__name__, tuple(obj.shape), str(obj.dtype))
+    return type(obj).__name__
+
+
+def assert_same_values(a, b, path='pkl'):
+    if isinstance(a, dict):
+        for k in a:
+            assert_same_values(a[k], b[k], f'{path}.{k}')
+    elif isinstance(a, (list, tuple)):
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_values(x, y, f'{path}[{i}]')
+    elif isinstance(a, (torch.Tensor, np.ndarray)):
+        np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
+                                   rtol=1e-4, atol=1e-5, err_msg=path)
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6), path
+    elif not (isinstance(a, str) and osp.isabs(a)):  # absolute paths of the same files
+        assert a == b, path
+
+
+def load_pkl(path):
+    with open(path, 'rb') as f:
+        return pickle.load(f)
+
+
+def assert_same_metrics(up_dir, our_dir):
+    up, ours = read_metrics(str(up_dir)), read_metrics(str(our_dir))
+    assert up and set(up) == set(ours), (up, ours)
+    for k in up:
+        assert ours[k] == pytest.approx(up[k], rel=1e-4, abs=1e-6), k
+
+
+def painted(folder, pattern):
+    return sorted(osp.basename(p) for p in glob.glob(osp.join(str(folder), pattern), recursive=True))
+
+
+# --------------------------------------------------------------------------- detection
+@pytest.mark.slow
+def test_det_out_pkl_and_show_dir_match_mmdet(root, det_ckpt):
+    up_wd, our_wd = root / 'det_up', root / 'det_ours'
+    run_upstream('mmdet', root, [DET_CFG, det_ckpt, '--work-dir', up_wd, '--out', root / 'up.pkl',
+                                 '--show-dir', 'vis'] + data_args(root, 'det'))
+    assert test_tool.main([DET_CFG, str(det_ckpt), '--work-dir', str(our_wd), '--out',
+                           str(root / 'ours.pkl'), '--show-dir', 'vis'] +
+                          data_args(root, 'det')) == 0
+    assert_same_metrics(up_wd, our_wd)
+    up, ours = load_pkl(root / 'up.pkl'), load_pkl(root / 'ours.pkl')
+    assert len(up) == 3 and structure(ours) == structure(up)
+    assert 'gt_instances' not in up[0]  # mmdet's DumpDetResults drops the ground truth
+    assert_same_values(up, ours)
+    # painted predictions under WORK_DIR/TIMESTAMP/vis, one per test image, same names
+    up_vis, our_vis = painted(up_wd, '*/vis/*'), painted(our_wd, '*/vis/*')
+    assert len(up_vis) == 3 and our_vis == up_vis
+
+
+@pytest.mark.slow
+def test_det_default_tta_matches_mmdet(root, det_ckpt):
+    cfg = Config.fromfile(DET_CFG)
+    assert 'tta_model' not in cfg and 'tta_pipeline' not in cfg  # mmdet's fallback is what runs
+    up_wd, our_wd = root / 'tta_up', root / 'tta_ours'
+    out = run_upstream('mmdet', root, [DET_CFG, det_ckpt, '--work-dir', up_wd, '--tta', '--out',
+                                       root / 'tta_up.pkl'] + data_args(root, 'det'))
+    assert 'Cannot find ``tta_model``' in out
+    assert test_tool.main([DET_CFG, str(det_ckpt), '--work-dir', str(our_wd), '--tta', '--out',
+                           str(root / 'tta_ours.pkl')] + data_args(root, 'det')) == 0
+    assert_same_metrics(up_wd, our_wd)
+    up, ours = load_pkl(root / 'tta_up.pkl'), load_pkl(root / 'tta_ours.pkl')
+    assert structure(ours) == structure(up)
+    assert_same_values(up, ours)
+    # and it is a flip TTA: the merged predictions differ from the plain ones
+    plain = root / 'plain.pkl'
+    assert test_tool.main([DET_CFG, str(det_ckpt), '--work-dir', str(root / 'plain'), '--out',
+                           str(plain)] + data_args(root, 'det')) == 0
+    a, b = load_pkl(plain)[0]['pred_instances'], ours[0]['pred_instances']
+    assert a['bboxes'].shape != b['bboxes'].shape or not torch.allclose(a['bboxes'], b['bboxes'])
+
+
+# --------------------------------------------------------------------------- segmentation
+@pytest.mark.slow
+def test_seg_out_dir_and_show_dir_match_mmseg(root, seg_cfg, seg_ckpt, monkeypatch):
+    # mmseg's SegVisualizationHook logs at step=runner.iter, which builds the training loop and so
+    # lists the training images (the config's relative data/toy_ade): both tools run in root
+    monkeypatch.chdir(root)
+    up_wd, our_wd = root / 'seg_up', root / 'seg_ours'
+    up_out, our_out = root / 'seg_pred_up', root / 'seg_pred_ours'
+    up_vis, our_vis = root / 'seg_vis_up', root / 'seg_vis_ours'
+    run_upstream('mmseg', root, [seg_cfg, seg_ckpt, '--work-dir', up_wd, '--out', up_out,
+                                 '--show-dir', up_vis] + data_args(root, 'seg'))
+    assert test_tool.main([seg_cfg, str(seg_ckpt), '--work-dir', str(our_wd), '--out',
+                           str(our_out), '--show-dir', str(our_vis)] + data_args(root, 'seg')) == 0
+    assert_same_metrics(up_wd, our_wd)
+    names = sorted(os.listdir(up_out))
+    assert len(names) == 3 and all(n.endswith('.png') for n in names)
+    assert sorted(os.listdir(our_out)) == names
+    for n in names:
+        a, b = (np.asarray(Image.open(d / n)) for d in (up_out, our_out))
+        assert a.shape == (64, 64) and np.array_equal(a, b), n
+    # painted predictions: mmseg's visualizer save_dir, DIR/vis_image, one per image
+    up_png, our_png = painted(up_vis, '**/vis_image/*.png'), painted(our_vis, '**/vis_image/*.png')
+    assert len(up_png) == 3 and our_png == up_png
+
+
+# --------------------------------------------------------------------------- --show (no display)
+@pytest.mark.parametrize('kind, hook', [('det', 'DetVisualizationHook'),
+                                       ('seg', 'SegVisualizationHook')])
+def test_show_configures_the_hook_as_upstream(kind, hook, seg_cfg):
+    """--show / --wait-time / --show-dir set what the toolbox's own trigger_visualization_hook sets
+    (mmdet's in mmdet.engine.hooks.utils, mmseg's in its tools/test.py), compared on the config."""
+    import importlib.util
+    cfg_path = DET_CFG if kind == 'det' else seg_cfg
+    if hook.startswith('Det'):
+        from mmdet.engine.hooks.utils import trigger_visualization_hook as upstream
+    else:
+        spec = importlib.util.spec_from_file_location('mmseg_test_tool', upstream_script('mmseg'))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        upstream = mod.trigger_visualization_hook
+    args = Namespace(show=True, wait_time=0.5, show_dir='painted')
+    expected = upstream(Config.fromfile(cfg_path), args)
+    ours = Config.fromfile(cfg_path)
+    test_tool.trigger_visualization_hook(ours, args)
+    assert ours.default_hooks.visualization.type == hook
+    assert ours.default_hooks.visualization.show is True
+    assert ours.default_hooks.visualization.wait_time == 0.5
+    assert ours.default_hooks.to_dict() == expected.default_hooks.to_dict()
+    assert ours.visualizer.to_dict() == expected.visualizer.to_dict()
+    parsed = test_tool.parse_args([cfg_path, 'x.pth', '--show', '--wait-time', '0.5'])
+    assert parsed.show and parsed.wait_time == 0.5
