@@ -133,6 +133,7 @@ def seg_ckpt(root):
     return str(path), model
 
 
+@pytest.mark.slow  # 5-24 s measured on the 2-core machine
 def test_ade20k_test_set_submission(root, seg_ckpt, tmp_path):
     ckpt, model = seg_ckpt
     cfg = make_ade_test_cfg(root, tmp_path)

@@ -139,7 +139,7 @@ def painted(folder, pattern):
 
 
 # --------------------------------------------------------------------------- detection
-@pytest.mark.slow
+@pytest.mark.slow  # 12-30 s measured on the 2-core machine
 def test_det_out_pkl_and_show_dir_match_mmdet(root, det_ckpt):
     up_wd, our_wd = root / 'det_up', root / 'det_ours'
     run_upstream('mmdet', root, [DET_CFG, det_ckpt, '--work-dir', up_wd, '--out', root / 'up.pkl',
@@ -157,7 +157,7 @@ def test_det_out_pkl_and_show_dir_match_mmdet(root, det_ckpt):
     assert len(up_vis) == 3 and our_vis == up_vis
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # 12-30 s measured on the 2-core machine
 def test_det_default_tta_matches_mmdet(root, det_ckpt):
     cfg = Config.fromfile(DET_CFG)
     assert 'tta_model' not in cfg and 'tta_pipeline' not in cfg  # mmdet's fallback is what runs
@@ -180,7 +180,7 @@ def test_det_default_tta_matches_mmdet(root, det_ckpt):
 
 
 # --------------------------------------------------------------------------- segmentation
-@pytest.mark.slow
+@pytest.mark.slow  # 12-30 s measured on the 2-core machine
 def test_seg_out_dir_and_show_dir_match_mmseg(root, seg_cfg, seg_ckpt, monkeypatch):
     # mmseg's SegVisualizationHook logs at step=runner.iter, which builds the training loop and so
     # lists the training images (the config's relative data/toy_ade): both tools run in root
