@@ -94,3 +94,17 @@ def make_toy_sets(root, seed: int, size: int, train: int = 8, val: int = 4):
     toy.make_toy_coco(str(root / 'toy_coco'), seed=seed, train=train, val=val, size=size)
     toy.make_toy_ade(str(root / 'toy_ade'), seed=seed, train=train, val=val, size=size)
     return root
+
+
+def toy_seg_options(toy_data, *extra):
+    """``--cfg-options`` of a short toy segmentation run on ``make_toy_sets`` data: every split's
+    data root, no validation, batch 2, a log line per iteration, then ``extra``."""
+    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val', 'test')]
+    return data + ['train_cfg.val_interval=1000', 'train_dataloader.batch_size=2',
+                   'default_hooks.logger.interval=1'] + list(extra)
+
+
+def read_last_checkpoint(work):
+    """The path a work dir's ``last_checkpoint`` file names (read here as plain text: the oracle)."""
+    with open(osp.join(str(work), 'last_checkpoint')) as f:
+        return f.read().strip()

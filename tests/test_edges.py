@@ -17,7 +17,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from helpers import make_toy_sets
+from helpers import make_toy_sets, read_last_checkpoint, toy_seg_options
 from tools import test as test_tool
 from tools import train as train_tool
 
@@ -30,17 +30,6 @@ DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
 @pytest.fixture(scope='module')
 def toy_data(tmp_path_factory):
     return make_toy_sets(tmp_path_factory.mktemp('edges'), seed=5, size=48, train=4, val=2)
-
-
-def _options(toy_data, *extra):
-    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val', 'test')]
-    return data + ['train_cfg.val_interval=1000', 'train_dataloader.batch_size=2',
-                   'default_hooks.logger.interval=1'] + list(extra)
-
-
-def _last_checkpoint(work):
-    with open(work / 'last_checkpoint') as f:
-        return f.read().strip()
 
 
 def _iter_files(work):
@@ -140,7 +129,7 @@ def test_det_inferencer_classes_from_the_config_when_the_checkpoint_has_none(tmp
 def test_ctrl_c_saves_the_finished_iteration_and_exits(toy_data, tmp_path):
     work = tmp_path / 'work'
     cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
-           '--cfg-options', *_options(toy_data, 'default_hooks.checkpoint.interval=1000'),
+           '--cfg-options', *toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=1000'),
            'train_cfg.max_iters=200']
     # a session of its own: Ctrl-C in a terminal signals the whole foreground process group
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -161,7 +150,7 @@ def test_ctrl_c_saves_the_finished_iteration_and_exits(toy_data, tmp_path):
     assert n < 200 and f'received: finished iteration {n}' in out, out[-2000:]
     assert 'press Ctrl-C again' in out
     saved = work / f'iter_{n}.pth'
-    assert _last_checkpoint(work) == str(saved)
+    assert read_last_checkpoint(work) == str(saved)
     assert torch.load(saved, map_location='cpu', weights_only=True)['meta']['iter'] == n
 
 
@@ -211,7 +200,7 @@ def test_unwritable_work_dir_is_one_line_before_the_runner(toy_data, tmp_path, c
         built.append(cfg)
         raise RuntimeError('the Runner was built')
     monkeypatch.setattr(mmengine.runner.Runner, 'from_cfg', classmethod(from_cfg))
-    args = [SEG_CFG, '--work-dir', str(work), '--cfg-options', *_options(toy_data)]
+    args = [SEG_CFG, '--work-dir', str(work), '--cfg-options', *toy_seg_options(toy_data)]
     if tool == 'train':
         rc = train_tool.main(args)
     else:
@@ -277,7 +266,7 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
 
     from mmlinattn.hooks import Preempted
     work = tmp_path / 'work'
-    opts = _options(toy_data, 'default_hooks.checkpoint.interval=2',
+    opts = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=2',
                     'default_hooks.checkpoint.max_keep_ckpts=2')
 
     class SignalAt(Hook):
@@ -297,7 +286,7 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
     with pytest.raises(Preempted, match='SIGTERM received: finished iteration 5'):
         runner.train()
     assert _iter_files(work) == ['iter_4.pth', 'iter_5.pth']
-    assert _last_checkpoint(work) == str(work / 'iter_5.pth')
+    assert read_last_checkpoint(work) == str(work / 'iter_5.pth')
 
     saved = torch.load(work / 'iter_5.pth', map_location='cpu', weights_only=True)
     assert saved['meta']['iter'] == 5
@@ -319,7 +308,7 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
     for k, v in saved['state_dict'].items():
         assert torch.equal(captured['model'][k], v), k
     assert _iter_files(work) == ['iter_6.pth', 'iter_8.pth']  # iter_5 rotated out on the way
-    assert _last_checkpoint(work) == str(work / 'iter_8.pth')
+    assert read_last_checkpoint(work) == str(work / 'iter_8.pth')
 
 
 # about 12 s (idle 2-core CPU): 3 + 2 toy iterations in two runs
@@ -341,7 +330,7 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
 
     def run(name, resume, hook=None):
         argv = [SEG_CFG, '--work-dir', str(work)] + (['--resume'] if resume else []) + [
-            '--cfg-options', *_options(toy_data, 'default_hooks.checkpoint.by_epoch=True',
+            '--cfg-options', *toy_seg_options(toy_data, 'default_hooks.checkpoint.by_epoch=True',
                                        'default_hooks.checkpoint.interval=1',
                                        'default_hooks.checkpoint.max_keep_ckpts=1')]
         cfg = train_tool.build_cfg(train_tool.parse_args(argv))
@@ -356,6 +345,6 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
     with pytest.raises(Preempted, match='finished iteration 3'):
         run('edges_epoch_preempted', False, SignalAt())
     assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_1.pth', 'iter_3.pth']
-    assert _last_checkpoint(work) == str(work / 'iter_3.pth')
+    assert read_last_checkpoint(work) == str(work / 'iter_3.pth')
     run('edges_epoch_resumed', True)
     assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_2.pth']

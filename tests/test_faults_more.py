@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from helpers import make_toy_sets
+from helpers import make_toy_sets, read_last_checkpoint, toy_seg_options
 from mmlinattn.checkpoint import latest_intact_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
@@ -29,22 +29,11 @@ def toy_data(tmp_path_factory):
     return make_toy_sets(tmp_path_factory.mktemp('faults_more'), seed=4, size=48, train=4, val=2)
 
 
-def _options(toy_data, *extra):
-    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val', 'test')]
-    return data + ['train_cfg.val_interval=1000', 'train_dataloader.batch_size=2',
-                   'default_hooks.logger.interval=1'] + list(extra)
-
-
-def _last_checkpoint(work):
-    with open(work / 'last_checkpoint') as f:
-        return f.read().strip()
-
-
 # --------------------------------------------------------------------------- 1. non-finite loss
 @pytest.mark.slow
 def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(toy_data, tmp_path, capsys):
     work = tmp_path / 'work'
-    rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *_options(
+    rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *toy_seg_options(
         toy_data, 'optim_wrapper.optimizer.lr=1000.0', 'param_scheduler=[]', 'train_cfg.max_iters=6',
         'default_hooks.checkpoint.interval=1', 'default_hooks.checkpoint.max_keep_ckpts=100',
         'experiment_name=nan_run')])
@@ -65,7 +54,7 @@ def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(toy_data, t
     files = os.listdir(work)
     assert f'iter_{n}.pth' not in files, files  # the broken weights were not saved
     if n > 1:  # the last good checkpoint stays the resume point
-        assert osp.basename(_last_checkpoint(work)) == f'iter_{n - 1}.pth'
+        assert osp.basename(read_last_checkpoint(work)) == f'iter_{n - 1}.pth'
         good = torch.load(work / f'iter_{n - 1}.pth', map_location='cpu', weights_only=True)
         assert all(torch.isfinite(v).all() for v in good['state_dict'].values()
                    if v.is_floating_point())
@@ -83,7 +72,7 @@ def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(toy_data, t
     torch.save(ckpt, bad)
     capsys.readouterr()
     rc = test_tool.main([SEG_CFG, str(bad), '--work-dir', str(tmp_path / 'test'), '--cfg-options',
-                         *_options(toy_data)[:3]])
+                         *toy_seg_options(toy_data)[:3]])
     out = capsys.readouterr()
     assert rc == 2
     assert 'diverged.pth: 1 of ' in out.err and key in out.err and 'NaN/inf' in out.err
@@ -109,7 +98,7 @@ def test_disk_full_during_rotation_keeps_the_last_good_checkpoint(toy_data, tmp_
 
     monkeypatch.setattr(LocalBackend, 'put', disk_full_at_iter_2)
     work = tmp_path / 'work'
-    rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *_options(
+    rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *toy_seg_options(
         toy_data, 'train_cfg.max_iters=3', 'default_hooks.checkpoint.interval=1',
         'default_hooks.checkpoint.max_keep_ckpts=1', 'default_hooks.checkpoint.save_optimizer=False',
         'experiment_name=disk_full')])
@@ -123,7 +112,7 @@ def test_disk_full_during_rotation_keeps_the_last_good_checkpoint(toy_data, tmp_
     files = os.listdir(work)
     assert 'iter_1.pth' in files and 'iter_2.pth' not in files, files
     assert not [f for f in files if '.tmp' in f], files
-    assert osp.isfile(_last_checkpoint(work)) and _last_checkpoint(work).endswith('iter_1.pth')
+    assert osp.isfile(read_last_checkpoint(work)) and read_last_checkpoint(work).endswith('iter_1.pth')
     assert latest_intact_checkpoint(str(work)).endswith('iter_1.pth')
 
 
@@ -133,7 +122,7 @@ def test_sigterm_saves_the_finished_iteration_and_resume_continues_there(toy_dat
     from mmengine.hooks import Hook
     from mmengine.runner import Runner
     work = tmp_path / 'work'
-    opts = _options(toy_data, 'default_hooks.checkpoint.interval=1000')
+    opts = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=1000')
     cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
            '--cfg-options', *opts, 'train_cfg.max_iters=200']
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -152,7 +141,7 @@ def test_sigterm_saves_the_finished_iteration_and_resume_continues_there(toy_dat
     n = max(done)
     assert n < 200 and f'SIGTERM received: finished iteration {n}' in out, out[-2000:]
     saved_path = work / f'iter_{n}.pth'
-    assert _last_checkpoint(work) == str(saved_path)
+    assert read_last_checkpoint(work) == str(saved_path)
     saved = torch.load(saved_path, map_location='cpu', weights_only=True)
     assert saved['meta']['iter'] == n
 

@@ -16,8 +16,8 @@ import torch.nn as nn
 
 from mmcv.cnn import build_norm_layer
 
-from mmlinattn.checkpoint import AuthorsLayout, resize_pos_embed
-from mmlinattn.models.layers import DropPath, Mlp, PatchEmbed, TokenAttention
+from mmlinattn.checkpoint import AuthorsLayout
+from mmlinattn.models.layers import DropPath, Mlp, PatchEmbed, TokenAttention, resize_pos_embed
 from mmlinattn.ops.cores import get_core
 from mmlinattn.registry import MODELS
 

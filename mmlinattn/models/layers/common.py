@@ -120,3 +120,16 @@ class PatchEmbed(nn.Module):
         x = self.proj(x)
         hw = (int(x.shape[2]), int(x.shape[3]))
         return self.norm(x.flatten(2).transpose(1, 2)), hw
+
+
+def resize_pos_embed(pos: torch.Tensor, src_hw: Tuple[int, int],
+                     dst_hw: Tuple[int, int]) -> torch.Tensor:
+    """Bilinearly resize a (1, H*W, C) position table (align_corners=False, as the authors do)."""
+    if tuple(src_hw) == tuple(dst_hw):
+        return pos
+    c = pos.shape[-1]
+    grid = pos.reshape(1, *src_hw, c).permute(0, 3, 1, 2)
+    # half-precision tables are resized in float32, float32 and float64 ones in their own dtype
+    grid = grid.to(torch.promote_types(grid.dtype, torch.float32))
+    grid = F.interpolate(grid, size=tuple(dst_hw), mode='bilinear', align_corners=False)
+    return grid.permute(0, 2, 3, 1).reshape(1, dst_hw[0] * dst_hw[1], c).to(pos.dtype)

@@ -1,0 +1,50 @@
+"""Which checkpoint ``--resume`` continues from: the newest intact one of a work dir."""
+import logging
+import os
+import os.path as osp
+from typing import Optional
+
+from ..fileio import last_checkpoint
+from .errors import CheckpointError
+from .reading import extract_state_dict, read_checkpoint
+
+
+def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = None
+                             ) -> Optional[str]:
+    """The checkpoint ``--resume`` (auto) should use: the one ``last_checkpoint`` names if it reads,
+    else the newest readable ``*.pth`` of ``work_dir`` (with a warning naming each skipped file).
+
+    Returns ``None`` when the work dir holds no checkpoint (a fresh start); raises
+    :class:`CheckpointError` listing the files when there are checkpoints but none is readable.
+    """
+    logger = logger or logging.getLogger('mmlinattn')
+    if not osp.isdir(work_dir):
+        return None
+    candidates = []
+    named = last_checkpoint(work_dir, must_exist=False)
+    if named:
+        candidates.append(named)
+    files = [osp.join(work_dir, f) for f in os.listdir(work_dir) if f.endswith('.pth')]
+    for f in sorted(files, key=lambda p: (osp.getmtime(p), p), reverse=True):
+        if not any(osp.realpath(f) == osp.realpath(c) for c in candidates):
+            candidates.append(f)
+    skipped = []
+    for path in candidates:
+        if not osp.isfile(path):
+            skipped.append(f'{path} (not found)')
+            continue
+        try:
+            obj = read_checkpoint(path, logger=logger)
+            extract_state_dict(obj, path=path)
+        except CheckpointError:
+            skipped.append(f'{path} (unreadable: truncated or corrupt)')
+            continue
+        if skipped:
+            logger.warning('--resume: skipped ' + '; '.join(skipped) +
+                           f' - resuming from {path}, the newest intact checkpoint')
+        return path
+    if skipped:
+        raise CheckpointError(
+            f'--resume: no intact checkpoint in {work_dir}: ' + '; '.join(skipped) +
+            '. Pass one explicitly (--resume PATH) or start without --resume.')
+    return None

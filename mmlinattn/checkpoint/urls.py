@@ -1,0 +1,166 @@
+"""Checkpoints given as http(s) URLs: fetched once into torch's hub cache, checked, then read like local
+files; the authors' ImageNet files and where their READMEs publish them."""
+import logging
+import os
+import os.path as osp
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+from .errors import CheckpointError
+
+
+@dataclass(frozen=True)
+class AuthorsCheckpoint:
+    """One ImageNet file the authors publish: where their README links it and the name our configs
+    give it under ``checkpoints/``."""
+    url: str
+    filename: str
+    family: str
+    arch: str
+
+
+_TSINGHUA = 'https://cloud.tsinghua.edu.cn/f/{}/?dl=1'  # the share page's direct-download form
+_MALA_HUB = 'https://huggingface.co/aldjalkdf/MAViT/resolve/main/{}'  # the file, not the tree page
+
+#: The authors' ImageNet checkpoints, by backbone name: the InLine README (LeapLabTHU/InLine) links
+#: TsinghuaCloud share pages, whose file is served with ``?dl=1`` (without it, an HTML page); the
+#: MALA README (qhfan/MALA) links the Hugging Face repository ``aldjalkdf/MAViT``, whose files are
+#: served under ``resolve/main/`` (``tree/main`` and ``blob/main`` are HTML pages). ``filename`` is
+#: the name the configs' ``init_cfg`` use under ``checkpoints/``.
+AUTHORS_CHECKPOINTS: Dict[str, AuthorsCheckpoint] = OrderedDict(
+    (name, AuthorsCheckpoint(url, filename, family, arch))
+    for name, url, filename, family, arch in (
+        ('InLine_PVT_T', _TSINGHUA.format('90ac52b1555b401eb5e6'), 'inline_pvt_t.pth', 'inline_pvt', 'tiny'),
+        ('InLine_PVT_S', _TSINGHUA.format('1ab953b2479d433080a3'), 'inline_pvt_s.pth', 'inline_pvt', 'small'),
+        ('InLine_PVT_M', _TSINGHUA.format('a72aec31e6084bc0a280'), 'inline_pvt_m.pth', 'inline_pvt', 'medium'),
+        ('InLine_PVT_L', _TSINGHUA.format('efd91318ba964f01b288'), 'inline_pvt_l.pth', 'inline_pvt', 'large'),
+        ('InLine_Swin_T', _TSINGHUA.format('32810869fcc34410966b'), 'inline_swin_t.pth', 'inline_swin', 'tiny'),
+        ('InLine_Swin_S', _TSINGHUA.format('e9657fd247c04c7cb1a1'), 'inline_swin_s.pth', 'inline_swin', 'small'),
+        ('InLine_Swin_B', _TSINGHUA.format('bf23564bb64c420aafe1'), 'inline_swin_b.pth', 'inline_swin', 'base'),
+        ('MAViT_T', _MALA_HUB.format('MAViT_T.pth'), 'MAViT_T.pth', 'mavit', 'tiny'),
+        ('MAViT_S', _MALA_HUB.format('MAViT_S.pth'), 'MAViT_S.pth', 'mavit', 'small'),
+        ('MAViT_B', _MALA_HUB.format('MAViT_B.pth'), 'MAViT_B.pth', 'mavit', 'base'),
+        ('MAViT_L', _MALA_HUB.format('MAViT_L.pth'), 'MAViT_L.pth', 'mavit', 'large'),
+    ))
+
+
+def is_url(path) -> bool:
+    """An http(s) URL (what ``init_cfg.checkpoint``, ``load_from`` and the tools' CHECKPOINT take
+    besides a local path)."""
+    return isinstance(path, str) and path.startswith(('http://', 'https://'))
+
+
+def url_cache_path(url: str) -> str:
+    """Where :func:`local_checkpoint` keeps ``url``: ``torch.hub.get_dir()/checkpoints/NAME``, NAME the
+    last part of the URL's path as torch's ``load_state_dict_from_url`` and mmengine's
+    ``load_from_http`` name it (so a file either of them fetched is reused). A path ending in ``/``
+    (TsinghuaCloud's ``f/<id>/?dl=1``) is named after its last folder, with ``.pth`` added."""
+    from urllib.parse import urlparse
+
+    import torch.hub
+    parsed = urlparse(url)
+    name = osp.basename(parsed.path)
+    if not name:
+        parts = [p for p in parsed.path.split('/') if p]
+        name = (parts[-1] if parts else parsed.netloc) + '.pth'
+    return osp.join(torch.hub.get_dir(), 'checkpoints', name)
+
+
+def _url_hint(url: str) -> str:
+    """How to get the file itself from a link that gives a web page."""
+    if 'cloud.tsinghua.edu.cn' in url and 'dl=1' not in url:
+        return ' A TsinghuaCloud share link gives the file only with "?dl=1" at its end.'
+    if 'huggingface.co' in url and ('/tree/' in url or '/blob/' in url):
+        return ' A Hugging Face file is served under /resolve/<revision>/, not /tree/ or /blob/.'
+    return ' The link may have expired or point at a web page instead of the file.'
+
+
+def checkpoint_file_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be a torch checkpoint, from its first bytes and (zip format) its central
+    directory, without unpickling anything; ``None`` when it looks like one. Catches what expired
+    cloud links return (an HTML page) and interrupted downloads (a truncated zip)."""
+    import zipfile
+    size = osp.getsize(path)
+    with open(path, 'rb') as f:
+        head = f.read(512)
+    text = head.lstrip().lower()
+    if text.startswith((b'<!doctype html', b'<html', b'<?xml', b'<head', b'<body')) or \
+            b'<html' in text[:256]:
+        return f'it is an HTML page ({size} bytes), not a checkpoint'
+    if head.startswith(b'PK'):
+        try:
+            with zipfile.ZipFile(path) as z:
+                z.infolist()
+        except (zipfile.BadZipFile, OSError) as e:
+            return f'it is truncated or corrupt ({size} bytes; zip: {e})'
+        return None
+    if head[:1] == b'\x80':  # torch's legacy (pre-1.6) format starts with a pickle protocol byte
+        return None
+    if size == 0:
+        return 'it is empty (0 bytes)'
+    return f'it is not a torch checkpoint ({size} bytes, starts with {head[:16]!r})'
+
+
+def _discard(url: str, local: str, err: Exception):
+    """Remove a cached download that is no checkpoint, and raise the error naming all three."""
+    try:
+        os.remove(local)
+    except FileNotFoundError:  # another rank removed it first
+        pass
+    raise CheckpointError(
+        f'{url}: the downloaded file (cached at {local}) is not a readable checkpoint: {err}. The '
+        f'cached file was removed; the next use downloads it again.{_url_hint(url)}') from None
+
+
+def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
+                     progress: bool = True) -> str:
+    """A local path for ``path``: itself, or for an http(s) URL the file in torch's hub cache
+    (:func:`url_cache_path`), downloaded by ``torch.hub.download_url_to_file`` (with a progress bar)
+    when not cached yet. The file is checked (:func:`checkpoint_file_problem`); an HTML page or a
+    truncated file is removed and :class:`CheckpointError` names the URL, the cached path and the
+    reason. Under an initialised process group, local rank 0 downloads while the other ranks wait."""
+    if not is_url(path):
+        return path
+    logger = logger or logging.getLogger('mmlinattn')
+    cached = url_cache_path(path)
+    rank, world = _local_rank_and_world()
+    failed = None
+    if rank == 0 and not osp.isfile(cached):
+        try:
+            _download(path, cached, logger, progress)
+        except CheckpointError as e:  # raised after the barrier: the other ranks must not hang
+            failed = e
+    if world > 1:
+        import torch.distributed as dist
+        dist.barrier()
+    if failed is not None:
+        raise failed
+    if not osp.isfile(cached):  # another node's rank 0 fetched it; this node's failed to
+        raise CheckpointError(f'{path}: not downloaded (expected at {cached})')
+    problem = checkpoint_file_problem(cached)
+    if problem:
+        _discard(path, cached, problem)
+    return cached
+
+
+def _local_rank_and_world() -> Tuple[int, int]:
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return int(os.environ.get('LOCAL_RANK', dist.get_rank())), dist.get_world_size()
+    return 0, 1
+
+
+def _download(url: str, dst: str, logger: logging.Logger, progress: bool = True) -> None:
+    """``torch.hub.download_url_to_file`` into ``dst`` (it writes a temporary file and renames it, so
+    an interrupted download leaves nothing under ``dst``); errors name the URL and ``dst``."""
+    import torch.hub
+    os.makedirs(osp.dirname(dst), exist_ok=True)
+    logger.info(f'downloading {url} to {dst}')
+    try:
+        torch.hub.download_url_to_file(url, dst, progress=progress)
+    except Exception as e:  # noqa: BLE001 - HTTP errors, refused connections, short reads
+        if osp.exists(dst):
+            os.remove(dst)
+        raise CheckpointError(f'{url}: download to {dst} failed ({type(e).__name__}: '
+                              f'{str(e).strip()[:200]}).{_url_hint(url)}') from None
