@@ -348,3 +348,19 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
     assert read_last_checkpoint(work) == str(work / 'iter_3.pth')
     run('edges_epoch_resumed', True)
     assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_2.pth']
+
+
+def test_second_run_in_one_process_gets_its_own_visualizer(toy_data, tmp_path):
+    """mmengine hands back an existing visualizer when its name (``visualizer``) is taken, so a
+    second run in the same process wrote its scalars and drawings into the first run's folder. Each
+    Runner we build now has its own, saving under its own work dir."""
+    from mmlinattn.apis import build_runner
+    dirs = []
+    for name in ('first', 'second'):
+        work = tmp_path / name
+        args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--cfg-options',
+                                      *toy_seg_options(toy_data), 'train_cfg.max_iters=1'])
+        runner = build_runner(train_tool.build_cfg(args))
+        dirs.append(runner.visualizer._vis_backends['LocalVisBackend']._save_dir)
+    assert dirs[0].startswith(str(tmp_path / 'first')), dirs
+    assert dirs[1].startswith(str(tmp_path / 'second')), dirs

@@ -148,10 +148,29 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
     :func:`mmlinattn.checkpoint.check_model_checkpoint`)."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
+    _fresh_visualizer_name(cfg)
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
     if checkpoint:
         check_model_checkpoint(runner.model, checkpoint, logger=runner.logger, **check_kwargs)
     return runner
+
+
+def _fresh_visualizer_name(cfg: Config) -> None:
+    """A second run in one process (a notebook, a script that trains then tests, a test suite) gets a
+    visualizer of its own. mmengine keeps visualizers by name (``visualizer`` in every OpenMMLab
+    runtime config) and hands back an existing one, with its old save_dir and drawing class, when
+    the name is taken: that run's scalars, drawings and vis_data went into the earlier run's folder.
+    A fresh tool process never meets this and keeps the config's name."""
+    from mmengine.visualization import Visualizer
+    vis = cfg.get('visualizer')
+    if not isinstance(vis, dict):
+        return
+    name = vis.get('name', 'visualizer')
+    if Visualizer.check_instance_created(name):
+        n = 1
+        while Visualizer.check_instance_created(f'{name}_{n}'):
+            n += 1
+        vis['name'] = f'{name}_{n}'
 
 
 def check_finite_checkpoint(path: str) -> None:
