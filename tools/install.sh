@@ -18,39 +18,17 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${MMLINATTN_VENV:-$ROOT/.venv}
-PYTHON=${PYTHON:-}
-MMCV_VERSION=2.1.0
-CACHE_ROOT=${XDG_CACHE_HOME:-$HOME/.cache}/mmlinattn
-
-log() { printf '[install] %s\n' "$*" >&2; }
-die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
-
-if [[ -z "$PYTHON" ]]; then
-  for cand in python3.11 python3; do
-    if command -v "$cand" >/dev/null 2>&1 && \
-       "$cand" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; then
-      PYTHON=$cand; break
-    fi
-  done
-fi
-[[ -n "$PYTHON" ]] || die "Python 3.11 is required (torch 2.14.1 / torchvision 0.29.1 wheels are cp311); set PYTHON=/path/to/python3.11"
-
-# Everything that decides what gets installed goes into the stamp.
-stamp_inputs=("$ROOT/tools/install.sh" "$ROOT/setup.py" "$ROOT"/requirements/*.txt)
-want_stamp=$(cat "${stamp_inputs[@]}" | sha256sum | cut -d' ' -f1)
 STAMP=$VENV/.mmlinattn-install-stamp
+TAG=install
+STAMP_SCRIPT=${BASH_SOURCE[0]}
+# shellcheck source=tools/install_lib.sh
+source "$ROOT/tools/install_lib.sh"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]] && \
-   "$VENV/bin/python" -c 'import mmcv._ext, mmlinattn' >/dev/null 2>&1; then
+if stamp_up_to_date; then
   log "up to date: $VENV"
   exit 0
 fi
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-  log "creating virtual environment $VENV with $PYTHON"
-  "$PYTHON" -m venv "$VENV"
-fi
-VPY=$VENV/bin/python
+make_venv
 pipi() { "$VPY" -m pip install --disable-pip-version-check -c "$ROOT/requirements/constraints.txt" "$@"; }
 
 log "build tools"
@@ -58,19 +36,8 @@ pipi -q -r "$ROOT/requirements/build.txt"
 log "torch + torchvision (large: a CUDA build that also runs on the CPU)"
 pipi -q -r "$ROOT/requirements/torch.txt"
 
+WHEEL_DIR=$(mmcv_wheel_dir)
 TORCH_VERSION=$("$VPY" -c 'import torch; print(torch.__version__)')
-PYTAG=$("$VPY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-WHEEL_DIR=$CACHE_ROOT/wheels/mmcv-$MMCV_VERSION-torch$TORCH_VERSION-$PYTAG-$(uname -m)
-
-mmcv_ok() {
-  "$VPY" - <<EOF >/dev/null 2>&1
-import mmcv, mmcv._ext, torch
-from mmcv.ops import nms
-assert mmcv.__version__ == '$MMCV_VERSION', mmcv.__version__
-b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]]); s = torch.tensor([0.9, 0.8])
-nms(b, s, 0.5)
-EOF
-}
 
 if ! mmcv_ok; then
   wheel=$(ls "$WHEEL_DIR"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)

@@ -17,48 +17,26 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${MMLINATTN_COMPAT_VENV:-$ROOT/.venv-compat}
-PYTHON=${PYTHON:-}
-MMCV_VERSION=2.1.0
-CACHE_ROOT=${XDG_CACHE_HOME:-$HOME/.cache}/mmlinattn
-OLDEST=$ROOT/requirements/oldest.txt
-
-log() { printf '[install-compat] %s\n' "$*" >&2; }
-die() { printf '[install-compat] ERROR: %s\n' "$*" >&2; exit 1; }
-
-if [[ -z "$PYTHON" ]]; then
-  for cand in python3.11 python3; do
-    if command -v "$cand" >/dev/null 2>&1 && \
-       "$cand" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; then
-      PYTHON=$cand; break
-    fi
-  done
-fi
-[[ -n "$PYTHON" ]] || die "Python 3.11 is required (torch 2.14.1 wheels are cp311); set PYTHON=/path/to/python3.11"
-
-stamp_inputs=("$ROOT/tools/install_compat.sh" "$ROOT/setup.py" "$ROOT"/requirements/*.txt)
-want_stamp=$(cat "${stamp_inputs[@]}" | sha256sum | cut -d' ' -f1)
 STAMP=$VENV/.mmlinattn-compat-stamp
+TAG=install-compat
+STAMP_SCRIPT=${BASH_SOURCE[0]}
+OLDEST=$ROOT/requirements/oldest.txt
+# shellcheck source=tools/install_lib.sh
+source "$ROOT/tools/install_lib.sh"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]] && \
-   "$VENV/bin/python" -c 'import mmcv._ext, mmlinattn' >/dev/null 2>&1; then
+if stamp_up_to_date; then
   log "up to date: $VENV"
   exit 0
 fi
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-  log "creating virtual environment $VENV with $PYTHON"
-  "$PYTHON" -m venv "$VENV"
-fi
-VPY=$VENV/bin/python
+make_venv
 pipo() { "$VPY" -m pip install --disable-pip-version-check -c "$OLDEST" "$@"; }
 
 log "build tools, torch + torchvision (the same pair as the main environment)"
 pipo -q -r "$ROOT/requirements/build.txt"
 pipo -q -r "$ROOT/requirements/torch.txt"
 
+WHEEL_DIR=$(mmcv_wheel_dir)
 TORCH_VERSION=$("$VPY" -c 'import torch; print(torch.__version__)')
-PYTAG=$("$VPY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-WHEEL_DIR=$CACHE_ROOT/wheels/mmcv-$MMCV_VERSION-torch$TORCH_VERSION-$PYTAG-$(uname -m)
 wheel=$(ls "$WHEEL_DIR"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)
 [[ -n "$wheel" ]] || die "no cached mmcv $MMCV_VERSION wheel for torch $TORCH_VERSION in $WHEEL_DIR: run \
 'make install' (tools/install.sh builds and caches it) first"
@@ -97,10 +75,9 @@ if ! diff -u "$before" "$after" >&2; then
 fi
 log "pip freeze unchanged by 'pip install -e .' ($(wc -l < "$after") distributions)"
 
-"$VPY" - <<'EOF' || die "mmcv's ops or an OpenMMLab package do not load"
-import mmcv, mmcv._ext, torch
-from mmcv.ops import nms
-nms(torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]]), torch.tensor([0.9, 0.8]), 0.5)
+mmcv_ok || die "mmcv's ops do not load (mmcv._ext)"
+"$VPY" - <<'EOF' || die "an OpenMMLab package does not import"
+import torch, mmcv
 import mmdet, mmengine, mmpretrain, mmseg, numpy, torchvision, mmlinattn
 print('[install-compat] stack: ' + ', '.join(f'{m.__name__} {m.__version__}' for m in (
     torch, torchvision, mmcv, mmengine, mmdet, mmseg, mmpretrain, numpy)), file=__import__('sys').stderr)
