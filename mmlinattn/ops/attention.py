@@ -8,14 +8,27 @@ Every attention has three forms:
 
 The formulas are in docs/design.md, section 1. ``scale`` defaults to ``d ** -0.5``.
 
-Low precision: the linear attentions accumulate their d x d state and normalisers in float32 (autocast
-is switched off inside and half inputs are promoted); the result comes back in the input dtype.
+Low precision: the linear attentions accumulate their d x d state and normalisers in float32
+(autocast is switched off inside and half inputs are promoted); the result comes back in the input
+dtype.
+
+Gradients: in eager, the InLine and MALA cores run as autograd Functions (:mod:`.grad`) that save
+q, k, v and the small states and form the backward as GEMMs; under a jit trace, ``torch.compile``
+or ``torch.export`` they run as plain tensor ops (the same forward).
 """
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from .grad import (
+    InlineAttentionFunction,
+    MalaAttentionFunction,
+    inline_forward,
+    key_pass,
+    mala_forward,
+    query_pass,
+)
 from .kernels import apply_rope, elu_plus_one, get_kernel
 
 Tensor = torch.Tensor
@@ -30,7 +43,8 @@ def _check_qkv(q: Tensor, k: Tensor, v: Optional[Tensor] = None) -> None:
     if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f'q {tuple(q.shape)} and k {tuple(k.shape)} disagree on B, h or d')
     if v is not None and (v.dim() != 4 or v.shape[:3] != k.shape[:3]):
-        raise ValueError(f'v {tuple(v.shape)} must be (B, h, N, d_v) with the B, h, N of k {tuple(k.shape)}')
+        raise ValueError(f'v {tuple(v.shape)} must be (B, h, N, d_v) with the B, h, N of k '
+                         f'{tuple(k.shape)}')
 
 
 def _batch_flat(*tensors: Tensor):
@@ -58,37 +72,6 @@ def _needs_grad(*tensors: Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _key_pass(k: Tensor, v: Tensor, phi, step: int, rope: RopeTables = None):
-    """Pass 1 over the keys: sum_j phi~(k_j)^T v_j (d x dv), sum_j phi(k_j), sum_j v_j."""
-    n = k.shape[-2]
-    kv = sum_k = sum_v = None
-    # one pass over the whole sequence without slicing when it fits one step (always while
-    # exporting: a loop over a symbolic N would fix N to the example's)
-    spans = [slice(None)] if step >= n else [slice(i, i + step) for i in range(0, n, step)]
-    for span in spans:
-        phk, vc = phi(k[..., span, :]), v[..., span, :]
-        sk, sv = phk.sum(dim=-2, keepdim=True), vc.sum(dim=-2, keepdim=True)
-        if rope is not None:
-            phk = apply_rope(phk, rope[0][span], rope[1][span])
-        kvc = torch.matmul(phk.transpose(-2, -1), vc)
-        if kv is None:
-            kv, sum_k, sum_v = kvc, sk, sv
-        else:
-            kv, sum_k, sum_v = kv + kvc, sum_k + sk, sum_v + sv
-    return kv, sum_k, sum_v
-
-
-def _query_pass(q: Tensor, step: int, dv: int, fn) -> Tensor:
-    """Pass 2 over the queries: ``fn(q_chunk, start) -> out_chunk``, concatenated along N."""
-    n = q.shape[-2]
-    if step >= n:
-        return fn(q, 0)
-    out = q.new_empty(q.shape[:-1] + (dv,))
-    for i in range(0, n, step):
-        out[..., i:i + step, :] = fn(q[..., i:i + step, :], i)
-    return out
-
-
 def _step(n: int, *tensors: Tensor) -> int:
     """Chunk length along N: the whole sequence with autograd, and while ``torch.export`` (and so
     ``torch.onnx.export``) traces, where the loop would unroll at the example's N and compare a
@@ -99,6 +82,14 @@ def _step(n: int, *tensors: Tensor) -> int:
     return CHUNK_TOKENS
 
 
+def _use_function(*tensors: Tensor) -> bool:
+    """Autograd through the cores' Functions (:mod:`.grad`): when a gradient is needed, in eager
+    only. A jit trace (the FLOP counter's) would see one opaque node instead of the products, and
+    ``torch.compile`` / ``torch.export`` derive their own backward from the traced forward."""
+    return (_needs_grad(*tensors) and not torch.jit.is_tracing()
+            and not torch.compiler.is_compiling() and not torch.compiler.is_exporting())
+
+
 # --------------------------------------------------------------------------------------------------
 # InLine attention
 # --------------------------------------------------------------------------------------------------
@@ -107,8 +98,8 @@ def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
     """Injective linear attention, linear time, O(N d^2).
 
     ``out = phi(Q) [ (s/N) phi(K)^T V - s mean(phi(K))^T mean(V) ] + mean(V)`` with ``s = scale``,
-    which is the paper form ``phi(Q) kv + (1 - s phi(Q) mean(phi(K))^T) mean(V)`` with the rank-one term
-    folded into the d x d state, so the whole output is one batched GEMM plus a broadcast add.
+    which is the paper form ``phi(Q) kv + (1 - s phi(Q) mean(phi(K))^T) mean(V)`` with the rank-one
+    term folded into the d x d state, so the whole output is one batched GEMM plus a broadcast add.
     """
     _check_qkv(q, k, v)
     s = _scale(q, scale)
@@ -116,19 +107,11 @@ def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
         q, k, v = _float32(q, k, v)
-        b, h, n, d = q.shape
-        step = _step(n, q, k, v)
-        kv, sum_k, sum_v = _key_pass(k, v, phi, step)
-        mean_v = sum_v / n
-        # state = (s/N) phi(K)^T V - s mean(phi(K))^T mean(V)   (d x dv)
-        state = (kv - sum_k.transpose(-2, -1) * mean_v) * (s / n)
-
-        def chunk(qc, _):
-            nc = qc.shape[-2]
-            out = torch.baddbmm(mean_v.reshape(b * h, 1, -1), phi(qc).reshape(b * h, nc, d),
-                                state.reshape(b * h, d, -1))
-            return out.reshape(b, h, nc, -1)
-        return _query_pass(q, step, v.shape[-1], chunk).to(out_dtype)
+        if _use_function(q, k, v):
+            out = InlineAttentionFunction.apply(q, k, v, kernel, s, CHUNK_TOKENS)
+        else:
+            out = inline_forward(q, k, v, phi, s, _step(q.shape[-2], q, k, v))[0]
+        return out.to(out_dtype)
 
 
 def inline_attention_matrix(q: Tensor, k: Tensor, kernel: str = 'identity',
@@ -153,44 +136,27 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
                    gamma: bool = True) -> Tensor:
     """Magnitude-aware linear attention with phi = ELU + 1, linear time.
 
-    ``z = s phi(q) mean(phi(K))^T``; ``out = (phi~(q) (s/N) phi~(K)^T V) * beta - gamma``-term, with
-    ``beta = 1 + 1/(z + eps)`` and the gamma term ``z * mean(V)``. ``phi~`` is phi followed by the 2-D
-    RoPE given as ``rope=(sin, cos)`` tables of shape (N, d); z always uses the un-rotated features,
-    as the authors' released code does. ``beta=False`` / ``gamma=False`` give the paper's ablations
-    (beta = 1, gamma = 0).
+    ``z = s phi(q) mean(phi(K))^T``; ``out = (phi~(q) (s/N) phi~(K)^T V) * beta - gamma``-term,
+    with ``beta = 1 + 1/(z + eps)`` and the gamma term ``z * mean(V)``. ``phi~`` is phi followed by
+    the 2-D RoPE given as ``rope=(sin, cos)`` tables of shape (N, d); z always uses the un-rotated
+    features, as the authors' released code does. ``beta=False`` / ``gamma=False`` give the paper's
+    ablations (beta = 1, gamma = 0).
     """
     _check_qkv(q, k, v)
     s = _scale(q, scale)
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
         q, k, v = _float32(q, k, v)
-        n = q.shape[-2]
-        grad = _needs_grad(q, k, v)
-        step = _step(n, q, k, v)
         if rope is not None:
             rope = tuple(t.to(q.dtype) for t in rope)
-        kv, sum_k, sum_v = _key_pass(k, v, elu_plus_one, step, rope)
-        mean_v = sum_v / n
-        kv = kv * (s / n)
-        zvec = sum_k.transpose(-2, -1) * (s / n)  # s mean(phi(K))^T, (d x 1)
-
-        def chunk(qc, i):
-            phq = elu_plus_one(qc)
-            # z from the un-rotated phi(q), in its own (d x 1) product: measured faster than one
-            # GEMM over the concatenated [kv | zvec] (d+1 columns), eager and compiled
-            z = torch.matmul(phq, zvec)
-            if rope is not None:
-                phq = apply_rope(phq, rope[0][i:i + qc.shape[-2]], rope[1][i:i + qc.shape[-2]])
-            num = torch.matmul(phq, kv)
-            if not grad:  # same math, in place: fewer passes over the (chunk x d) tensors
-                if beta:
-                    num = num.mul_(z.add(eps).reciprocal_().add_(1.0))
-                return num.addcmul_(z, mean_v, value=-1.0) if gamma else num
-            out = num * (1.0 + 1.0 / (z + eps)) if beta else num
-            if gamma:
-                out = torch.addcmul(out, z, mean_v, value=-1.0)
-            return out
-        return _query_pass(q, step, v.shape[-1], chunk).to(out_dtype)
+        if _use_function(q, k, v) and not (rope is not None and _needs_grad(*rope)):
+            sin, cos = (None, None) if rope is None else rope
+            out = MalaAttentionFunction.apply(q, k, v, sin, cos, s, eps, beta, gamma,
+                                              CHUNK_TOKENS)
+        else:
+            step = _step(q.shape[-2], q, k, v)
+            out = mala_forward(q, k, v, s, rope, eps, beta, gamma, step)[0]
+        return out.to(out_dtype)
 
 
 def mala_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,
@@ -229,16 +195,17 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'relu',
         q, k, v = _float32(q, k, v)
         n = q.shape[-2]
         step = _step(n, q, k, v)
-        kv, sum_k, _ = _key_pass(k, v, phi, step)
+        kv, sum_k, _ = key_pass(k, v, phi, step)
         state = torch.cat([kv, sum_k.transpose(-2, -1)], dim=-1)
 
         def chunk(qc, _):
             num_z = torch.matmul(phi(qc), state)
             return num_z[..., :-1] / (num_z[..., -1:] + eps)
-        return _query_pass(q, step, v.shape[-1], chunk).to(out_dtype)
+        return query_pass(q, step, v.shape[-1], chunk).to(out_dtype)
 
 
-def linear_attention_matrix(q: Tensor, k: Tensor, kernel: str = 'relu', eps: float = 1e-6) -> Tensor:
+def linear_attention_matrix(q: Tensor, k: Tensor, kernel: str = 'relu',
+                            eps: float = 1e-6) -> Tensor:
     _check_qkv(q, k)
     phi = get_kernel(kernel)
     a = torch.matmul(phi(q), phi(k).transpose(-2, -1))
@@ -275,8 +242,8 @@ def _flash_layout(q: Tensor, k: Tensor, v: Tensor, attn_bias: Optional[Tensor]):
     The kernel wants 4-D tensors with a contiguous last dim: extra dims between B and the heads
     (Swin's windows, (B, nW, h, N, d)) are folded into the heads, so that a bias without B,
     (nW, h, N, M) or (h, N, M), broadcasts over B as (1, nW*h, N, M) with no copy per image; a
-    strided last dim (MAViT's heads come out of one channels-first projection) is made contiguous, one
-    pass over (N x d) instead of the math path's (N x M).
+    strided last dim (MAViT's heads come out of one channels-first projection) is made contiguous,
+    one pass over (N x d) instead of the math path's (N x M).
     """
     if q.dim() > 4:
         b, mid = q.shape[0], q.shape[1:-2]

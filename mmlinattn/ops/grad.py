@@ -1,0 +1,278 @@
+"""The linear-time InLine and MALA cores: their forward passes and a backward written as GEMMs.
+
+Plain autograd through the cores saves every (N x d) intermediate (phi(K), phi(Q), the rotated
+copies, num, ...) and replays an elementwise pass per op. The autograd Functions here save q, k, v
+and the small states only, recompute phi and the rotation in the backward, and form the gradients
+as batched products of the (N x d) tensors with (d x d) / (d x 1) states.
+
+Notation per (batch, head): P = phi(Q), K' = phi(K) (N x d), V (N x dv), G = dL/dout (N x dv),
+c = s / N, 1 the column of N ones; R the per-token RoPE rotation ``x cos + rot(x) sin``, whose
+adjoint is ``R^T y = y cos - rot(y sin)`` (``rot`` is a quarter turn of each channel pair, so
+``rot^T = -rot``).
+
+InLine, forward ``out = P S + 1 m`` with ``m = 1^T V / N`` and
+``S = c (K'^T V - (1^T K')^T m)``. Backward::
+
+    dS = P^T G                          dm = 1^T G - c (1^T K') dS
+    dP = G S^T                          dK' = c (V - 1 m) dS^T  = c V dS^T - 1 (c m dS^T)
+    dV = c K' dS + 1 dm / N             dQ = dP * phi'(Q),  dK = dK' * phi'(K)
+
+MALA (phi = ELU + 1, phi' = min(phi, 1)), forward with ``kv = c (R K')^T V``, ``w = c (1^T K')^T``
+(d x 1), ``z = P w``, ``b = 1 + 1 / (z + eps)`` (or 1), ``num = (R P) kv`` and
+``out = b * num - z m`` (gamma term optional). Backward, with ``M = G kv^T`` (N x d)::
+
+    db = rowsum((R P) * M)              dz = -db / (z + eps)^2 - G m^T      (N x 1)
+    dkv = (R P)^T (b * G)               dw = P^T dz                           (d x 1)
+    dP = R^T(b * M) + dz w^T            dm = -z^T G
+    dV = c (R K') dkv + 1 dm / N        dK' = R^T(c V dkv^T) + 1 c dw^T
+    dQ = dP * phi'(Q),  dK = dK' * phi'(K)
+
+(``b * num = (R P) kv`` scaled per row, so ``db_i = G_i . num_i = (R P)_i . M_i``: num is never
+stored.) The forward runs without autograd, so it takes the chunked, in-place inference path.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from .kernels import apply_rope, elu_plus_one, get_kernel
+
+Tensor = torch.Tensor
+RopeTables = Optional[Tuple[Tensor, Tensor]]
+
+
+def key_pass(k: Tensor, v: Tensor, phi, step: int, rope: RopeTables = None):
+    """Pass 1 over the keys: sum_j phi~(k_j)^T v_j (d x dv), sum_j phi(k_j), sum_j v_j."""
+    n = k.shape[-2]
+    kv = sum_k = sum_v = None
+    # one pass over the whole sequence without slicing when it fits one step (always while
+    # exporting: a loop over a symbolic N would fix N to the example's)
+    spans = [slice(None)] if step >= n else [slice(i, i + step) for i in range(0, n, step)]
+    for span in spans:
+        phk, vc = phi(k[..., span, :]), v[..., span, :]
+        sk, sv = phk.sum(dim=-2, keepdim=True), vc.sum(dim=-2, keepdim=True)
+        if rope is not None:
+            phk = apply_rope(phk, rope[0][span], rope[1][span])
+        kvc = torch.matmul(phk.transpose(-2, -1), vc)
+        if kv is None:
+            kv, sum_k, sum_v = kvc, sk, sv
+        else:
+            kv, sum_k, sum_v = kv + kvc, sum_k + sk, sum_v + sv
+    return kv, sum_k, sum_v
+
+
+def query_pass(q: Tensor, step: int, dv: int, fn) -> Tensor:
+    """Pass 2 over the queries: ``fn(q_chunk, start) -> out_chunk``, concatenated along N."""
+    n = q.shape[-2]
+    if step >= n:
+        return fn(q, 0)
+    out = q.new_empty(q.shape[:-1] + (dv,))
+    for i in range(0, n, step):
+        out[..., i:i + step, :] = fn(q[..., i:i + step, :], i)
+    return out
+
+
+def _bmm(a: Tensor, w: Tensor, bias: Optional[Tensor] = None, alpha: float = 1.0) -> Tensor:
+    """``bias + alpha * a @ w`` for (..., N, m) @ (..., m, e) with a (..., 1, e) bias row: one
+    batched GEMM (the bias is the GEMM's C operand)."""
+    if bias is None:
+        return torch.matmul(a, w * alpha if alpha != 1.0 else w)
+    lead, n = a.shape[:-2], a.shape[-2]
+    out = torch.baddbmm(bias.reshape(-1, 1, bias.shape[-1]), a.reshape(-1, n, a.shape[-1]),
+                        w.reshape(-1, *w.shape[-2:]), alpha=alpha)
+    return out.reshape(*lead, n, -1)
+
+
+def inline_forward(q: Tensor, k: Tensor, v: Tensor, phi, s: float, step: int):
+    """InLine's output and its states (state S, mean(V), sum phi(K))."""
+    b, h, n, d = q.shape
+    kv, sum_k, sum_v = key_pass(k, v, phi, step)
+    mean_v = sum_v / n
+    # state = (s/N) phi(K)^T V - s mean(phi(K))^T mean(V)   (d x dv)
+    state = (kv - sum_k.transpose(-2, -1) * mean_v) * (s / n)
+
+    def chunk(qc, _):
+        nc = qc.shape[-2]
+        out = torch.baddbmm(mean_v.reshape(b * h, 1, -1), phi(qc).reshape(b * h, nc, d),
+                            state.reshape(b * h, d, -1))
+        return out.reshape(b, h, nc, -1)
+    return query_pass(q, step, v.shape[-1], chunk), state, mean_v, sum_k
+
+
+def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, eps: float,
+                 beta: bool, gamma: bool, step: int, keep_z: bool = False):
+    """MALA's output, its states (kv, w = s mean(phi(K))^T, mean(V)) and, if ``keep_z``, z."""
+    n = q.shape[-2]
+    inplace = not torch.is_grad_enabled()
+    kv, sum_k, sum_v = key_pass(k, v, elu_plus_one, step, rope)
+    mean_v = sum_v / n
+    kv = kv * (s / n)
+    zvec = sum_k.transpose(-2, -1) * (s / n)  # s mean(phi(K))^T, (d x 1)
+    zs = []
+
+    def chunk(qc, i):
+        phq = elu_plus_one(qc)
+        # z from the un-rotated phi(q), in its own (d x 1) product: measured faster than one
+        # GEMM over the concatenated [kv | zvec] (d+1 columns), eager and compiled
+        z = torch.matmul(phq, zvec)
+        if keep_z:
+            zs.append(z)
+        if rope is not None:
+            phq = apply_rope(phq, rope[0][i:i + qc.shape[-2]], rope[1][i:i + qc.shape[-2]])
+        num = torch.matmul(phq, kv)
+        if inplace:  # same math, in place: fewer passes over the (chunk x d) tensors
+            if beta:
+                num = num.mul_(z.add(eps).reciprocal_().add_(1.0))
+            return num.addcmul_(z, mean_v, value=-1.0) if gamma else num
+        out = num * (1.0 + 1.0 / (z + eps)) if beta else num
+        if gamma:
+            out = torch.addcmul(out, z, mean_v, value=-1.0)
+        return out
+    out = query_pass(q, step, v.shape[-1], chunk)
+    z = (zs[0] if len(zs) == 1 else torch.cat(zs, dim=-2)) if keep_z else None
+    return out, kv, zvec, mean_v, z
+
+
+def _elu1(x: Tensor, out: Optional[Tensor] = None):
+    """phi(x) = ELU(x) + 1 = relu(x) + e and its slope phi'(x) = e = exp(min(x, 0)), four passes."""
+    e = x.clamp(max=0).exp_()
+    return torch.add(x.clamp(min=0), e, out=out), e
+
+
+def _phi_and_slope(kernel: str, x: Tensor):
+    """phi(x) and what :func:`_times_dphi` needs besides x (the slope tensor for 'elu' / 'exp')."""
+    if kernel == 'elu':
+        return _elu1(x)
+    phx = get_kernel(kernel)(x)
+    return phx, phx if kernel == 'exp' else None
+
+
+def _times_dphi(grad: Tensor, x: Tensor, slope: Optional[Tensor], kernel: str) -> Tensor:
+    """``grad * phi'(x)`` in one pass (``grad`` is overwritten). For 'exp' (phi' = 0.2 phi) the
+    0.2 is folded into the caller's GEMM (:data:`_DPHI_SCALE`)."""
+    if kernel == 'relu':
+        return torch.ops.aten.threshold_backward(grad, x, 0)
+    if kernel == 'leakyrelu':
+        return torch.ops.aten.leaky_relu_backward(grad, x, 0.01, False)
+    return grad if slope is None else grad.mul_(slope)  # identity; exp and elu
+
+
+_DPHI_SCALE = {'exp': 0.2}
+
+
+def inline_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, state: Tensor, mean_v: Tensor,
+                    sum_k: Tensor, kernel: str, s: float):
+    f = _DPHI_SCALE.get(kernel, 1.0)
+    n = q.shape[-2]
+    c = s / n
+    pq, slope = _phi_and_slope(kernel, q)
+    ds = torch.matmul(pq.transpose(-2, -1), g)                      # d x dv
+    dmean = g.sum(dim=-2, keepdim=True) - c * torch.matmul(sum_k, ds)
+    dq = _times_dphi(torch.matmul(g, state.transpose(-2, -1) * f), q, slope, kernel)
+    pk, slope = _phi_and_slope(kernel, k)
+    dv = _bmm(pk, ds, dmean / n, alpha=c)
+    dk = _bmm(v, ds.transpose(-2, -1), torch.matmul(mean_v, ds.transpose(-2, -1)) * (-c * f),
+              alpha=c * f)
+    return dq, _times_dphi(dk, k, slope, kernel), dv
+
+
+def _rope_adjoint(y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
+    """R^T y = y cos - rot(y sin): the transpose of :func:`apply_rope`'s per-token rotation
+    (-rot turns each pair (a, b) into (b, -a))."""
+    pairs = (y * sin).unflatten(-1, (-1, 2))
+    return torch.addcmul(torch.stack((pairs[..., 1], -pairs[..., 0]), dim=-1).flatten(-2), y, cos)
+
+
+def mala_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, kv: Tensor, zvec: Tensor,
+                  mean_v: Tensor, z: Optional[Tensor], rope: RopeTables, s: float, eps: float,
+                  beta: bool, gamma: bool):
+    """The formulas of the module docstring with the (N x 1) terms folded into the GEMMs:
+    A = [P | -z / b] (phi(q) written into A's first d columns), B = [b * G | dz], then
+    A^T B = [[dkv, dw], [dm, .]] and dP = B [kv^T ; w^T] (without RoPE: two GEMMs for five
+    products)."""
+    n, d, dv = q.shape[-2], q.shape[-1], v.shape[-1]
+    c = s / n
+    buf_a = q.new_empty(q.shape[:-1] + (d + 1,))
+    pq, slope = _elu1(q, out=buf_a[..., :d])
+    pqr = pq if rope is None else apply_rope(pq, *rope)
+    b = dz = None
+    if beta:
+        gm = torch.matmul(g, torch.cat([kv, mean_v], dim=-2).transpose(-2, -1))  # [G kv^T | G m^T]
+        r = (z + eps).reciprocal_()
+        dz = torch.linalg.vecdot(pqr, gm[..., :d]).unsqueeze(-1).mul_(r * r).neg_()
+        b = r.add_(1.0)
+        if gamma:
+            dz.sub_(gm[..., d:])
+    elif gamma:
+        dz = torch.matmul(g, mean_v.transpose(-2, -1)).neg_()
+    buf_b = g.new_empty(g.shape[:-1] + (dv + 1,))
+    if b is None:
+        buf_b[..., :dv] = g
+    else:
+        torch.mul(g, b, out=buf_b[..., :dv])
+    buf_b[..., dv:] = 0.0 if dz is None else dz
+    buf_a[..., d:] = -z / b if gamma and beta else (-z if gamma else 0.0)
+    if rope is None:
+        prods = torch.matmul(buf_a.transpose(-2, -1), buf_b)         # [[dkv, dw], [dm, .]]
+        dkv, dzvec = prods[..., :d, :dv], prods[..., :d, dv:]
+        dp = torch.matmul(buf_b, torch.cat([kv, zvec], dim=-1).transpose(-2, -1))
+    else:
+        prods = torch.matmul(torch.cat([pqr, buf_a[..., d:]], dim=-1).transpose(-2, -1),
+                             buf_b[..., :dv])                      # [[dkv], [dm]]
+        dkv = prods[..., :d, :]
+        dzvec = torch.matmul(pq.transpose(-2, -1), buf_b[..., dv:])
+        dp = _rope_adjoint(torch.matmul(buf_b[..., :dv], kv.transpose(-2, -1)), *rope)
+        dp.addcmul_(buf_b[..., dv:], zvec.transpose(-2, -1))
+    dmean = prods[..., d:, :dv] if gamma else None
+    dq = dp.mul_(slope)
+    pk, slope = _elu1(k)
+    pkr = pk if rope is None else apply_rope(pk, *rope)
+    dv_ = _bmm(pkr, dkv, None if dmean is None else dmean / n, alpha=c)
+    row = dzvec.transpose(-2, -1) * c if dz is not None else None  # 1 x d
+    if rope is None:
+        dk = _bmm(v, dkv.transpose(-2, -1), row, alpha=c)
+    else:
+        dk = _rope_adjoint(_bmm(v, dkv.transpose(-2, -1), alpha=c), *rope)
+        if row is not None:
+            dk.add_(row)
+    return dq, dk.mul_(slope), dv_
+
+
+class InlineAttentionFunction(torch.autograd.Function):
+    """InLine's core with the backward above: ``apply(q, k, v, kernel, scale, step)``."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, kernel: str, scale: float, step: int):
+        out, state, mean_v, sum_k = inline_forward(q, k, v, get_kernel(kernel), scale, step)
+        ctx.save_for_backward(q, k, v, state, mean_v, sum_k)
+        ctx.kernel, ctx.scale = kernel, scale
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        grads = inline_backward(g, *ctx.saved_tensors, ctx.kernel, ctx.scale)
+        return (*grads, None, None, None)
+
+
+class MalaAttentionFunction(torch.autograd.Function):
+    """MALA's core with the backward above:
+    ``apply(q, k, v, sin, cos, scale, eps, beta, gamma, step)`` (sin = cos = None: no RoPE)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sin, cos, scale: float, eps: float, beta: bool, gamma: bool,
+                step: int):
+        rope = None if sin is None else (sin, cos)
+        out, kv, zvec, mean_v, z = mala_forward(q, k, v, scale, rope, eps, beta, gamma, step,
+                                                keep_z=beta or gamma)
+        ctx.save_for_backward(q, k, v, kv, zvec, mean_v, z, sin, cos)
+        ctx.options = (scale, eps, beta, gamma)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        q, k, v, kv, zvec, mean_v, z, sin, cos = ctx.saved_tensors
+        rope = None if sin is None else (sin, cos)
+        grads = mala_backward(g, q, k, v, kv, zvec, mean_v, z, rope, *ctx.options)
+        return (*grads, None, None, None, None, None, None, None)

@@ -1,0 +1,171 @@
+"""The InLine and MALA cores' autograd Functions (mmlinattn/ops/grad.py): their backward against
+finite differences (gradcheck) and, through the public functions, against autograd through the
+quadratic references, for every option the forward takes."""
+import itertools
+
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+from mmlinattn.ops import (
+    inline_attention,
+    inline_attention_reference,
+    mala_attention,
+    mala_attention_reference,
+    rope_angles,
+    rope_sin_cos,
+)
+from mmlinattn.ops.grad import InlineAttentionFunction, MalaAttentionFunction
+
+KERNELS = ['identity', 'relu', 'leakyrelu', 'exp', 'elu']
+D64 = dict(dtype=torch.float64)
+HW = (3, 4)  # N = 12 tokens
+D, DV = 8, 6
+
+
+def _qkv(b=2, h=2, n=HW[0] * HW[1], d=D, dv=DV, dtype=torch.float64):
+    q, k = (torch.randn(b, h, n, d, dtype=dtype) for _ in range(2))
+    return q, k, torch.randn(b, h, n, dv, dtype=dtype)
+
+
+def _rope(kind, n=HW[0] * HW[1], d=D):
+    if kind is None:
+        return None
+    if kind == 'tables':
+        return rope_sin_cos(HW, rope_angles(d, dtype=torch.float64))
+    # any (N, d) tables, not only pair-equal sines: the backward uses the exact adjoint
+    return torch.randn(n, d, **D64), torch.randn(n, d, **D64)
+
+
+def _grads_match(fn, ref, inputs, atol=1e-9):
+    """Gradients of ``fn`` and of ``ref`` for one random upstream gradient; the inputs untouched."""
+    xs = [t.detach().clone().requires_grad_(True) for t in inputs]
+    ys = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out, expected = fn(*xs), ref(*ys)
+    g = torch.randn_like(expected)
+    got = torch.autograd.grad(out, xs, g)
+    want = torch.autograd.grad(expected, ys, g)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=atol)
+    for x, t in zip(xs, inputs):
+        assert torch.equal(x.detach(), t)
+    return out
+
+
+@pytest.mark.parametrize('kernel', KERNELS)
+@pytest.mark.parametrize('scale', [0.35, 1.3])
+@pytest.mark.parametrize('step', [5, 64])  # the forward in chunks, and in one piece
+def test_inline_function_gradcheck(kernel, scale, step):
+    q, k, v = (t.requires_grad_(True) for t in _qkv(b=1, n=9, d=4, dv=3))
+    assert gradcheck(lambda q, k, v: InlineAttentionFunction.apply(q, k, v, kernel, scale, step),
+                     (q, k, v))
+
+
+@pytest.mark.parametrize('rope', [None, 'tables', 'random'])
+@pytest.mark.parametrize('beta,gamma', list(itertools.product([True, False], repeat=2)))
+@pytest.mark.parametrize('eps,step', [(1e-6, 5), (0.5, 64)])
+def test_mala_function_gradcheck(rope, beta, gamma, eps, step):
+    q, k, v = (t.requires_grad_(True) for t in _qkv(b=1, n=12, d=4, dv=3))
+    tables = _rope(rope, n=12, d=4)
+    sin, cos = (None, None) if tables is None else tables
+    assert gradcheck(
+        lambda q, k, v: MalaAttentionFunction.apply(q, k, v, sin, cos, 0.6, eps, beta, gamma, step),
+        (q, k, v))
+
+
+@pytest.mark.parametrize('kernel', KERNELS)
+@pytest.mark.parametrize('scale', [None, 0.9])
+def test_inline_grads_equal_the_quadratic_reference(kernel, scale):
+    out = _grads_match(lambda q, k, v: inline_attention(q, k, v, kernel=kernel, scale=scale),
+                       lambda q, k, v: inline_attention_reference(q, k, v, kernel, scale), _qkv())
+    assert type(out.grad_fn).__name__ == 'InlineAttentionFunctionBackward'
+
+
+@pytest.mark.parametrize('rope', [None, 'tables', 'random'])
+@pytest.mark.parametrize('beta,gamma', list(itertools.product([True, False], repeat=2)))
+@pytest.mark.parametrize('eps', [1e-6, 0.25])
+def test_mala_grads_equal_the_quadratic_reference(rope, beta, gamma, eps):
+    tables = _rope(rope)
+    opts = dict(rope=tables, eps=eps, beta=beta, gamma=gamma)
+    out = _grads_match(lambda q, k, v: mala_attention(q, k, v, **opts),
+                       lambda q, k, v: mala_attention_reference(q, k, v, **opts), _qkv())
+    assert type(out.grad_fn).__name__ == 'MalaAttentionFunctionBackward'
+
+
+def test_mala_rope_tables_with_grad_take_plain_autograd():
+    """Tables that need a gradient (none of ours do) fall back to autograd through the ops."""
+    sin, cos = (t.requires_grad_(True) for t in _rope('random'))
+    q, k, v = (t.requires_grad_(True) for t in _qkv())
+    out = mala_attention(q, k, v, rope=(sin, cos))
+    ref = mala_attention_reference(q, k, v, rope=(sin, cos))
+    g = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v, sin, cos), g),
+                    torch.autograd.grad(ref, (q, k, v, sin, cos), g)):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize('core', ['inline', 'mala'])
+def test_backward_saves_q_k_v_and_small_states_only(core):
+    """No (N x d) intermediate is kept for the backward: the only (N x >1) tensors saved are the
+    inputs themselves (MALA adds z, N x 1)."""
+    q, k, v = (t.requires_grad_(True) for t in _qkv(n=64))
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if core == 'inline':
+            out = inline_attention(q, k, v, kernel='elu')
+        else:
+            out = mala_attention(q, k, v, rope=_rope('random', n=64))
+    big = [t for t in saved if t.dim() == 4 and t.shape[-2] == 64 and t.shape[-1] > 1]
+    assert len(big) == 3 and all(any(t is x for x in (q, k, v)) for t in big)
+    out.sum().backward()
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('core', ['inline', 'mala'])
+def test_half_inputs_promoted_output_and_grads_in_their_dtype(dtype, core):
+    q64, k64, v64 = _qkv()
+    fn = inline_attention if core == 'inline' else mala_attention
+    ref = inline_attention_reference if core == 'inline' else mala_attention_reference
+    q, k, v = (t.to(dtype).requires_grad_(True) for t in (q64, k64, v64))
+    out = fn(q, k, v)
+    assert out.dtype == dtype
+    g = torch.randn(out.shape, **D64)
+    out.backward(g.to(dtype))
+    xs = [t.to(dtype).double().requires_grad_(True) for t in (q64, k64, v64)]
+    want = torch.autograd.grad(ref(*xs), xs, g.to(dtype).double())
+    for x, w in zip((q, k, v), want):
+        assert x.grad.dtype == dtype
+        torch.testing.assert_close(x.grad.double(), w, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize('core', ['inline', 'mala'])
+def test_autocast_float32_inputs(core):
+    """Under CPU autocast (bfloat16) the cores still compute in float32, backward included."""
+    q, k, v = (t.float().requires_grad_(True) for t in _qkv())
+    fn = inline_attention if core == 'inline' else mala_attention
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = fn(q, k, v)
+    assert out.dtype == torch.float32
+    out.sum().backward()
+    xs = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    ref = inline_attention_reference if core == 'inline' else mala_attention_reference
+    want = torch.autograd.grad(ref(*xs).sum(), xs)
+    for x, w in zip((q, k, v), want):
+        assert x.grad.dtype == torch.float32
+        torch.testing.assert_close(x.grad.double(), w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.filterwarnings('ignore::torch.jit.TracerWarning', 'ignore::FutureWarning')
+@pytest.mark.parametrize('core', ['inline', 'mala'])
+def test_jit_trace_sees_the_products_not_one_python_op(core):
+    """The FLOP counter traces with jit: with gradients on, the products must stay visible."""
+    q, k, v = (t.float().requires_grad_(True) for t in _qkv())
+    fn = inline_attention if core == 'inline' else mala_attention
+    graph = torch.jit.trace(fn, (q, k, v), check_trace=False).graph
+    kinds = {n.kind() for n in graph.nodes()}
+    assert 'prim::PythonOp' not in kinds
+    assert kinds & {'aten::matmul', 'aten::bmm', 'aten::baddbmm'}
