@@ -38,10 +38,12 @@ def _rope(kind, n=HW[0] * HW[1], d=D):
 
 
 def _grads_match(fn, ref, inputs, atol=1e-9):
-    """Gradients of ``fn`` and of ``ref`` for one random upstream gradient; the inputs untouched."""
+    """Outputs and gradients of ``fn`` and of ``ref`` (one random upstream gradient) agree; the
+    inputs are left untouched."""
     xs = [t.detach().clone().requires_grad_(True) for t in inputs]
     ys = [t.detach().clone().requires_grad_(True) for t in inputs]
     out, expected = fn(*xs), ref(*ys)
+    torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-10)
     g = torch.randn_like(expected)
     got = torch.autograd.grad(out, xs, g)
     want = torch.autograd.grad(expected, ys, g)
