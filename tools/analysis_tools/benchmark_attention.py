@@ -3,19 +3,26 @@
     python tools/analysis_tools/benchmark_attention.py                 # N = 1k .. 64k, h=4, d=32
     python tools/analysis_tools/benchmark_attention.py --tokens 1024 4096 --out work_dirs/bench
 
-For every N it prints the time of every core of the table (mmlinattn.ops.CORES: softmax runs SDPA,
-then plain linear, InLine, MALA and any core registered since), the ratio of each linear-time core to
-the *floor* (the two unavoidable matmuls K^T V and Q (K^T V) of the same shapes timed alone in the
-same run), and the peak memory of each; the JSON file also keeps the GFLOP/s of a large GEMM measured in
-the same run. Peak memory is what the op allocates on top of its inputs (torch profiler).
-A PNG plot and a JSON file go to --out.
+For every N it prints the time of every core of the table (mmlinattn.ops.CORES: softmax runs
+SDPA, then plain linear, InLine, MALA and any core registered since), the ratio of each linear-time
+core to the *floor* (the two unavoidable matmuls K^T V and Q (K^T V) of the same shapes timed alone
+in the same run), and the peak memory of each; the JSON file also keeps the GFLOP/s of a large GEMM
+measured in the same run. Peak memory is what the op allocates on top of its inputs (torch
+profiler). A PNG plot and a JSON file go to --out.
 
-``--repeats R`` times every op R times, the ops interleaved within each round, and adds a table of the
-ratios to the floor per round: best and median over the rounds (the spread of a noisy machine).
-``--compile`` adds the linear-time cores compiled with ``torch.compile`` (inductor, fused elementwise
-kernels around the GEMMs; compiled once per N, the compile time is not counted).
+``--repeats R`` times every op R times, the ops interleaved within each round, and adds a table of
+the ratios to the floor per round: best and median over the rounds (the spread of a noisy machine).
+``--compile`` adds the linear-time cores compiled with ``torch.compile`` (inductor, fused
+elementwise kernels around the GEMMs; compiled once per N, the compile time is not counted).
+
+``--train`` times forward + backward instead (gradients of q, k and v for one upstream gradient):
+every linear-time core next to the floor's forward + backward (the two products and their four
+gradient products), and the peak memory of the step; softmax is left out.
+
+    python tools/analysis_tools/benchmark_attention.py --train --repeats 3
 """
 import argparse
+import contextlib
 import json
 import os
 import os.path as osp
@@ -42,8 +49,8 @@ KERNELS = {'linear': 'elu'}
 
 
 def core_ops(q, k, v, compiled=None):
-    """name -> call, one per core of the table (softmax runs SDPA), plus ``<name>_c`` for the compiled
-    ones."""
+    """name -> call, one per core of the table (softmax runs SDPA), plus ``<name>_c`` for the
+    compiled ones."""
     ops = {}
     for name, core in CORES.items():
         kw = core.kwargs(kernel=KERNELS.get(name))
@@ -54,7 +61,8 @@ def core_ops(q, k, v, compiled=None):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--tokens', type=int, nargs='+',
                    default=[1024, 2048, 4096, 8192, 16384, 32768, 65536])
     p.add_argument('--heads', type=int, default=4)
@@ -63,8 +71,12 @@ def main():
     p.add_argument('--softmax-max-tokens', type=int, default=32768,
                    help='skip softmax above this N (it is quadratic: 64k takes ~15 s a call)')
     p.add_argument('--threads', type=int, default=None)
-    p.add_argument('--repeats', type=int, default=1, help='timing rounds (best and median reported)')
-    p.add_argument('--compile', action='store_true', help='also time the linear-time cores compiled')
+    p.add_argument('--repeats', type=int, default=1,
+                   help='timing rounds (best and median reported)')
+    p.add_argument('--compile', action='store_true',
+                   help='also time the linear-time cores compiled')
+    p.add_argument('--train', action='store_true',
+                   help='time forward + backward (grads of q, k, v) of the linear-time cores')
     p.add_argument('--out', default='work_dirs/benchmark_attention')
     args = p.parse_args()
     if args.threads:
@@ -72,27 +84,33 @@ def main():
     torch.manual_seed(0)
     h, d, b = args.heads, args.head_dim, args.batch
     linear_cores = [n for n in CORES if n != 'softmax']
+    cores = linear_cores if args.train else list(CORES)
     compiled = ({n: torch.compile(CORES[n].linear, dynamic=False) for n in linear_cores}
                 if args.compile else None)
     ref_gflops = gemm_gflops()
-    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}')
-    print(f'reference GEMM 2048^3: {ref_gflops:.1f} GFLOP/s; B={b} h={h} d={d} fp32; cores: {list(CORES)}\n')
-    hdr = (f'{"N":>6} | {"floor":>8} ' + ' '.join(f'{n:>9}' for n in CORES) + ' | '
+    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, '
+          f'{platform.processor() or platform.machine()}')
+    mode = 'forward + backward' if args.train else 'forward, inference mode'
+    print(f'reference GEMM 2048^3: {ref_gflops:.1f} GFLOP/s; B={b} h={h} d={d} fp32; {mode}; '
+          f'cores: {cores}\n')
+    hdr = (f'{"N":>6} | {"floor":>8} ' + ' '.join(f'{n:>9}' for n in cores) + ' | '
            + ' '.join(f'{n[:6] + "/fl":>9}' for n in linear_cores) + ' | '
-           + ' '.join(f'{"MB " + n[:6]:>9}' for n in CORES))
+           + ' '.join(f'{"MB " + n[:6]:>9}' for n in cores))
     print(hdr)
     print('-' * len(hdr))
     rows = []
     for n in args.tokens:
-        q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
+        q, k, v = (torch.randn(b, h, n, d).requires_grad_(args.train) for _ in range(3))
 
         def floor():
             s = torch.matmul(k.transpose(-2, -1), v)
             return torch.matmul(q, s)
         ops = dict(floor=floor, **core_ops(q, k, v, compiled))
-        if n > args.softmax_max_tokens:
+        if n > args.softmax_max_tokens or args.train:
             ops.pop('softmax', None)
-        with torch.inference_mode():
+        if args.train:
+            ops = {name: train_step(fn, (q, k, v)) for name, fn in ops.items()}
+        with torch.inference_mode() if not args.train else contextlib.nullcontext():
             rounds = {name: [] for name in ops}
             for _ in range(args.repeats):
                 for name, fn in ops.items():
@@ -103,16 +121,16 @@ def main():
         flops_lin = 4 * b * h * n * d * d
         spread = {name: [t / f for t, f in zip(ts, rounds['floor'])] for name, ts in rounds.items()
                   if name != 'floor' and name != 'softmax'}
+        best_median = {k: [min(v), statistics.median(v)] for k, v in spread.items()}
         row = dict(N=n, time_s=times, peak_mb=mem, rounds_s=rounds,
-                   floor_ratio_best_median={k: [min(v), statistics.median(v)] for k, v in spread.items()},
-                   gflops_linear_ops=flops_lin / 1e9, gflops_sdpa=4 * b * h * n * n * d / 1e9,
-                   gemm_ref_gflops=ref_gflops)
+                   floor_ratio_best_median=best_median, gflops_linear_ops=flops_lin / 1e9,
+                   gflops_sdpa=4 * b * h * n * n * d / 1e9, gemm_ref_gflops=ref_gflops)
         rows.append(row)
         nan = float('nan')
         print(f'{n:>6} | {times["floor"] * 1e3:7.2f}m '
-              + ' '.join(f'{times.get(c, nan) * 1e3:8.2f}m' for c in CORES) + ' | '
+              + ' '.join(f'{times.get(c, nan) * 1e3:8.2f}m' for c in cores) + ' | '
               + ' '.join(f'{times[c] / times["floor"]:9.2f}' for c in linear_cores) + ' | '
-              + ' '.join(f'{mem.get(c, nan):9.1f}' for c in CORES))
+              + ' '.join(f'{mem.get(c, nan):9.1f}' for c in cores))
     names = list(rows[0]['floor_ratio_best_median'])
     print(f'\nratio to the floor over {args.repeats} round(s), best / median '
           f'(_c: torch.compile, inductor)')
@@ -121,22 +139,38 @@ def main():
         br = r['floor_ratio_best_median']
         print(f'{r["N"]:>6} | ' + ' | '.join(f'{br[n][0]:5.2f} / {br[n][1]:5.2f}' for n in names))
     os.makedirs(args.out, exist_ok=True)
-    with open(osp.join(args.out, 'benchmark_attention.json'), 'w') as f:
-        json.dump(dict(threads=torch.get_num_threads(), torch=torch.__version__, rows=rows), f, indent=1)
+    stem = 'benchmark_attention_train' if args.train else 'benchmark_attention'
+    with open(osp.join(args.out, stem + '.json'), 'w') as f:
+        json.dump(dict(threads=torch.get_num_threads(), torch=torch.__version__, train=args.train,
+                       rows=rows), f, indent=1)
     try:
-        plot(rows, osp.join(args.out, 'benchmark_attention.png'))
-        print(f'\nplot: {osp.join(args.out, "benchmark_attention.png")}')
+        plot(rows, osp.join(args.out, stem + '.png'), 'forward + backward' if args.train else '')
+        print(f'\nplot: {osp.join(args.out, stem + ".png")}')
     except ImportError:
         print('matplotlib not installed: no plot')
 
 
-def plot(rows, path):
+def train_step(fn, inputs):
+    """``fn`` then the gradients of its output with respect to ``inputs`` (one fixed upstream
+    gradient, made on the first call)."""
+    grad_out = []
+
+    def step():
+        out = fn()
+        if not grad_out:
+            grad_out.append(torch.randn_like(out))
+        return torch.autograd.grad(out, inputs, grad_out[0])
+    return step
+
+
+def plot(rows, path, what=''):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     styles = ['k-o', 'b-s', 'g-^', 'r-v', 'm-D', 'y-P', 'k-x']
-    for name, style in [(c, styles[i % len(styles)]) for i, c in enumerate(CORES)] + [('floor', 'c--')]:
+    named = [(c, styles[i % len(styles)]) for i, c in enumerate(CORES)] + [('floor', 'c--')]
+    for name, style in named:
         pts = [(r['N'], r['time_s'][name] * 1e3) for r in rows if name in r['time_s']]
         if pts:
             ax1.plot(*zip(*pts), style, label=name)
@@ -150,7 +184,7 @@ def plot(rows, path):
         ax.set_ylabel(lab)
         ax.grid(True, which='both', alpha=.3)
         ax.legend()
-    ax1.set_title('attention time, CPU fp32')
+    ax1.set_title(f'attention time{", " + what if what else ""}, CPU fp32')
     ax2.set_title('attention peak memory')
     fig.tight_layout()
     fig.savefig(path, dpi=110)
