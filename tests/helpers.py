@@ -1,8 +1,11 @@
 """Helpers shared by the tests: checkpoints laid out as the authors' releases, built from the authors'
 published key names and shapes (tests/data/authors_keys), never from our own modules."""
 import argparse
+import copy
 import json
+import os
 import os.path as osp
+import signal
 import sys
 import types
 from collections import OrderedDict
@@ -108,3 +111,49 @@ def read_last_checkpoint(work):
     """The path a work dir's ``last_checkpoint`` file names (read here as plain text: the oracle)."""
     with open(osp.join(str(work), 'last_checkpoint')) as f:
         return f.read().strip()
+
+
+def signal_after_iter(n: int, sig=signal.SIGTERM):
+    """A Runner hook that sends ``sig`` to this process once iteration ``n`` (1-based) has finished,
+    so that the iteration a preemption lands on is certain."""
+    from mmengine.hooks import Hook
+
+    class SignalAt(Hook):
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            if runner.iter + 1 == n:
+                os.kill(os.getpid(), sig)
+    return SignalAt()
+
+
+def resume_capture():
+    """``(hook, captured)``: register the hook at priority ``'LOWEST'``; its ``before_train`` runs
+    right after mmengine's load / resume and copies the Runner's iteration, weights, optimizer and
+    scheduler states into ``captured`` (deep copies: training goes on and updates them in place)."""
+    from mmengine.hooks import Hook
+    captured = {}
+
+    class ResumeCapture(Hook):
+        def before_train(self, runner):
+            captured['iter'] = runner.iter
+            captured['model'] = {k: v.clone() for k, v in runner.model.state_dict().items()}
+            captured['optim'] = copy.deepcopy(runner.optim_wrapper.state_dict())
+            captured['sched'] = copy.deepcopy([s.state_dict() for s in runner.param_schedulers])
+    return ResumeCapture(), captured
+
+
+def assert_resumed_from(captured, saved, optimizer: bool = True):
+    """The state :func:`resume_capture` recorded is the checkpoint ``saved`` (as ``torch.load``
+    returns it): its iteration and every weight; with ``optimizer``, the Adam(W) step and moments of
+    every parameter and the learning rates."""
+    assert captured['iter'] == saved['meta']['iter']
+    for k, v in saved['state_dict'].items():
+        assert torch.equal(captured['model'][k], v), k
+    if not optimizer:
+        return
+    state = captured['optim']['state']
+    assert state.keys() == saved['optimizer']['state'].keys()
+    for k, v in saved['optimizer']['state'].items():
+        for name in ('step', 'exp_avg', 'exp_avg_sq'):
+            assert torch.equal(torch.as_tensor(state[k][name]), torch.as_tensor(v[name])), (k, name)
+    assert [g['lr'] for g in captured['optim']['param_groups']] == \
+        [g['lr'] for g in saved['optimizer']['param_groups']]

@@ -2,7 +2,6 @@
 Ctrl-C during training (saves like SIGTERM; a second Ctrl-C stops at once), a work dir that cannot
 be written, and the preemption checkpoint counted in ``max_keep_ckpts``. On data and checkpoints the
 tests make (the toy sets, freshly built models)."""
-import copy
 import errno
 import os
 import os.path as osp
@@ -17,7 +16,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from helpers import make_toy_sets, read_last_checkpoint, toy_seg_options
+from helpers import (assert_resumed_from, make_toy_sets, read_last_checkpoint, resume_capture,
+                     signal_after_iter, toy_seg_options)
 from tools import test as test_tool
 from tools import train as train_tool
 
@@ -261,7 +261,6 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
     this test, so the iteration is certain): mmengine's rotation would keep iter_2 and iter_4, so
     the iter_5 of the preemption must replace iter_2. The resumed run starts at 5 and rotates on
     (iter_6, iter_8)."""
-    from mmengine.hooks import Hook
     from mmengine.runner import Runner
 
     from mmlinattn.hooks import Preempted
@@ -269,20 +268,12 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
     opts = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=2',
                     'default_hooks.checkpoint.max_keep_ckpts=2')
 
-    class SignalAt(Hook):
-        def __init__(self, n):
-            self.n = n
-
-        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-            if runner.iter + 1 == self.n:
-                os.kill(os.getpid(), signal.SIGTERM)
-
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--cfg-options', *opts,
                                   'train_cfg.max_iters=20'])
     cfg = train_tool.build_cfg(args)
     cfg.experiment_name = 'edges_preempted'
     runner = Runner.from_cfg(cfg)
-    runner.register_hook(SignalAt(5), priority='NORMAL')
+    runner.register_hook(signal_after_iter(5), priority='NORMAL')
     with pytest.raises(Preempted, match='SIGTERM received: finished iteration 5'):
         runner.train()
     assert _iter_files(work) == ['iter_4.pth', 'iter_5.pth']
@@ -290,23 +281,16 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
 
     saved = torch.load(work / 'iter_5.pth', map_location='cpu', weights_only=True)
     assert saved['meta']['iter'] == 5
-    captured = {}
-
-    class Capture(Hook):
-        def before_train(self, runner):  # right after the resume
-            captured['iter'] = runner.iter
-            captured['model'] = copy.deepcopy(runner.model.state_dict())
-
+    hook, captured = resume_capture()
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
                                   *opts, 'train_cfg.max_iters=8'])
     cfg = train_tool.build_cfg(args)
     cfg.experiment_name = 'edges_resumed'
     runner = Runner.from_cfg(cfg)
-    runner.register_hook(Capture(), priority='LOWEST')
+    runner.register_hook(hook, priority='LOWEST')
     runner.train()
     assert captured['iter'] == 5
-    for k, v in saved['state_dict'].items():
-        assert torch.equal(captured['model'][k], v), k
+    assert_resumed_from(captured, saved)
     assert _iter_files(work) == ['iter_6.pth', 'iter_8.pth']  # iter_5 rotated out on the way
     assert read_last_checkpoint(work) == str(work / 'iter_8.pth')
 
@@ -317,16 +301,10 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
     """Epoch-based loop, CheckpointHook by epoch keeping 1: SIGTERM in the first iteration of epoch
     2 writes iter_3.pth beside epoch_1.pth; the resumed run repeats epoch 2 and, once epoch_2.pth is
     written (epoch_1 rotated out by mmengine), removes iter_3.pth: one file again."""
-    from mmengine.hooks import Hook
     from mmengine.runner import Runner
 
     from mmlinattn.hooks import Preempted
     work = tmp_path / 'work'
-
-    class SignalAt(Hook):
-        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-            if runner.iter + 1 == 3:
-                os.kill(os.getpid(), signal.SIGTERM)
 
     def run(name, resume, hook=None):
         argv = [SEG_CFG, '--work-dir', str(work)] + (['--resume'] if resume else []) + [
@@ -343,7 +321,7 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
         runner.train()
 
     with pytest.raises(Preempted, match='finished iteration 3'):
-        run('edges_epoch_preempted', False, SignalAt())
+        run('edges_epoch_preempted', False, signal_after_iter(3))
     assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_1.pth', 'iter_3.pth']
     assert read_last_checkpoint(work) == str(work / 'iter_3.pth')
     run('edges_epoch_resumed', True)

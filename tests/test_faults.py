@@ -1,5 +1,4 @@
 """Bad input and faults: clear errors, nothing lost."""
-import copy
 import hashlib
 import json
 import os
@@ -12,7 +11,7 @@ from mmlinattn.apis import ConfigError, ToolFailed, check_coco_annotations, run_
 from mmlinattn.checkpoint import CheckpointError, read_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
-from helpers import make_toy_sets
+from helpers import assert_resumed_from, make_toy_sets, resume_capture
 from tools.misc import make_toy_datasets as toy
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -270,7 +269,6 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
     truncated iter_4.pth may appear, and --resume must restore iter_2's weights, optimizer state,
     scheduler state and iteration exactly."""
     from mmengine.fileio.backends import LocalBackend
-    from mmengine.hooks import Hook
     from mmengine.runner import Runner
 
     work = tmp_path / 'work'
@@ -306,32 +304,15 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
     saved = torch.load(work / 'iter_2.pth', map_location='cpu', weights_only=True)
     assert saved['meta']['iter'] == 2
 
-    captured = {}
-
-    class Capture(Hook):
-        def before_train(self, runner):  # runs right after load_or_resume
-            captured['iter'] = runner.iter
-            captured['model'] = {k: v.clone() for k, v in runner.model.state_dict().items()}
-            # deep copies: training goes on after this hook and updates the state in place
-            captured['optim'] = copy.deepcopy(runner.optim_wrapper.state_dict())
-            captured['sched'] = copy.deepcopy([s.state_dict() for s in runner.param_schedulers])
-
+    hook, captured = resume_capture()
     cfg = cfg_for('resumed', '--resume')
     cfg.train_cfg.max_iters = 4
     runner = Runner.from_cfg(cfg)
-    runner.register_hook(Capture(), priority='LOWEST')
+    runner.register_hook(hook, priority='LOWEST')
     runner.train()
 
     assert captured['iter'] == 2
-    for k, v in saved['state_dict'].items():
-        assert torch.equal(captured['model'][k], v), k
-    state = captured['optim']['state']
-    assert state.keys() == saved['optimizer']['state'].keys()
-    for k, v in saved['optimizer']['state'].items():
-        for name in ('step', 'exp_avg', 'exp_avg_sq'):
-            assert torch.equal(torch.as_tensor(state[k][name]), torch.as_tensor(v[name])), (k, name)
-    assert [g['lr'] for g in captured['optim']['param_groups']] == \
-        [g['lr'] for g in saved['optimizer']['param_groups']]
+    assert_resumed_from(captured, saved)
     assert captured['sched'] == saved['param_schedulers']
     assert (work / 'iter_4.pth').exists()
     torch.load(work / 'iter_4.pth', map_location='cpu', weights_only=True)

@@ -2,7 +2,6 @@
 write failing while CheckpointHook rotates, a preempted job (SIGTERM to a real training process), a
 config whose _base_ is missing. Each on data the test makes (a few iterations of the toy Semantic FPN,
 MAViT-T)."""
-import copy
 import errno
 import os
 import os.path as osp
@@ -15,7 +14,8 @@ import time
 import pytest
 import torch
 
-from helpers import make_toy_sets, read_last_checkpoint, toy_seg_options
+from helpers import (assert_resumed_from, make_toy_sets, read_last_checkpoint, resume_capture,
+                     toy_seg_options)
 from mmlinattn.checkpoint import latest_intact_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
@@ -119,7 +119,6 @@ def test_disk_full_during_rotation_keeps_the_last_good_checkpoint(toy_data, tmp_
 # --------------------------------------------------------------------------- 3. preemption
 @pytest.mark.heavy  # about 70 s: a real training process, signalled, then resumed (make test-all)
 def test_sigterm_saves_the_finished_iteration_and_resume_continues_there(toy_data, tmp_path):
-    from mmengine.hooks import Hook
     from mmengine.runner import Runner
     work = tmp_path / 'work'
     opts = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=1000')
@@ -145,30 +144,16 @@ def test_sigterm_saves_the_finished_iteration_and_resume_continues_there(toy_dat
     saved = torch.load(saved_path, map_location='cpu', weights_only=True)
     assert saved['meta']['iter'] == n
 
-    captured = {}
-
-    class Capture(Hook):
-        def before_train(self, runner):  # right after the resume
-            captured['iter'] = runner.iter
-            captured['model'] = {k: v.clone() for k, v in runner.model.state_dict().items()}
-            captured['optim'] = copy.deepcopy(runner.optim_wrapper.state_dict())
-            captured['lr'] = runner.optim_wrapper.get_lr()['lr']
-
+    hook, captured = resume_capture()
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
                                   *opts, f'train_cfg.max_iters={n + 1}'])
     cfg = train_tool.build_cfg(args)
     cfg.experiment_name = 'resumed_after_sigterm'
     runner = Runner.from_cfg(cfg)
-    runner.register_hook(Capture(), priority='LOWEST')
+    runner.register_hook(hook, priority='LOWEST')
     runner.train()
     assert captured['iter'] == n
-    for k, v in saved['state_dict'].items():
-        assert torch.equal(captured['model'][k], v), k
-    assert captured['lr'] == [g['lr'] for g in saved['optimizer']['param_groups']]
-    for k, v in saved['optimizer']['state'].items():
-        for name in ('step', 'exp_avg', 'exp_avg_sq'):
-            assert torch.equal(torch.as_tensor(captured['optim']['state'][k][name]),
-                               torch.as_tensor(v[name])), (k, name)
+    assert_resumed_from(captured, saved)
     assert (work / f'iter_{n + 1}.pth').exists() or runner.iter == n + 1
 
 
