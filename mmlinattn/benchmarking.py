@@ -188,10 +188,13 @@ def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1, size=None,
-                compiled=False, train=True):
-    """Build the model of ``config`` (optionally with a reference backbone) and time one training step
-    (unless ``train`` is False) and one inference; returns a dict."""
+def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None, compiled=False):
+    """The model of ``config`` (optionally with a reference backbone) built as the benchmarks time it,
+    with its optimizer: a namespace with ``model``, ``train_step()`` (forward + backward + optimizer
+    step on a synthetic batch at the training scale), ``infer()`` (predict on one image at the test
+    scale), ``n`` (images per training step), ``train_hw``, ``test_hw`` and ``params_m``."""
+    from types import SimpleNamespace
+
     from mmengine.config import Config
     from mmengine.model import revert_sync_batchnorm
     from mmengine.optim import build_optim_wrapper
@@ -207,7 +210,6 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
     model.init_weights()
     if compiled:
         model.backbone = torch.compile(model.backbone)
-        warmup = max(warmup, 1)  # the first call compiles
     n = batch or cfg.train_dataloader.batch_size
     det = cfg.default_scope == 'mmdet'
     make = (lambda k, hw: det_batch(k, hw, 'mask_head' in str(cfg.model))) if det else seg_batch
@@ -215,9 +217,7 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
     if amp and device == 'cuda':
         ow_cfg.update(type='AmpOptimWrapper', loss_scale='dynamic')
     optim = build_optim_wrapper(model, ow_cfg)
-    cuda = device == 'cuda'
-    ac_dtype = torch.float16 if cuda else torch.bfloat16
-    params = sum(p.numel() for p in model.parameters()) / 1e6
+    ac_dtype = torch.float16 if device == 'cuda' else torch.bfloat16
 
     def train_step():
         model.train()
@@ -226,6 +226,26 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
             losses = model(**data, mode='loss')
             loss, _ = model.parse_losses(losses)
         optim.update_params(loss)
+
+    test = make(1, test_hw)
+
+    def infer():
+        model.eval()
+        with torch.no_grad(), torch.autocast(device, dtype=ac_dtype, enabled=amp):
+            model(**model.data_preprocessor(test, False), mode='predict')
+    return SimpleNamespace(cfg=cfg, model=model, optim=optim, train_step=train_step, infer=infer,
+                           n=n, train_hw=train_hw, test_hw=test_hw, make=make,
+                           params_m=sum(p.numel() for p in model.parameters()) / 1e6)
+
+
+def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1, size=None,
+                compiled=False, train=True):
+    """Time one training step (unless ``train`` is False) and one inference of
+    :func:`bench_model`'s model after ``warmup`` untimed steps; returns a dict."""
+    bench = bench_model(config, ref, device, amp, batch, size, compiled)
+    if compiled:
+        warmup = max(warmup, 1)  # the first call compiles
+    cuda = device == 'cuda'
 
     def timed(fn, untimed):
         """Run ``fn`` ``untimed`` times, then once timed: (seconds, peak memory in MB)."""
@@ -240,20 +260,15 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
-        return seconds, (torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else _peak_rss_mb() - base_rss)
+        peak = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else _peak_rss_mb() - base_rss
+        return seconds, peak
 
-    t_train, mem_train = timed(train_step, warmup) if train else (None, None)
-    model.eval()
-    test = make(1, test_hw)
-
-    def infer():
-        with torch.no_grad(), torch.autocast(device, dtype=ac_dtype, enabled=amp):
-            model(**model.data_preprocessor(test, False), mode='predict')
-    t_infer, mem_infer = timed(infer, 1)
+    t_train, mem_train = timed(bench.train_step, warmup) if train else (None, None)
+    t_infer, mem_infer = timed(bench.infer, 1)
     mem_infer = mem_infer if cuda else None
-    return dict(config=osp.basename(config)[:-3], backbone=ref or cfg.model.backbone.type,
-                params_m=round(params, 2), batch=n, train_hw=list(train_hw), test_hw=list(test_hw),
-                size=list(size) if size else None, compiled=compiled,
+    return dict(config=osp.basename(config)[:-3], backbone=ref or bench.cfg.model.backbone.type,
+                params_m=round(bench.params_m, 2), batch=bench.n, train_hw=list(bench.train_hw),
+                test_hw=list(bench.test_hw), size=list(size) if size else None, compiled=compiled,
                 train_s=_round(t_train, 3), infer_s=round(t_infer, 3),
                 train_mem_mb=_round(mem_train, 1), infer_mem_mb=_round(mem_infer, 1),
                 device=device, amp=amp, threads=torch.get_num_threads())

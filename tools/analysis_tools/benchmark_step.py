@@ -7,6 +7,7 @@ input size and per-GPU batch: time and peak memory, one progress line per config
     python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 2048 --no-train
     python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 512 --compile
     python tools/analysis_tools/benchmark_step.py --matrix --device cuda --amp          # on a GPU
+    python tools/analysis_tools/benchmark_step.py CONFIG --with-references --profile --out OUT
 
 * training step = forward + backward + optimizer step (the config's optim_wrapper, paramwise rules
   included) on a synthetic batch of ``train_dataloader.batch_size`` images at the training scale
@@ -29,6 +30,10 @@ compiled code. Only the backbone is compiled: it is the part that differs betwee
 and the detectors' heads have data-dependent shapes that recompile on every batch. ``--amp`` runs
 both under autocast (fp16 on CUDA, bf16 on the CPU) with AmpOptimWrapper on CUDA. SyncBN is reverted
 to BN (one process).
+
+``--profile`` runs one warm training step of each model under ``torch.profiler`` instead, and prints
+where its forward and backward time and its saved-for-backward memory go, by part (backbone stages,
+attention module, attention core, RoPE, FFN, norms, neck, heads): :mod:`mmlinattn.profiling`.
 """
 import argparse
 import json
@@ -39,6 +44,7 @@ import time
 
 from mmlinattn.benchmarking import (REFERENCES, ROOT, matrix_configs, measure_one, recipe_name,
                                     reference_jobs)
+from mmlinattn.profiling import profile_step, summary_table
 
 def run_job(config, ref, args, size=None):
     """One config at one size in a fresh process (clean peak memory); returns its result dict."""
@@ -56,6 +62,8 @@ def run_job(config, ref, args, size=None):
         cmd.append('--compile')
     if args.no_train:
         cmd.append('--no-train')
+    if args.profile:
+        cmd.append('--profile')
     r = run_script(osp.abspath(__file__), cmd, cwd=ROOT, show=False, check=False)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith('RESULT ')]
     if r.returncode != 0 or not lines:
@@ -124,6 +132,8 @@ def main(argv=None):
                    help='torch.compile (inductor) the backbone; the warm-up calls compile it')
     p.add_argument('--with-references', action='store_true',
                    help="also run each given config's detector / segmentor with mmdet's Swin-T and PVT-S")
+    p.add_argument('--profile', action='store_true',
+                   help='profile one warm training step by model part instead of timing')
     p.add_argument('--out', help='write OUT.json and OUT.md')
     p.add_argument('--table', help='only print the table of a saved OUT.json')
     p.add_argument('--one', help=argparse.SUPPRESS)
@@ -132,6 +142,11 @@ def main(argv=None):
     if args.table:
         with open(args.table) as f:
             print(table(json.load(f)))
+        return 0
+    if args.one and args.profile:
+        res = profile_step(args.one, args.reference, args.device, args.batch,
+                           args.size[0] if args.size else None, max(args.warmup, 1))
+        print('RESULT ' + json.dumps(res), flush=True)
         return 0
     if args.one:
         res = measure_one(args.one, args.reference, args.device, args.amp, args.batch, args.warmup,
@@ -160,12 +175,17 @@ def main(argv=None):
         what = osp.basename(config)[:-3] + (f' [{ref}]' if ref else '') + (f' at {size[0]}x{size[1]}' if size else '')
         if 'error' in r:
             print(f'[{i}/{len(runs)}] {what}: ERROR {r["error"]}', flush=True)
+        elif args.profile:
+            print(f'[{i}/{len(runs)}] {what}: forward {r["forward_s"]:.2f} s, backward '
+                  f'{r["backward_s"]:.2f} s, saved {r["saved_mb"]:.0f} MB ({time.time() - t0:.0f} s)',
+                  flush=True)
         else:
             train = ('' if r['train_s'] is None else
                      f'train step {r["train_s"]:.2f} s (peak +{r["train_mem_mb"]:.0f} MB), ')
             print(f'[{i}/{len(runs)}] {what}: {train}inference {r["infer_s"]:.2f} s '
                   f'({time.time() - t0:.0f} s)', flush=True)
-    md = table(rows)
+    ok = [r for r in rows if 'error' not in r]
+    md = summary_table(ok) if args.profile else table(rows)
     print(md)
     if args.out:
         os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
