@@ -3,20 +3,20 @@
 One warm training step of a whole detector / segmentor (:func:`mmlinattn.benchmarking.bench_model`)
 runs under ``torch.profiler`` with a named range around each part of the model:
 
-* the backbone (``backbone``), its stages (``backbone/s1`` ... ``backbone/s4``; the patch embedding
-  and downsampling layers are counted as ``embed``), and inside them the attention module (``attn``, its
-  projections and reshapes), InLine's local residual (``local``), the attention core itself (``core:<name>``: MALA, InLine, softmax SDPA,
-  ...), the 2-D RoPE rotations (``rope``), the feed-forward network (``ffn``) and the norms
-  (``norm``);
+* the backbone (``backbone``), its stages (``backbone/s1`` ... ``backbone/s4``; the patch
+  embedding and downsampling layers are counted as ``embed``), and inside them the attention module
+  (``attn``: its projections and reshapes), InLine's local residual (``local``), the attention core
+  itself (``core:<name>``: MALA, InLine, softmax SDPA, ...), the 2-D RoPE rotations (``rope``), the
+  feed-forward network (``ffn``) and the norms (``norm``);
 * the neck, the RPN / dense heads, the RoI heads' extractors and heads (or the decode / auxiliary
   heads); what is left (``other``: the data preprocessor, target assignment, sampling and the loss
   terms) is reported as one row, and the optimizer step on its own.
 
-Forward time is each operator's self time, charged to the innermost range it ran in. Backward time is
-charged through the autograd sequence number that torch gives every node: the backward of an
+Forward time is each operator's self time, charged to the innermost range it ran in. Backward time
+is charged through the autograd sequence number that torch gives every node: the backward of an
 operator goes to the range its forward ran in (the profiler records the number on both). Memory is
-what the parts keep for backward: the bytes of every tensor autograd saves while a range is open (one
-count per storage), which is what a training step's peak grows with.
+what the parts keep for backward: the bytes of every tensor autograd saves while a range is open
+(one count per storage), which is what a training step's peak grows with.
 """
 import re
 import time
@@ -177,7 +177,8 @@ def _charge(events):
 
 def profile_step(config, ref=None, device='cpu', batch=None, size=None, warmup=1) -> dict:
     """One warm training step of ``config`` (optionally with a reference backbone) under the
-    profiler; returns the totals and one row per range path (``fwd_ms``, ``bwd_ms``, ``saved_mb``)."""
+    profiler; returns the totals and one row per range path (``fwd_ms``, ``bwd_ms``,
+    ``saved_mb``)."""
     bench = bench_model(config, ref, device, False, batch, size)
     for _ in range(warmup):
         bench.train_step()
@@ -211,7 +212,8 @@ def profile_step(config, ref=None, device='cpu', batch=None, size=None, warmup=1
     return dict(config=config, backbone=ref or bench.cfg.model.backbone.type, batch=bench.n,
                 train_hw=list(bench.train_hw), threads=torch.get_num_threads(),
                 forward_s=round(t1 - t0, 3), backward_s=round(t2 - t1, 3),
-                optimizer_s=round(t3 - t2, 3), saved_mb=round(sum(ranges.saved.values()) / 2 ** 20, 1),
+                optimizer_s=round(t3 - t2, 3),
+                saved_mb=round(sum(ranges.saved.values()) / 2 ** 20, 1),
                 rows=rows)
 
 
@@ -236,7 +238,8 @@ def summary_table(results: List[dict]) -> str:
             g[0] += r['fwd_ms']
             g[1] += r['bwd_ms']
             g[2] += r['saved_mb']
-    head = '| part | ' + ' | '.join(f"{r['backbone']}: fwd / bwd ms, saved MB" for r in results) + ' |'
+    cols = [f"{r['backbone']}: fwd / bwd ms, saved MB" for r in results]
+    head = '| part | ' + ' | '.join(cols) + ' |'
     out = [head, '|---' * (len(results) + 1) + '|']
     order = sorted(groups, key=lambda g: (not g.startswith('backbone'), g))
     for g in order:
