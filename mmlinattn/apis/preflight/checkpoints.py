@@ -1,16 +1,21 @@
-"""Checkpoint pre-flight for tools/train.py: the files a run will load, fitted before the Runner exists.
+"""Checkpoint pre-flight for tools/train.py: the files a run will load, fitted before the Runner
+exists.
 
 - ``load_from`` given as an http(s) URL is fetched once into torch's hub cache and the config points
   at the cached file (:func:`mmlinattn.checkpoint.local_checkpoint`);
 - ``model.backbone.init_cfg=dict(type='Pretrained', checkpoint=...)`` (a path or a URL) is fitted
   against the backbone the config builds - its keys and shapes, read on the ``meta`` device, so no
   weights are loaded and no memory is taken - and a file of another architecture or size stops here
-  with one :class:`~mmlinattn.checkpoint.CheckpointError` line naming the checkpoint, the backbone and
-  the first mismatched keys (mmengine would raise it from ``init_weights`` inside ``runner.train()``,
-  as a traceback);
+  with one :class:`~mmlinattn.checkpoint.CheckpointError` line naming the checkpoint, the backbone
+  and the first mismatched keys (mmengine would raise it from ``init_weights`` inside
+  ``runner.train()``, as a traceback);
 - ``load_from`` holding backbone weights only (no ``backbone.`` key, e.g. the output of
   ``tools/model_converters/convert_authors_checkpoint.py``) is moved to the backbone's ``init_cfg``:
-  mmengine's ``load_from`` loads a file into the whole model by key, so such a file would load nothing.
+  mmengine's ``load_from`` loads a file into the whole model by key, so such a file would load
+  nothing; the file is read once, on the ``meta`` device, for both the detection and the fit.
+
+The fit is :func:`mmlinattn.checkpoint.fitting.fit_backbone_checkpoint`, the code the backbone's
+``load_pretrained`` runs, with ``check_only=True``.
 """
 import copy
 import logging
@@ -19,8 +24,14 @@ from typing import Optional
 import torch
 from mmengine.config import Config
 
-from ...checkpoint import (CheckpointError, extract_state_dict, fit_state_dict, is_url,
-                           local_checkpoint, read_checkpoint)
+from ...checkpoint import (
+    CheckpointError,
+    extract_state_dict,
+    is_url,
+    local_checkpoint,
+    read_checkpoint,
+)
+from ...checkpoint.fitting import fit_backbone_checkpoint
 from ..config import model_registry
 
 
@@ -49,28 +60,6 @@ def _build_backbone(cfg: Config, bb_cfg: dict):
     return backbone
 
 
-def fit_backbone_checkpoint(backbone, checkpoint: str, *, use_ema: bool = False,
-                            prefix: str = '', allow_unsafe: bool = False,
-                            logger: Optional[logging.Logger] = None) -> dict:
-    """What ``backbone.load_pretrained(checkpoint, ...)`` would load, checked without loading: the
-    checkpoint is read on the meta device and put through the family's filter and
-    :func:`~mmlinattn.checkpoint.fit_state_dict` (``check_only``). Raises
-    :class:`CheckpointError` on a misfit; returns the report (``loaded``, ``new``, ...)."""
-    obj = read_checkpoint(checkpoint, map_location='meta', allow_unsafe=allow_unsafe, logger=logger)
-    state = extract_state_dict(obj, use_ema=use_ema, path=checkpoint)
-    if not prefix and any(k.startswith('backbone.') for k in state):
-        prefix = 'backbone.'  # a whole detector/segmentor checkpoint, as load_pretrained reads it
-    if prefix:
-        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-        if not state:
-            raise CheckpointError(f'{checkpoint}: no key starts with prefix {prefix!r}')
-    layout = backbone.authors_layout
-    state, _ = layout.filter(state, backbone)
-    return fit_state_dict(backbone, state, tolerated=layout.tolerated,
-                          new_prefixes=backbone._new_prefixes, path=checkpoint, logger=logger,
-                          check_only=True)
-
-
 def prepare_checkpoints(cfg: Config, resume: bool = False,
                         logger: Optional[logging.Logger] = None) -> None:
     """The checkpoint pre-flight of a training run (see the module's docstring); changes ``cfg`` in
@@ -90,7 +79,7 @@ def prepare_checkpoints(cfg: Config, resume: bool = False,
         backbone = _build_backbone(cfg, model['backbone'])
         if backbone is not None:
             try:
-                fit_backbone_checkpoint(backbone, init['checkpoint'],
+                fit_backbone_checkpoint(backbone, init['checkpoint'], check_only=True,
                                         use_ema=init.get('use_ema', False),
                                         prefix=init.get('prefix', ''),
                                         allow_unsafe=init.get('allow_unsafe', False), logger=logger)
@@ -99,15 +88,15 @@ def prepare_checkpoints(cfg: Config, resume: bool = False,
     load_from = cfg.get('load_from')
     if resume or not load_from:
         return
-    state = extract_state_dict(read_checkpoint(load_from, map_location='meta', logger=logger),
-                               path=load_from)
-    if any(k.startswith('backbone.') for k in state):
+    obj = read_checkpoint(load_from, map_location='meta', logger=logger)  # read once, fitted below
+    if any(k.startswith('backbone.') for k in extract_state_dict(obj, path=load_from)):
         return  # a whole detector/segmentor: checked against the Runner's model when it is built
     backbone = backbone or _build_backbone(cfg, model['backbone'])
     if backbone is None:
         return
     try:
-        report = fit_backbone_checkpoint(backbone, load_from, logger=logger)
+        report = fit_backbone_checkpoint(backbone, load_from, obj=obj, check_only=True,
+                                         logger=logger)
     except CheckpointError as e:
         raise CheckpointError(
             f'load_from {load_from} holds no "backbone." keys, so it can only be backbone weights, '

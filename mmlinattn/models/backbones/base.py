@@ -9,7 +9,8 @@ from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from mmlinattn.checkpoint import AuthorsLayout, extract_state_dict, fit_state_dict, read_checkpoint
+from mmlinattn.checkpoint import AuthorsLayout
+from mmlinattn.checkpoint.fitting import fit_backbone_checkpoint
 from mmlinattn.models.layers import LayerNorm2d
 from mmlinattn.ops.cores import parse_attn_type
 
@@ -192,28 +193,16 @@ class LinAttnBackbone(BaseModule):
 
         Raises :class:`mmlinattn.checkpoint.CheckpointError` naming the path and the first mismatched
         keys when the file does not fit this architecture. Returns the load report (``loaded``,
-        ``dropped``, ``ignored``, ``new`` key lists).
+        ``dropped``, ``ignored``, ``new`` key lists). The reading, key mapping and fitting are
+        :func:`mmlinattn.checkpoint.fitting.fit_backbone_checkpoint`, which the training pre-flight
+        runs with ``check_only=True``.
         """
-        logger = MMLogger.get_current_instance()
-        obj = read_checkpoint(checkpoint, allow_unsafe=allow_unsafe, logger=logger)
-        state = extract_state_dict(obj, use_ema=use_ema, path=checkpoint)
-        if not prefix and any(k.startswith('backbone.') for k in state):
-            prefix = 'backbone.'  # a whole detector/segmentor checkpoint
-        if prefix:
-            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
         # the model's state has to be initialised for keys the checkpoint does not carry
         self.apply(self._default_init)
         self._post_init()
-        layout = self.authors_layout
-        state, filtered = layout.filter(state, self)
-        report = fit_state_dict(self, state, tolerated=layout.tolerated,
-                                new_prefixes=self._new_prefixes, path=checkpoint, logger=logger)
-        if filtered['dropped']:
-            logger.info(f'dropped {len(filtered["dropped"])} classification keys: '
-                        f'{", ".join(filtered["dropped"][:50])}')
-        report['dropped'] = filtered['dropped']
-        report['ignored'] = filtered['ignored'] + report['ignored']
-        return report
+        return fit_backbone_checkpoint(self, checkpoint, use_ema=use_ema, prefix=prefix,
+                                       allow_unsafe=allow_unsafe,
+                                       logger=MMLogger.get_current_instance())
 
     # ------------------------------------------------------------------ freezing
     def _stage_modules(self, i: int) -> Iterable[nn.Module]:
