@@ -13,7 +13,8 @@ Every flag of mmdet's and mmseg's own ``tools/test.py``, with the same effect:
   saves them: detection under ``WORK_DIR/TIMESTAMP/DIR`` (mmdet's ``test_out_dir``), segmentation in
   ``DIR/vis_image`` (mmseg's visualizer ``save_dir``; every ``interval``-th image, as mmseg);
 - ``--tta``: the config's ``tta_model`` / ``tta_pipeline`` (ADE20K: multi-scale 0.5-1.75 + flip); a
-  detection config without them gets mmdet's default, ``DetTTAModel`` over a flip / no-flip pipeline.
+  detection config without them gets mmdet's default, ``DetTTAModel`` over a flip / no-flip
+  pipeline.
 
 Ours only: ``--json-prefix`` writes COCO-format result files (``PREFIX.bbox.json`` /
 ``PREFIX.segm.json``) for detection configs; checkpoints are loaded weights-only, and the config,
@@ -29,8 +30,16 @@ import sys
 from mmengine.config import ConfigDict
 
 import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
-from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_distributed,
-                            config_from_args, parse_with_common_args, preflight, tool_error)
+from mmlinattn.apis import (
+    ConfigError,
+    add_common_args,
+    build_runner,
+    close_distributed,
+    config_from_args,
+    parse_with_common_args,
+    preflight,
+    tool_error,
+)
 from mmlinattn.apis.runner import check_finite_checkpoint
 from mmlinattn.apis.runs import check_work_dir
 from mmlinattn.checkpoint import CheckpointError, local_checkpoint
@@ -59,7 +68,8 @@ def parse_args(argv=None):
 def build_cfg(args):
     cfg = config_from_args(args)
     check_work_dir(cfg.work_dir)  # unwritable: one line naming it, exit 2
-    args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: fetched once into torch's hub cache
+    # a URL: fetched once into torch's hub cache
+    args.checkpoint = local_checkpoint(args.checkpoint)
     if not osp.isfile(args.checkpoint):
         raise ConfigError(f'checkpoint file not found: {args.checkpoint}')
     cfg.load_from = args.checkpoint
@@ -122,9 +132,10 @@ def trigger_visualization_hook(cfg, args) -> None:
 
 def default_det_tta(cfg) -> None:
     """mmdet's tools/test.py default when a detection config has no ``tta_model`` /
-    ``tta_pipeline``: ``DetTTAModel`` (NMS at IoU 0.5, 100 per image) over the test pipeline with its
-    last step replaced by a flip / no-flip ``TestTimeAug`` that packs the flip keys."""
+    ``tta_pipeline``: ``DetTTAModel`` (NMS at IoU 0.5, 100 per image) over the test pipeline with
+    its last step replaced by a flip / no-flip ``TestTimeAug`` that packs the flip keys."""
     from copy import deepcopy
+
     from mmengine.logging import print_log
     if 'tta_model' not in cfg:
         print_log('--tta: the config has no tta_model; using DetTTAModel (mmdet\'s default)',
@@ -149,7 +160,8 @@ def default_det_tta(cfg) -> None:
 
 def apply_tta(cfg, config_path: str) -> None:
     """--tta: the model wrapped by the config's ``tta_model`` and the test set read through its
-    ``tta_pipeline``; detection configs without them get mmdet's default (:func:`default_det_tta`)."""
+    ``tta_pipeline``; detection configs without them get mmdet's default
+    (:func:`default_det_tta`)."""
     if cfg.get('default_scope') == 'mmdet':
         default_det_tta(cfg)
     if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
@@ -168,8 +180,8 @@ def add_out(cfg, out: str) -> None:
         cfg.test_evaluator = evs + [dict(type=dump, out_file_path=out)]
         return
     if not is_segmentation(cfg):
-        raise ConfigError(f'--out {out}: must end with .pkl or .pickle (a folder of PNG predictions '
-                          'is for segmentation configs)')
+        raise ConfigError(f'--out {out}: must end with .pkl or .pickle (a folder of PNG '
+                          'predictions is for segmentation configs)')
     ious = [e for e in evs if isinstance(e, dict) and str(e.get('type', '')).endswith('IoUMetric')]
     if not ious:
         raise ConfigError(f'--out {out}: a folder of PNG predictions needs an IoUMetric '

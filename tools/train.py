@@ -12,13 +12,21 @@ import os.path as osp
 import sys
 
 import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
-from mmlinattn.apis import (ConfigError, add_common_args, build_runner, close_distributed,
-                            config_from_args, enable_amp, parse_with_common_args, preflight,
-                            tool_error)
-from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint
-from mmlinattn.apis.runner import add_training_hooks
+from mmlinattn.apis import (
+    ConfigError,
+    add_common_args,
+    build_runner,
+    close_distributed,
+    config_from_args,
+    enable_amp,
+    parse_with_common_args,
+    preflight,
+    tool_error,
+)
 from mmlinattn.apis.preflight.checkpoints import prepare_checkpoints
+from mmlinattn.apis.runner import add_training_hooks
 from mmlinattn.apis.runs import check_work_dir
+from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint
 from mmlinattn.datafaults import DataFileError
 from mmlinattn.hooks import CheckpointWriteError, TrainingStopped
 
@@ -28,7 +36,8 @@ def parse_args(argv=None):
     p.add_argument('config', help='train config file path')
     p.add_argument('--work-dir', help='the dir to save logs and checkpoints')
     p.add_argument('--resume', nargs='?', type=str, const='auto',
-                   help='resume from this checkpoint, or (no value) from the latest one in work-dir')
+                   help='resume from this checkpoint, or (no value) from the latest one in '
+                   'work-dir')
     p.add_argument('--amp', action='store_true', help='automatic mixed precision (GPU only)')
     p.add_argument('--no-validate', action='store_true', help='skip validation during training')
     p.add_argument('--partial-load', action='store_true',
@@ -65,12 +74,15 @@ def build_cfg(args):
                               'add auto_scale_lr = dict(enable=True, base_batch_size=N), N the '
                               "total batch its optimizer's lr is for")
         cfg.auto_scale_lr.enable = True
-    preflight(cfg, ('train_dataloader',) if args.no_validate else ('train_dataloader', 'val_dataloader'))
+    # the config, every loader's paths, the files' contents, the model (mmlinattn.apis.preflight)
+    preflight(cfg, ('train_dataloader',) if args.no_validate else
+              ('train_dataloader', 'val_dataloader'))
     # URLs fetched once; a backbone init_cfg file that does not fit: one line, before the Runner
     prepare_checkpoints(cfg, resume=bool(cfg.get('resume')))
     add_training_hooks(cfg)  # non-finite loss stops the run; SIGTERM/SIGUSR1 save and stop
     if cfg.get('compile'):
-        # mmengine compiles train_step, optimizer step included: dynamo needs plain-dict param groups
+        # mmengine compiles train_step, optimizer step included: dynamo needs plain-dict param
+        # groups
         hooks = list(cfg.get('custom_hooks') or [])
         if not any(h.get('type') == 'PlainParamGroupsHook' for h in hooks):
             cfg.custom_hooks = hooks + [dict(type='PlainParamGroupsHook')]

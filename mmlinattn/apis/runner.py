@@ -8,17 +8,21 @@ from typing import Optional
 import torch
 from mmengine.config import Config
 
-from ..checkpoint import (CheckpointError, check_model_checkpoint, extract_state_dict,
-                          read_checkpoint)
+from ..checkpoint import (
+    CheckpointError,
+    check_model_checkpoint,
+    extract_state_dict,
+    read_checkpoint,
+)
 from .config import ConfigError
-from .preflight import check_data_paths, check_model_channels
 from .preflight.cfg_options import CfgOptionsAction, check_cfg_options
 
 
 def add_common_args(parser) -> None:
     """--cfg-options, --launcher and --local_rank, as every OpenMMLab tool has them."""
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction,
-                        help='override config settings, key=value (e.g. train_dataloader.batch_size=4)')
+                        help='override config settings, key=value '
+                        '(e.g. train_dataloader.batch_size=4)')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
 
@@ -44,14 +48,16 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
         check_cfg_options(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
     if 'default_scope' not in cfg:
-        raise ConfigError(f'{path}: no default_scope; inherit one of configs/_base_/default_runtime_*.py '
+        raise ConfigError(f'{path}: no default_scope; inherit one of '
+                          'configs/_base_/default_runtime_*.py '
                           "or set default_scope='mmdet' / 'mmseg' / 'mmpretrain'")
     return cfg
 
 
 def _missing_base(path: str, seen=None) -> Optional[str]:
     """The first ``_base_`` entry under ``path`` (followed recursively, local files only) whose file
-    does not exist, as ``CONFIG: _base_ 'ENTRY' not found (RESOLVED PATH)``; ``None`` if all exist."""
+    does not exist, as ``CONFIG: _base_ 'ENTRY' not found (RESOLVED PATH)``; ``None`` if all
+    exist."""
     seen = seen if seen is not None else set()
     if path in seen:
         return None
@@ -97,8 +103,9 @@ def prepare_env(cfg: Config, launcher: str) -> None:
 
 
 def config_from_args(args) -> Config:
-    """What every tool does first with its parsed ``args`` (``config``, ``cfg_options``, ``launcher``,
-    ``work_dir``): the config with its overrides, the launcher's environment and the work dir."""
+    """What every tool does first with its parsed ``args`` (``config``, ``cfg_options``,
+    ``launcher``, ``work_dir``): the config with its overrides, the launcher's environment and the
+    work dir."""
     cfg = load_config(args.config, args.cfg_options)
     prepare_env(cfg, args.launcher)
     set_work_dir(cfg, args.config, args.work_dir)
@@ -116,13 +123,6 @@ def enable_amp(cfg: Config) -> None:
         return
     ow.type = 'AmpOptimWrapper'
     ow.setdefault('loss_scale', 'dynamic')
-
-
-def preflight(cfg: Config, loaders) -> None:
-    """The checks before the Runner is built: the datasets of ``loaders`` (paths, COCO files, label
-    maps) and the model's channels."""
-    check_data_paths(cfg, tuple(loaders))
-    check_model_channels(cfg)
 
 
 def add_training_hooks(cfg: Config) -> None:
@@ -143,8 +143,8 @@ def add_training_hooks(cfg: Config) -> None:
 
 def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
     """mmengine's Runner, or the config's own ``runner_type``; with a whole-model ``checkpoint``
-    (tested, ``load_from`` or resumed), the file is first checked against the Runner's model, so that
-    a misfit never trains, resumes or is scored (``check_kwargs``: ``what``, ``partial``, see
+    (tested, ``load_from`` or resumed), the file is first checked against the Runner's model, so
+    that a misfit never trains, resumes or is scored (``check_kwargs``: ``what``, ``partial``, see
     :func:`mmlinattn.checkpoint.check_model_checkpoint`)."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
@@ -156,11 +156,11 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
 
 
 def _fresh_visualizer_name(cfg: Config) -> None:
-    """A second run in one process (a notebook, a script that trains then tests, a test suite) gets a
-    visualizer of its own. mmengine keeps visualizers by name (``visualizer`` in every OpenMMLab
-    runtime config) and hands back an existing one, with its old save_dir and drawing class, when
-    the name is taken: that run's scalars, drawings and vis_data went into the earlier run's folder.
-    A fresh tool process never meets this and keeps the config's name."""
+    """A second run in one process (a notebook, a script that trains then tests, a test suite)
+    gets a visualizer of its own. mmengine keeps visualizers by name (``visualizer`` in every
+    OpenMMLab runtime config) and hands back an existing one, with its old save_dir and drawing
+    class, when the name is taken: that run's scalars, drawings and vis_data went into the earlier
+    run's folder. A fresh tool process never meets this and keeps the config's name."""
     from mmengine.visualization import Visualizer
     vis = cfg.get('visualizer')
     if not isinstance(vis, dict):

@@ -1,15 +1,26 @@
-"""Checks that run before any model is built or any step is taken, each failing with a
-:class:`~mmlinattn.apis.ConfigError` that names the config key to change:
+"""The checks that run before any model is built or any step is taken, each failing with a
+:class:`~mmlinattn.apis.ConfigError` that names the config key to change.
 
-- :mod:`.cfg_options`: ``--cfg-options`` items and values against the config;
-- :func:`check_data_paths`: dataset roots, annotation files and image folders, then the contents of
-  :mod:`.coco` annotation files and :mod:`.segmentation` label maps;
-- :mod:`.channels`: the neck's / heads' ``in_channels`` against the backbone's ``num_features``;
-- :mod:`.classes`: the heads' ``num_classes`` against the datasets' classes (run first by
-  :func:`check_data_paths`).
+:func:`preflight` is the one entry point (tools/train.py and tools/test.py call it). It builds one
+:class:`~.datasets.DatasetView` per dataset of the loaders it is given - the dataset's class and
+classes resolved once, its paths joined to its ``data_root`` - and runs the checks over those views
+in one order, each stage only when the ones before it passed:
+
+1. the config itself: a ``format_only`` evaluator says where its files go
+   (:func:`~.datasets.check_format_only`), then every head's ``num_classes`` against the datasets'
+   classes (:mod:`.classes`);
+2. the paths of every loader: dataset roots, annotation files and ``data_prefix`` folders, all
+   missing ones reported together (:func:`check_paths`);
+3. the files' contents: COCO annotation files (:mod:`.coco`) and segmentation label maps
+   (:mod:`.segmentation`);
+4. the model: the neck's / heads' ``in_channels`` against the backbone's channels
+   (:mod:`.channels`).
+
+Beside it: :mod:`.cfg_options` checks ``--cfg-options`` when the config is loaded, and
+:mod:`.checkpoints` the files a training run will load (tools/train.py, after :func:`preflight`).
 """
 import os.path as osp
-from typing import Optional
+from typing import Sequence
 
 from mmengine.config import Config
 from mmengine.logging import MMLogger
@@ -19,65 +30,63 @@ from .cfg_options import CfgOptionsAction, check_cfg_options
 from .channels import check_model_channels
 from .classes import check_num_classes
 from .coco import COCO_CHECK_MAX_BYTES, check_coco_annotations
-from .datasets import check_format_only, dataset_cfgs, dataset_classes, labels_needed
+from .datasets import DatasetView, check_format_only, dataset_views
 from .segmentation import SEG_CHECK_ALL_MAX, SEG_CHECK_SAMPLE, check_seg_annotations
 
-__all__ = ['CfgOptionsAction', 'check_cfg_options', 'check_data_paths', 'check_coco_annotations',
-           'check_seg_annotations', 'check_model_channels', 'COCO_CHECK_MAX_BYTES',
-           'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE', 'check_num_classes']
+__all__ = ['preflight', 'DatasetView', 'dataset_views', 'CfgOptionsAction', 'check_cfg_options',
+           'check_paths', 'check_contents', 'check_coco_annotations', 'check_seg_annotations',
+           'check_model_channels', 'check_num_classes', 'COCO_CHECK_MAX_BYTES',
+           'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE']
+
+ALL_LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
 
-def _coco_image_dir(ds) -> Optional[str]:
-    """The folder a COCO dataset's ``file_name``s are relative to, if it exists (a missing one is
-    reported with its key by :func:`check_data_paths`)."""
-    prefix = ds.get('data_prefix') or {}
-    folder = prefix.get('img', '') if isinstance(prefix, dict) else ''
-    root = ds.get('data_root') or ''
-    path = folder if osp.isabs(folder) or not root else osp.join(root, folder)
-    return path if osp.isdir(path or '.') else None
+def preflight(cfg: Config, loaders: Sequence[str] = ALL_LOADERS) -> None:
+    """Check ``cfg`` for a run that reads the dataloaders ``loaders``, in the order of the module's
+    docstring (config, paths, contents, model); the first stage that fails raises
+    :class:`ConfigError`."""
+    views = dataset_views(cfg, tuple(loaders))
+    check_format_only(views)
+    check_num_classes(cfg, views=views)
+    check_paths(views)
+    check_contents(cfg, views)
+    check_model_channels(cfg)
 
 
-def check_data_paths(cfg: Config, which=('train_dataloader', 'val_dataloader', 'test_dataloader')):
-    """Fail before any model is built if a dataset root, annotation file or image folder is missing,
-    naming the path and the config key that sets it; then check the COCO annotation files and the
-    segmentation label maps of the datasets found. The heads' class counts are checked first
-    (:func:`check_num_classes`)."""
-    check_num_classes(cfg, tuple(which))
-    check_format_only(cfg, tuple(which))
+def check_paths(views: Sequence[DatasetView]) -> None:
+    """Every dataset root, annotation file and ``data_prefix`` folder of ``views`` exists; else one
+    :class:`ConfigError` lists every missing path with the config key that sets it (a missing
+    ``data_root`` hides the paths under it)."""
     problems = []
-    for key, ds in dataset_cfgs(cfg, list(which)):
-        root = ds.get('data_root') or ''
+    for view in views:
+        key, root = view.key, view.data_root
         if root and not osp.isdir(root):
             problems.append(f'{key}.data_root = {root!r}: directory not found')
             continue
-        ann = ds.get('ann_file')
-        if ann:
-            path = ann if osp.isabs(ann) or not root else osp.join(root, ann)
-            if not osp.isfile(path):
-                problems.append(f'{key}.ann_file = {ann!r}: file not found ({path})')
-            elif 'Coco' in str(ds.get('type', '')) and path.endswith('.json') and \
-                    osp.getsize(path) <= COCO_CHECK_MAX_BYTES:
-                filter_cfg = None if ds.get('test_mode') else ds.get('filter_cfg')
-                check_coco_annotations(path, MMLogger.get_current_instance(),
-                                       classes=dataset_classes(cfg, ds), filter_cfg=filter_cfg,
-                                       ds_key=key, img_dir=_coco_image_dir(ds),
-                                       labels=labels_needed(cfg, key))
-        prefix = ds.get('data_prefix') or {}
-        if isinstance(prefix, str):  # mmpretrain: data_prefix='train'
-            prefix = dict(img_path=prefix)
-        for sub, folder in prefix.items():
-            if not folder or not isinstance(folder, str):
-                continue
-            path = folder if osp.isabs(folder) or not root else osp.join(root, folder)
+        if view.ann_file and not osp.isfile(view.ann_path):
+            problems.append(f'{key}.ann_file = {view.ann_file!r}: file not found ({view.ann_path})')
+        for sub, (folder, path) in view.folders.items():
             if not osp.isdir(path):
-                problems.append(f'{key}.data_prefix.{sub} = {folder!r}: directory not found ({path})')
-    if not problems:
-        for key, ds in dataset_cfgs(cfg, list(which)):
-            if cfg.get('default_scope') == 'mmseg' and ds.get('data_prefix'):
-                check_seg_annotations(cfg, key, ds)
+                problems.append(f'{key}.data_prefix.{sub} = {folder!r}: directory not found '
+                                f'({path})')
     if problems:
         raise ConfigError(
             'dataset paths do not exist:\n  ' + '\n  '.join(problems) +
             '\nFix them with --cfg-options (e.g. --cfg-options '
             'train_dataloader.dataset.data_root=/path/to/data/), or see README.md "Data" for the '
             'expected layout (python tools/misc/make_toy_datasets.py writes a small one).')
+
+
+def check_contents(cfg: Config, views: Sequence[DatasetView]) -> None:
+    """The annotation files of ``views``, whose paths exist: a COCO json (up to
+    ``COCO_CHECK_MAX_BYTES``) through :func:`check_coco_annotations` with the dataset's classes,
+    filter and image folder; an mmseg dataset's label maps through :func:`check_seg_annotations`."""
+    logger = MMLogger.get_current_instance()
+    for view in views:
+        if view.is_coco_json and osp.getsize(view.ann_path) <= COCO_CHECK_MAX_BYTES:
+            check_coco_annotations(view.ann_path, logger, classes=view.classes,
+                                   filter_cfg=view.filter_cfg, ds_key=view.key,
+                                   img_dir=view.coco_image_dir, labels=view.labels)
+        if view.scope == 'mmseg' and view.cfg.get('data_prefix'):
+            check_seg_annotations(cfg, view, logger)
+

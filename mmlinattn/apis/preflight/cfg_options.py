@@ -79,7 +79,8 @@ def _built_class(cfg, parent: str, node):
         return kind
     import mmengine.registry as registries
     try:
-        with getattr(registries, registry).switch_scope_and_registry(cfg.get('default_scope')) as reg:
+        root = getattr(registries, registry)
+        with root.switch_scope_and_registry(cfg.get('default_scope')) as reg:
             cls = reg.get(kind)
     except Exception:  # noqa: BLE001 - an unknown type is reported when the object is built
         return None
@@ -143,8 +144,9 @@ def check_cfg_options(cfg: Config, cfg_options: dict) -> None:
             if isinstance(node, (dict, Config)):
                 close = difflib.get_close_matches(leaf, list(node.keys()), n=1, cutoff=0.8)
                 if close:
-                    warnings.warn(f'--cfg-options {key}: the config has no such key (added as new); '
-                                  f'did you mean {(parent + ".") if parent else ""}{close[0]}?',
+                    warnings.warn(f'--cfg-options {key}: the config has no such key (added as '
+                                  f'new); did you mean '
+                                  f'{(parent + ".") if parent else ""}{close[0]}?',
                                   stacklevel=2)
             continue
         bad = None

@@ -8,10 +8,11 @@ from ..config import ConfigError, model_registry
 
 
 def check_model_channels(cfg: Config) -> None:
-    """Before the first forward: the neck's ``in_channels`` (or, without a neck, the decode/auxiliary
-    heads' ``in_channels`` at their ``in_index``) must equal the channels our backbone returns for its
-    ``out_indices``; else :class:`ConfigError` names both keys and both values. The backbone is built
-    on the ``meta`` device (no memory, no init); backbones of other packages are left to their heads."""
+    """Before the first forward: the neck's ``in_channels`` (or, without a neck, the
+    decode/auxiliary heads' ``in_channels`` at their ``in_index``) must equal the channels our
+    backbone returns for its ``out_indices``; else :class:`ConfigError` names both keys and both
+    values. The backbone is built on the ``meta`` device (no memory, no init); backbones of other
+    packages are left to their heads."""
     model = cfg.get('model')
     if not isinstance(model, dict) or not isinstance(model.get('backbone'), dict):
         return

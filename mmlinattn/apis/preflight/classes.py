@@ -1,4 +1,5 @@
-"""Class-count pre-flight: every head's ``num_classes`` against the classes of the dataset it trains on.
+"""Class-count pre-flight: every head's ``num_classes`` against the classes of the dataset it trains
+on.
 
 The dataset's classes are its ``metainfo.classes`` or, without one, the default of its type (mmdet's
 ``CocoDataset``: COCO's 80; mmseg's ``ADE20KDataset``: ADE20K's 150; a type without default classes,
@@ -22,7 +23,7 @@ from typing import List, Optional, Sequence, Tuple
 from mmengine.config import Config
 
 from ..config import ConfigError
-from .datasets import dataset_cfgs, dataset_class, dataset_classes
+from .datasets import DatasetView, dataset_views
 
 ALLOW_KEY = 'allow_extra_classes'
 
@@ -52,21 +53,20 @@ def _heads(model: dict, scope: str) -> List[Tuple[str, dict]]:
     return found
 
 
-def _where_classes(cfg: Config, key: str, ds: dict, classes: Sequence[str]) -> str:
+def _where_classes(view: DatasetView) -> str:
+    key, ds, classes = view.key, view.cfg, view.classes
     meta = ds.get('metainfo') or {}
     shown = ', '.join(repr(c) for c in list(classes)[:6]) + (', ...' if len(classes) > 6 else '')
     if meta.get('classes'):
         where = f'{key}.metainfo.classes has {len(classes)} ({shown})'
     else:
-        cls = dataset_class(cfg, ds)
-        name = getattr(cls, '__name__', ds.get('type'))
-        where = (f'{key} ({name}, no metainfo.classes) has its default {len(classes)} classes '
-                 f'({shown}); set {key}.metainfo.classes to your own')
-    if cfg.get('default_scope') == 'mmseg':
+        where = (f'{key} ({view.type_name}, no metainfo.classes) has its default {len(classes)} '
+                 f'classes ({shown}); set {key}.metainfo.classes to your own')
+    if view.scope == 'mmseg':
         reduce_zero = ds.get('reduce_zero_label')
         if reduce_zero is None:  # the dataset type's default (ADE20KDataset: True)
             try:
-                param = inspect.signature(dataset_class(cfg, ds)).parameters.get('reduce_zero_label')
+                param = inspect.signature(view.cls).parameters.get('reduce_zero_label')
                 reduce_zero = None if param is None else param.default
             except (TypeError, ValueError):
                 reduce_zero = None
@@ -78,11 +78,13 @@ def _where_classes(cfg: Config, key: str, ds: dict, classes: Sequence[str]) -> s
 
 
 def check_num_classes(cfg: Config, which=('train_dataloader', 'val_dataloader', 'test_dataloader'),
-                      allow_extra: Optional[bool] = None) -> None:
+                      allow_extra: Optional[bool] = None,
+                      views: Optional[Sequence[DatasetView]] = None) -> None:
     """Every head's ``num_classes`` equals the number of classes of each dataset the loaders
-    ``which`` read; else :class:`ConfigError` names every head key with its value and the dataset key
-    with its class count. ``allow_extra`` (default: the config's ``allow_extra_classes``) accepts
-    heads with *more* classes than the dataset; fewer is always an error."""
+    ``which`` read (or of the dataset ``views`` given, as the pre-flight passes them); else
+    :class:`ConfigError` names every head key with its value and the dataset key with its class
+    count. ``allow_extra`` (default: the config's ``allow_extra_classes``) accepts heads with *more*
+    classes than the dataset; fewer is always an error."""
     model = cfg.get('model')
     scope = cfg.get('default_scope')
     if not isinstance(model, dict) or scope not in ('mmdet', 'mmseg'):
@@ -94,12 +96,13 @@ def check_num_classes(cfg: Config, which=('train_dataloader', 'val_dataloader', 
         return
     if allow_extra is None:
         allow_extra = bool(cfg.get(ALLOW_KEY, False))
+    if views is None:
+        views = dataset_views(cfg, which)
     problems, seen = [], set()
-    for key, ds in dataset_cfgs(cfg, list(which)):
-        classes = dataset_classes(cfg, ds)
-        if not classes:
+    for view in views:
+        if not view.classes:
             continue
-        n = len(classes)
+        n = len(view.classes)
         bad = []
         for hkey, head in heads:
             got = head['num_classes']
@@ -112,12 +115,13 @@ def check_num_classes(cfg: Config, which=('train_dataloader', 'val_dataloader', 
         if sig in seen:  # val and test loaders usually share the dataset config
             continue
         seen.add(sig)
-        problems.append(f'{", ".join(bad)} but {_where_classes(cfg, key, ds, classes)}')
+        problems.append(f'{", ".join(bad)} but {_where_classes(view)}')
     if problems:
         raise ConfigError(
             "the heads' num_classes do not match the dataset's classes:\n  " +
             '\n  '.join(problems) +
             '\nSet every listed head to the dataset\'s class count (Cascade: each of the '
-            'roi_head.bbox_head stages and the mask_head; UperNet: decode_head and auxiliary_head). '
+            'roi_head.bbox_head stages and the mask_head; UperNet: decode_head and '
+            'auxiliary_head). '
             f'A head deliberately larger than the dataset is allowed with {ALLOW_KEY}=True '
             f'(--cfg-options {ALLOW_KEY}=True).')

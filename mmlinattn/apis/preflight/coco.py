@@ -5,7 +5,8 @@ from typing import List, Optional
 
 from ..config import ConfigError
 
-# COCO files above this size are not pre-checked (real COCO train is ~450 MB; mmdet parses it anyway).
+# COCO files above this size are not pre-checked (real COCO train is ~450 MB; mmdet parses it
+# anyway).
 COCO_CHECK_MAX_BYTES = 100 * 2 ** 20
 
 
@@ -15,19 +16,19 @@ def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None
     """Validate a COCO-format annotation file before training.
 
     With ``labels=False`` (a test set whose evaluator has ``format_only=True``, see
-    :func:`~.datasets.labels_needed`), an image-info file - ``images`` and ``categories`` only, as
+    ``DatasetView.labels``), an image-info file - ``images`` and ``categories`` only, as
     COCO's ``image_info_test-dev2017.json`` - is accepted; with labels needed, its missing
     ``annotations`` list is an error that says how to write a test-server submission instead.
 
     Structural problems (not JSON, truncated, no ``images``/``annotations``/``categories`` list, an
     annotation without ``image_id``/``bbox``) raise :class:`ConfigError` naming the file and record.
     Records mmdet would silently drop or ignore - a box of zero area, a polygon with fewer than 3
-    points, a ``category_id`` not in ``categories`` - are reported as warnings (returned, and logged)
-    naming the annotation id. With the dataset's ``classes`` and ``filter_cfg`` (``ds_key`` is its config
-    key), a set that mmdet's filter would leave empty (no image with an annotation of those classes,
-    or every image below ``min_size``) is an error naming the file and the filter. With ``img_dir``
-    (the folder the ``file_name``s are relative to), images listed but not on disk are an error naming
-    them (existence only: a stat per image).
+    points, a ``category_id`` not in ``categories`` - are reported as warnings (returned, and
+    logged) naming the annotation id. With the dataset's ``classes`` and ``filter_cfg`` (``ds_key``
+    is its config key), a set that mmdet's filter would leave empty (no image with an annotation of
+    those classes, or every image below ``min_size``) is an error naming the file and the filter.
+    With ``img_dir`` (the folder the ``file_name``s are relative to), images listed but not on disk
+    are an error naming them (existence only: a stat per image).
     """
     try:
         with open(path) as f:
@@ -56,7 +57,8 @@ def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None
                 raise ConfigError(f'{path}: images[{i}] has no "{key}"')
         image_ids.add(img['id'])
     if not data['images']:
-        raise ConfigError(f'{path}: "images" is empty - the dataset ({ds_key}) would hold no sample')
+        raise ConfigError(f'{path}: "images" is empty - the dataset ({ds_key}) would hold no '
+                          'sample')
     cat_ids = {c.get('id') for c in data['categories'] if isinstance(c, dict)}
     warnings = []
     for i, ann in enumerate(data['annotations']):
@@ -65,7 +67,8 @@ def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None
             if key not in ann:
                 raise ConfigError(f'{path}: annotation {rid} has no "{key}"')
         if ann['image_id'] not in image_ids:
-            warnings.append(f'annotation {rid}: image_id {ann["image_id"]} is not in "images" (dropped)')
+            warnings.append(f'annotation {rid}: image_id {ann["image_id"]} is not in "images" '
+                            '(dropped)')
         if ann['category_id'] not in cat_ids:
             warnings.append(f'annotation {rid}: category_id {ann["category_id"]} is not in '
                             f'"categories" (ids {sorted(cat_ids)[:10]}) (dropped)')
@@ -89,11 +92,13 @@ def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None
 
 
 def _check_images_exist(path, images, img_dir, key):
-    missing = [im['file_name'] for im in images if not osp.isfile(osp.join(img_dir, im['file_name']))]
+    missing = [im['file_name'] for im in images
+               if not osp.isfile(osp.join(img_dir, im['file_name']))]
     if missing:
-        shown = ', '.join(missing[:5]) + (f', ... ({len(missing)} in all)' if len(missing) > 5 else '')
-        raise ConfigError(f'{path}: {len(missing)} of {len(images)} image(s) listed in "images" are '
-                          f'not in {img_dir} ({key}.data_prefix.img): {shown}')
+        more = f', ... ({len(missing)} in all)' if len(missing) > 5 else ''
+        shown = ', '.join(missing[:5]) + more
+        raise ConfigError(f'{path}: {len(missing)} of {len(images)} image(s) listed in "images" '
+                          f'are not in {img_dir} ({key}.data_prefix.img): {shown}')
 
 
 def _check_filtered_coco(path, data, classes, filter_cfg, key):
@@ -110,11 +115,12 @@ def _check_filtered_coco(path, data, classes, filter_cfg, key):
     if kept:
         return
     if not wanted:
-        why = (f'none of the dataset\'s classes {list(classes)[:5]}... is among the file\'s categories '
-               f'{list(names)[:5]} (set {key}.metainfo.classes)')
+        why = (f'none of the dataset\'s classes {list(classes)[:5]}... is among the file\'s '
+               f'categories {list(names)[:5]} (set {key}.metainfo.classes)')
     elif not with_ann:
         why = (f'no image has an annotation of the dataset\'s classes ({len(data["annotations"])} '
-               f'annotation(s) in the file); {key}.filter_cfg.filter_empty_gt=True drops such images')
+               f'annotation(s) in the file); {key}.filter_cfg.filter_empty_gt=True drops such '
+               'images')
     else:
         why = f'every image is smaller than {key}.filter_cfg.min_size={min_size}'
     raise ConfigError(f'{path}: the dataset ({key}) would be empty after filtering '

@@ -1,13 +1,66 @@
-"""The dataset configs of a config's dataloaders, and the classes they select."""
+"""The datasets a config's dataloaders read, each as one :class:`DatasetView` computed once: what
+every pre-flight check needs to know about it (its class and classes resolved, its paths joined to
+its ``data_root``, whether it must carry labels), so that no check looks any of it up again."""
 import importlib
-from typing import List
+import os.path as osp
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from mmengine.config import Config
 
 from ..config import ConfigError
 
 
-def dataset_cfgs(cfg: Config, which: List[str]):
+@dataclass
+class DatasetView:
+    """One dataset config of one loader, as the checks see it (built by :func:`dataset_views`).
+
+    ``key`` is the config key of the dataset (``train_dataloader.dataset``, past any
+    RepeatDataset / ClassBalancedDataset wrapper: ``...dataset.dataset``; a ConcatDataset's parts:
+    ``...datasets.0``), ``loader`` the dataloader's key. ``cls`` is the dataset type looked up in
+    the toolbox's registry (``None`` if it cannot be found); ``classes`` its ``metainfo.classes``,
+    else the type's default ``METAINFO`` classes, else ``None``. ``ann_path`` and ``folders``
+    (``data_prefix`` entry -> ``(as written, joined to data_root)``) are the paths as the dataset
+    will open them. ``evaluators``: ``(key, config)`` of the evaluators scoring its loader;
+    ``labels``: whether the set must carry labels - always for training, and for a val / test set
+    unless every evaluator of its loader only formats results for a test server
+    (``format_only=True``, as for COCO test-dev or the ADE20K test set) or dumps them."""
+    key: str
+    loader: str
+    cfg: dict
+    scope: Optional[str]
+    cls: Optional[type]
+    classes: Optional[List[str]]
+    data_root: str
+    ann_file: Optional[str]
+    ann_path: Optional[str]
+    folders: Dict[str, Tuple[str, str]] = field(default_factory=dict)
+    test_mode: bool = False
+    filter_cfg: Optional[dict] = None
+    evaluators: List[Tuple[str, dict]] = field(default_factory=list)
+    labels: bool = True
+
+    @property
+    def type_name(self) -> str:
+        return getattr(self.cls, '__name__', None) or str(self.cfg.get('type', ''))
+
+    @property
+    def is_coco_json(self) -> bool:
+        """A COCO-format annotation file (``Coco*`` dataset type, a ``.json`` ann_file)."""
+        return 'Coco' in str(self.cfg.get('type', '')) and bool(self.ann_path) and \
+            self.ann_path.endswith('.json')
+
+    @property
+    def coco_image_dir(self) -> Optional[str]:
+        """The folder a COCO file's ``file_name``s are relative to, if it exists."""
+        path = self._join(self.folders.get('img', ('', ''))[0])
+        return path if osp.isdir(path or '.') else None
+
+    def _join(self, path: str) -> str:
+        return path if osp.isabs(path) or not self.data_root else osp.join(self.data_root, path)
+
+
+def dataset_cfgs(cfg: Config, which: Sequence[str]):
     """``(config key, dataset config)`` of every dataset the loaders ``which`` read, looking through
     RepeatDataset / ClassBalancedDataset / ConcatDataset wrappers."""
     for name in which:
@@ -36,13 +89,31 @@ def dataset_class(cfg: Config, ds: dict):
         return None
 
 
-def dataset_classes(cfg: Config, ds: dict):
-    """The class names a dataset config selects (its ``metainfo`` or the dataset type's default)."""
-    meta = ds.get('metainfo') or {}
-    if meta.get('classes'):
-        return list(meta['classes'])
-    cls = dataset_class(cfg, ds)
-    return list(getattr(cls, 'METAINFO', {}).get('classes', ())) or None
+def dataset_views(cfg: Config, which: Sequence[str]) -> List[DatasetView]:
+    """One :class:`DatasetView` per dataset config the loaders ``which`` read, in loader order; the
+    only place the pre-flight resolves a dataset's class and classes."""
+    views = []
+    for key, ds in dataset_cfgs(cfg, which):
+        cls = dataset_class(cfg, ds)
+        meta = ds.get('metainfo') or {}
+        classes = list(meta['classes']) if meta.get('classes') else \
+            list(getattr(cls, 'METAINFO', {}).get('classes', ())) or None
+        root = ds.get('data_root') or ''
+        prefix = ds.get('data_prefix') or {}
+        if isinstance(prefix, str):  # mmpretrain: data_prefix='train'
+            prefix = dict(img_path=prefix)
+        view = DatasetView(key=key, loader=key.split('.', 1)[0], cfg=ds,
+                           scope=cfg.get('default_scope'), cls=cls, classes=classes,
+                           data_root=root, ann_file=ds.get('ann_file') or None, ann_path=None,
+                           test_mode=bool(ds.get('test_mode')),
+                           evaluators=loader_evaluators(cfg, key))
+        view.ann_path = view._join(view.ann_file) if view.ann_file else None
+        view.folders = {sub: (folder, view._join(folder)) for sub, folder in prefix.items()
+                        if folder and isinstance(folder, str)}
+        view.filter_cfg = None if view.test_mode else ds.get('filter_cfg')
+        view.labels = not view.evaluators or any(_needs_labels(e) for _, e in view.evaluators)
+        views.append(view)
+    return views
 
 
 def loader_evaluators(cfg: Config, key: str) -> list:
@@ -64,20 +135,16 @@ def _needs_labels(ev: dict) -> bool:
         not kind.endswith('DumpDetResults')
 
 
-def labels_needed(cfg: Config, key: str) -> bool:
-    """Whether the dataset at ``key`` must carry labels: always for training, and for a val / test
-    set unless every evaluator of its loader only formats results for a test server
-    (``format_only=True``, as for COCO test-dev or the ADE20K test set) or dumps them."""
-    evs = loader_evaluators(cfg, key)
-    return not evs or any(_needs_labels(e) for _, e in evs)
-
-
-def check_format_only(cfg: Config, loaders) -> None:
+def check_format_only(views: Sequence[DatasetView]) -> None:
     """A ``format_only`` evaluator must say where its files go, else they are lost: mmdet's
     CocoMetric would write them to a temporary folder it deletes (an assert), mmseg's IoUMetric
     would fail after the whole run (``osp.dirname(None)``). Names the key to set."""
-    for loader in loaders:
-        for ev_key, ev in loader_evaluators(cfg, f'{loader}.dataset'):
+    seen = set()
+    for view in views:
+        if view.loader in seen:  # a ConcatDataset's parts share their loader's evaluators
+            continue
+        seen.add(view.loader)
+        for ev_key, ev in view.evaluators:
             if not ev.get('format_only'):
                 continue
             kind = str(ev.get('type', ''))

@@ -9,36 +9,35 @@ from mmengine.logging import MMLogger
 from PIL import Image
 
 from ..config import ConfigError
-from .datasets import dataset_class, dataset_classes, labels_needed, loader_evaluators
+from .datasets import DatasetView
 
 # Segmentation sets up to this many files are checked file by file; larger ones by a seeded sample.
 SEG_CHECK_ALL_MAX = 2000
 SEG_CHECK_SAMPLE = 500
 
 
-def _seg_num_classes(cfg: Config, ds: dict) -> Optional[int]:
+def _seg_num_classes(cfg: Config, view: DatasetView) -> Optional[int]:
     heads = cfg.get('model', {}).get('decode_head')
     head = heads[0] if isinstance(heads, (list, tuple)) and heads else heads
     if isinstance(head, dict) and isinstance(head.get('num_classes'), int):
         return head['num_classes']
-    classes = dataset_classes(cfg, ds)
-    return len(classes) if classes else None
+    return len(view.classes) if view.classes else None
 
 
-def check_seg_annotations(cfg: Config, key: str, ds_cfg: dict, logger=None) -> None:
-    """Segmentation pre-flight: every (image, label map) pair the dataset lists has the same size, and
-    every label value - after ``reduce_zero_label`` and ``label_map``, as mmseg's loader applies them -
-    lies in ``[0, num_classes)`` or is the ignore index. Sets of up to ``SEG_CHECK_ALL_MAX`` files are
-    checked whole, larger ones by a seeded sample of ``SEG_CHECK_SAMPLE`` (the log says which). Only
-    image headers are read for the sizes.
+def check_seg_annotations(cfg: Config, view: DatasetView, logger=None) -> None:
+    """Segmentation pre-flight: every (image, label map) pair the dataset ``view`` lists has the
+    same size, and every label value - after ``reduce_zero_label`` and ``label_map``, as mmseg's
+    loader applies them - lies in ``[0, num_classes)`` or is the ignore index. Sets of up to
+    ``SEG_CHECK_ALL_MAX`` files are checked whole, larger ones by a seeded sample of
+    ``SEG_CHECK_SAMPLE`` (the log says which). Only image headers are read for the sizes.
 
-    An empty set, a label map that is missing or does not decode (truncated, corrupt), an image whose
-    header does not read, a size mismatch or an out-of-range label raise :class:`ConfigError` naming the files,
-    the values and the config key to change (mmseg would fail deep in the loss, or drop the pixels
-    from the mIoU without a word).
+    An empty set, a label map that is missing or does not decode (truncated, corrupt), an image
+    whose header does not read, a size mismatch or an out-of-range label raise
+    :class:`ConfigError` naming the files, the values and the config key to change (mmseg would
+    fail deep in the loss, or drop the pixels from the mIoU without a word).
     """
     logger = logger or MMLogger.get_current_instance()
-    cls = dataset_class(cfg, ds_cfg)
+    key, ds_cfg, cls = view.key, view.cfg, view.cls
     if cls is None or not hasattr(cls, 'load_data_list'):
         return
     try:
@@ -49,15 +48,16 @@ def check_seg_annotations(cfg: Config, key: str, ds_cfg: dict, logger=None) -> N
         return
     if not infos:
         prefix = ds_cfg.get('data_prefix', {})
+        suffix = getattr(ds, 'img_suffix', '?')
         raise ConfigError(f'{key}: no image found under {ds_cfg.get("data_root", "")}'
-                          f'{prefix.get("img_path", "")} with suffix {getattr(ds, "img_suffix", "?")!r}'
+                          f'{prefix.get("img_path", "")} with suffix {suffix!r}'
                           f' (set {key}.data_prefix.img_path / {key}.img_suffix)')
-    if not labels_needed(cfg, key):  # a test set for a server: images only, no label maps read
+    if not view.labels:  # a test set for a server: images only, no label maps read
         logger.info(f'{key}: {len(infos)} images; the evaluator formats results only '
                     '(format_only=True), label maps not checked')
         return
-    _check_labels_present(cfg, key, ds_cfg, infos)
-    num_classes = _seg_num_classes(cfg, ds_cfg)
+    _check_labels_present(view, infos)
+    num_classes = _seg_num_classes(cfg, view)
     if len(infos) > SEG_CHECK_ALL_MAX:
         chosen = random.Random(0).sample(infos, SEG_CHECK_SAMPLE)
         logger.info(f'{key}: checking a seeded sample of {SEG_CHECK_SAMPLE} of {len(infos)} label '
@@ -114,14 +114,14 @@ def check_seg_annotations(cfg: Config, key: str, ds_cfg: dict, logger=None) -> N
         problems.append(f'{len(unread)} file(s) that cannot be read (missing, truncated or not an '
                         'image):\n    ' + '\n    '.join(unread[:10]))
     if size_bad:
-        problems.append(f'{len(size_bad)} label map(s) of another size than their image (mmseg would '
-                        'train on misaligned labels or fail to batch them):\n    ' +
+        problems.append(f'{len(size_bad)} label map(s) of another size than their image (mmseg '
+                        'would train on misaligned labels or fail to batch them):\n    ' +
                         '\n    '.join(size_bad[:10]))
     if range_bad:
         problems.append(
             f'{len(range_bad)} label map(s) with values outside [0, {num_classes}) other than the '
-            f'ignore index {ignore} (after reduce_zero_label={reduce_zero}; values as the loss sees '
-            'them):\n    ' + '\n    '.join(range_bad[:10]) +
+            f'ignore index {ignore} (after reduce_zero_label={reduce_zero}; values as the loss '
+            'sees them):\n    ' + '\n    '.join(range_bad[:10]) +
             f'\n  Fix the files, or model.decode_head.num_classes / {key}.reduce_zero_label')
     if problems:
         raise ConfigError(f'{key}: ' + '\n  '.join(problems))
@@ -139,14 +139,14 @@ def _transform_types(pipeline) -> set:
     return found
 
 
-def _check_labels_present(cfg: Config, key: str, ds_cfg: dict, infos) -> None:
+def _check_labels_present(view: DatasetView, infos) -> None:
     """A val / test set scored by a metric must have label maps and load them; a set of images only
     (the ADE20K test set) is for a test-server submission (``format_only=True``). Without this,
     mmseg's IoUMetric fails after the whole run (``KeyError: 'gt_sem_seg'``)."""
-    evs = loader_evaluators(cfg, key)
-    if not evs:
+    key, ds_cfg = view.key, view.cfg
+    if not view.evaluators:
         return
-    ev_key = evs[0][0]
+    ev_key = view.evaluators[0][0]
     why = None
     if not any(info.get('seg_map_path') for info in infos):
         why = f'lists no label maps ({key}.data_prefix has no seg_map_path)'

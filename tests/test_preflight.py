@@ -1,0 +1,212 @@
+"""The pre-flight as one ordered pass: the config itself, then the paths of every loader, then the
+files' contents, then the model (the order ``mmlinattn.apis.preflight`` documents), over one view of
+each dataset computed once; and the checkpoint pre-flight of a training run, which fits a backbone
+file through the same code as the backbone's ``load_pretrained`` and reads a ``load_from`` once.
+
+Expected values come from the documented order and from the definitions: a config reading three
+dataset configs resolves three dataset types; a file is read once when it is opened once; the
+authors' MAViT file drops its classification keys (``head.``, ``proj.``, ``norm.``) and lacks the
+downstream output norms ``extra_norms.<i>``.
+"""
+import json
+import os.path as osp
+import shutil
+
+import pytest
+import torch
+
+from mmlinattn.apis import ConfigError, load_config, model_registry, preflight
+
+from helpers import authors_state, make_toy_sets, save_authors_file
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
+LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+
+
+@pytest.fixture(scope='module')
+def toy_data(tmp_path_factory):
+    return make_toy_sets(tmp_path_factory.mktemp('preflight_toy'), seed=3, size=64, train=2, val=2)
+
+
+def _cfg(path, root, **per_loader):
+    """The toy config with every loader's data_root at ``root`` and ``per_loader`` set on each
+    loader's dataset (``test_dataloader`` is its own copy)."""
+    cfg = load_config(path)
+    for k in LOADERS:
+        ds = cfg[k]['dataset']
+        ds['data_root'] = f'{root}/'
+        ds.update(per_loader)
+    return cfg
+
+
+# --------------------------------------------------------------------------- one view per dataset
+def test_dataset_type_is_resolved_once_per_dataset_config(toy_data, monkeypatch):
+    """ADE20KDataset without metainfo.classes: both the class-count check and the label-map check
+    need the type's classes; three loaders, three dataset configs, three look-ups."""
+    from mmseg.registry import DATASETS
+    cfg = _cfg(SEG_CFG, toy_data / 'toy_ade', type='ADE20KDataset', metainfo=None)
+    cfg.model.decode_head.num_classes = 150  # ADE20K's classes, the type's default
+    looked_up = []
+    real_get = DATASETS.get
+
+    def counting_get(name):
+        looked_up.append(name)
+        return real_get(name)
+
+    monkeypatch.setattr(DATASETS, 'get', counting_get)
+    preflight(cfg, LOADERS)  # the toy labels 1-4 become 0-3 under reduce_zero_label: < 150
+    assert looked_up == ['ADE20KDataset'] * 3
+
+
+def test_the_view_holds_the_type_classes_and_paths(toy_data):
+    from mmlinattn.apis import dataset_views
+    root = toy_data / 'toy_ade'
+    cfg = _cfg(SEG_CFG, root, type='ADE20KDataset', metainfo=None)
+    cfg.train_dataloader.dataset = dict(type='RepeatDataset', times=2,
+                                        dataset=cfg.train_dataloader.dataset)
+    views = dataset_views(cfg, LOADERS)
+    assert [v.key for v in views] == ['train_dataloader.dataset.dataset', 'val_dataloader.dataset',
+                                      'test_dataloader.dataset']
+    from mmseg.datasets import ADE20KDataset
+    assert all(v.cls is ADE20KDataset for v in views)
+    assert len(views[0].classes) == 150 and views[0].classes[0] == 'wall'  # ADE20K's first class
+    assert views[1].folders['img_path'] == ('images/validation',
+                                            osp.join(f'{root}/', 'images/validation'))
+    assert views[0].labels and views[1].labels  # scored by an IoUMetric, not format_only
+
+
+# --------------------------------------------------------------------------- the documented order
+def test_every_missing_path_is_reported_before_any_file_is_read(toy_data, tmp_path):
+    """Stage 2 before stage 3: a corrupt train annotation file is not read while the val set's
+    annotation file is missing."""
+    root = tmp_path / 'toy_coco'
+    shutil.copytree(toy_data / 'toy_coco', root)
+    (root / 'annotations' / 'instances_train.json').write_text('{"images": [')  # truncated
+    cfg = _cfg(DET_CFG, root)
+    cfg.val_dataloader.dataset.ann_file = 'annotations/missing.json'
+    with pytest.raises(ConfigError) as e:
+        preflight(cfg, LOADERS)
+    msg = str(e.value)
+    assert msg.startswith('dataset paths do not exist')
+    assert "val_dataloader.dataset.ann_file = 'annotations/missing.json': file not found" in msg
+    assert 'JSON' not in msg
+
+
+def test_file_contents_are_read_once_every_path_exists(toy_data, tmp_path):
+    root = tmp_path / 'toy_coco'
+    shutil.copytree(toy_data / 'toy_coco', root)
+    (root / 'annotations' / 'instances_train.json').write_text('{"images": [')
+    with pytest.raises(ConfigError, match=r'instances_train\.json: not valid JSON'):
+        preflight(_cfg(DET_CFG, root), LOADERS)
+
+
+def test_paths_of_all_loaders_are_reported_together(toy_data, tmp_path):
+    cfg = _cfg(SEG_CFG, toy_data / 'toy_ade')
+    cfg.train_dataloader.dataset.data_root = str(tmp_path / 'nowhere')
+    cfg.val_dataloader.dataset.data_prefix.img_path = 'images/nope'
+    with pytest.raises(ConfigError) as e:
+        preflight(cfg, LOADERS)
+    msg = str(e.value)
+    assert f"train_dataloader.dataset.data_root = '{tmp_path / 'nowhere'}': directory not found" \
+        in msg
+    assert "val_dataloader.dataset.data_prefix.img_path = 'images/nope': directory not found" in msg
+
+
+def test_data_problems_are_reported_before_the_model(toy_data, tmp_path):
+    """Stage 2 before stage 4: a missing data root and a neck that does not fit the backbone."""
+    cfg = _cfg(SEG_CFG, tmp_path / 'nowhere')
+    cfg.model.neck.in_channels = [64, 128, 320, 512]
+    with pytest.raises(ConfigError) as e:
+        preflight(cfg, LOADERS)
+    msg = str(e.value)
+    assert msg.startswith('dataset paths do not exist') and 'in_channels' not in msg
+    cfg = _cfg(SEG_CFG, toy_data / 'toy_ade')
+    cfg.model.neck.in_channels = [64, 128, 320, 512]
+    with pytest.raises(ConfigError, match=r'model\.neck\.in_channels=\[64, 128, 320, 512\]'):
+        preflight(cfg, LOADERS)
+
+
+def test_the_config_is_checked_before_the_paths(tmp_path):
+    """Stage 1 before stage 2: a head of 7 classes on the 4 toy classes, and no data at all."""
+    cfg = _cfg(SEG_CFG, tmp_path / 'nowhere')
+    cfg.model.decode_head.num_classes = 7
+    with pytest.raises(ConfigError, match=r'model\.decode_head\.num_classes=7 but '
+                                          r'train_dataloader\.dataset\.metainfo\.classes has 4'):
+        preflight(cfg, LOADERS)
+
+
+# --------------------------------------------------------------------------- checkpoints
+def _seg_backbone(cfg):
+    return model_registry(cfg).build(cfg.model.backbone)
+
+
+def test_backbone_only_load_from_is_read_once(tmp_path, monkeypatch):
+    from mmlinattn.apis.preflight.checkpoints import prepare_checkpoints
+    cfg = load_config(SEG_CFG)
+    path = str(tmp_path / 'backbone.pth')
+    torch.save(_seg_backbone(cfg).state_dict(), path)
+    cfg.load_from = path
+    reads = []
+    real_load = torch.load
+
+    def counting_load(f, *args, **kwargs):
+        reads.append(str(f))
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, 'load', counting_load)
+    prepare_checkpoints(cfg)
+    assert reads.count(path) == 1
+    assert cfg.load_from is None
+    assert cfg.model.backbone.init_cfg == dict(type='Pretrained', checkpoint=path)
+
+
+def test_the_check_and_the_load_give_one_report(tmp_path):
+    """The pre-flight's check-only fit reports what load_pretrained then loads; it loads nothing."""
+    from mmlinattn.checkpoint.fitting import fit_backbone_checkpoint
+    from mmlinattn.models.backbones import MAViT
+    path = str(tmp_path / 'mala.pth')
+    state = save_authors_file(path, 'mavit', 'tiny')
+    checked = MAViT(arch='tiny')
+    before = {k: v.clone() for k, v in checked.state_dict().items()}
+    report = fit_backbone_checkpoint(checked, path, check_only=True)
+    assert all(torch.equal(before[k], v) for k, v in checked.state_dict().items())
+    loaded = MAViT(arch='tiny').load_pretrained(path)
+    assert report == loaded
+    assert sorted(report['dropped']) == sorted(
+        k for k in state if k.startswith(('head.', 'proj.', 'norm.')))
+    assert sorted(report['new']) == sorted(
+        f'extra_norms.{i}.norm.{n}' for i in range(4) for n in ('weight', 'bias'))
+
+
+def test_a_prefix_no_key_carries_is_one_message_in_both_callers(tmp_path):
+    from mmlinattn.apis.preflight.checkpoints import prepare_checkpoints
+    from mmlinattn.checkpoint import CheckpointError
+    from mmlinattn.models.backbones import MAViT
+    path = str(tmp_path / 'mala.pth')
+    torch.save({'state_dict': authors_state('mavit', 'tiny')}, path)
+    with pytest.raises(CheckpointError) as direct:
+        MAViT(arch='tiny').load_pretrained(path, prefix='encoder.')
+    cfg = load_config(SEG_CFG)
+    cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint=path, prefix='encoder.')
+    with pytest.raises(CheckpointError) as checked:
+        prepare_checkpoints(cfg)
+    assert str(direct.value) == f"{path}: no key starts with prefix 'encoder.'"
+    assert str(checked.value) == f'model.backbone.init_cfg.checkpoint: {direct.value}'
+
+
+def test_a_coco_image_info_file_passes_for_a_format_only_test_set(toy_data, tmp_path):
+    """The view's ``labels``: a test set scored by a format_only evaluator needs no annotations."""
+    root = tmp_path / 'toy_coco'
+    shutil.copytree(toy_data / 'toy_coco', root)
+    info = json.loads((root / 'annotations' / 'instances_val.json').read_text())
+    info.pop('annotations')
+    (root / 'annotations' / 'image_info.json').write_text(json.dumps(info))
+    cfg = _cfg(DET_CFG, root)
+    cfg.test_dataloader.dataset.ann_file = 'annotations/image_info.json'
+    with pytest.raises(ConfigError, match='format_only=True'):
+        preflight(cfg, ('test_dataloader',))
+    cfg.test_evaluator = dict(type='CocoMetric', format_only=True,
+                              outfile_prefix=str(tmp_path / 'out' / 'r'))
+    preflight(cfg, ('test_dataloader',))
