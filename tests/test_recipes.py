@@ -1,11 +1,12 @@
-"""The recipes: every config holds its source's values, written below as read from the source configs
-(MALA's released configs; PVT's and Swin's official downstream configs; mmdet's Swin RetinaNet), field
-by field - optimizer type, lr, betas or momentum, weight decay, the parameters kept out of weight decay
-(custom keys, norm_decay_mult), warm-up, milestones or poly power and minimum lr, length, batch per GPU
-and the total batch the lr is for, drop path, precision (fp16 / loss scale) and the test resize - and
-its inherited parts (pipelines, heads) equal upstream mmdet / mmseg configs of the same recipe, so a
-drift in the generator table or in our `_base_` files fails here. The deviations we keep are listed
-with their reason in each config's header and family README, and checked to be there."""
+"""The recipes: every config holds its source's values, written below as read from the source
+configs (MALA's released configs; PVT's and Swin's official downstream configs; mmdet's Swin
+RetinaNet), field by field - optimizer type, lr, betas or momentum, weight decay, the parameters
+kept out of weight decay (custom keys, norm_decay_mult), warm-up, milestones or poly power and
+minimum lr, length, batch per GPU and the total batch the lr is for, drop path, precision (fp16 /
+loss scale) and the test resize - and its inherited parts (pipelines, heads) equal upstream mmdet
+/ mmseg configs of the same recipe, so a drift in the generator table or in our `_base_` files
+fails here. The deviations we keep are listed with their reason in each config's header and family
+README, and checked to be there."""
 import glob
 import os.path as osp
 import re
@@ -28,18 +29,25 @@ def load(name):
 
 
 def header(name):
+    """The config's first three header lines, each joined with its continuations ('#   ')."""
+    head = []
     with open(osp.join(ROOT, 'configs', family_of(name), name + '.py')) as f:
-        return f.read().splitlines()[:3]
+        for line in f.read().splitlines()[:12]:
+            if line.startswith('#   ') and head:
+                head[-1] += ' ' + line[4:]
+            else:
+                head.append(line)
+    return head[:3]
 
 
 # ------------------------------------------------------------------------------ the sources' values
 # Common to every detection source: the mmdet 2.x 1x schedule they inherit (qhfan/MALA
 # detect/configs/_base_/schedules/schedule_1x.py, whai362/PVT detection/configs/_base_/schedules/
 # schedule_1x.py, SwinTransformer/Swin-Transformer-Object-Detection configs/_base_/schedules/
-# schedule_1x.py, mmdet's configs/_base_/schedules/schedule_1x.py): linear warm-up over 500 iterations
-# from 0.001 x lr, x0.1 steps; 2 images per GPU on 8 GPUs (their coco_*.py datasets); test resize
-# keeping the ratio to 1333x800, padded to a multiple of 32. AdamW's betas are torch's default
-# (0.9, 0.999) where a source does not set them.
+# schedule_1x.py, mmdet's configs/_base_/schedules/schedule_1x.py): linear warm-up over 500
+# iterations from 0.001 x lr, x0.1 steps; 2 images per GPU on 8 GPUs (their coco_*.py datasets);
+# test resize keeping the ratio to 1333x800, padded to a multiple of 32. AdamW's betas are torch's
+# default (0.9, 0.999) where a source does not set them.
 DET_1X = dict(warmup=(500, 0.001), steps=([8, 11], 12), batch=2, total=16,
               test=((1333, 800), False), betas=(0.9, 0.999), no_decay={}, norm_decay_mult=None,
               amp=None)
@@ -55,7 +63,8 @@ SOURCE = {}
 MAVIT_DROP = {'t': 0.1, 's': 0.15, 'b': 0.4, 'l': 0.55}  # drop_path_rate in every MALA config below
 for a in 'tsbl':
     # qhfan/MALA detect/configs/MALA/maskrcnn_{a}_1x.py: AdamW 4e-4 wd 0.05 with SWIN_KEYS; fp16:
-    # `fp16 = dict()` over detect/configs/_base_/default_runtime.py's fp16=dict(loss_scale='dynamic')
+    # `fp16 = dict()` over detect/configs/_base_/default_runtime.py's
+    # fp16=dict(loss_scale='dynamic')
     SOURCE[f'mask-rcnn_mavit-{a}_fpn_1x_coco'] = dict(
         DET_1X, opt='AdamW', lr=4e-4, wd=0.05, no_decay=SWIN_KEYS, amp='dynamic',
         drop_path=MAVIT_DROP[a])
@@ -88,7 +97,8 @@ for name in ('mask-rcnn_mavit-l_fpn_ms-3x_coco', 'cascade-mask-rcnn_mavit-l_fpn_
 # Uper_l_2x.py sets samples_per_gpu=1 at the same lr 6e-5: kept at 2 per GPU (the paper's batch 16
 # for every model; see KEPT below)
 
-PVT_DET_DROP = {'t': 0.1, 's': 0.1, 'm': 0.0, 'l': 0.0}  # whai362/PVT detection/pvt.py: pvt_{tiny..}
+# whai362/PVT detection/pvt.py: pvt_{tiny..}
+PVT_DET_DROP = {'t': 0.1, 's': 0.1, 'm': 0.0, 'l': 0.0}
 for a in 'tsml':
     # whai362/PVT detection/configs/mask_rcnn_pvt_{a}_fpn_1x_coco.py: AdamW 2e-4 wd 1e-4, no rules,
     # fp32; L: samples_per_gpu=1 at 2e-4 / 1.4
@@ -98,9 +108,10 @@ for a in 'tsml':
     # L: 2 per GPU with apex mixed precision (DistOptimizerHook use_fp16=True: dynamic loss scale)
     SOURCE[f'retinanet_inline-pvt-{a}_fpn_1x_coco'] = dict(
         DET_1X, opt='AdamW', lr=1e-4, wd=1e-4, drop_path=PVT_DET_DROP[a])
-    # whai362/PVT segmentation/configs/sem_fpn/PVT/fpn_pvt_{a}_ade20k_40k.py: AdamW wd 1e-4, no rules,
-    # poly 0.9 to min_lr 0.0, no warm-up, fp32; drop path 0.1 (segmentation/pvt.py); AlignResize to
-    # multiples of 32 at test. Its 2e-4 at 8 x 4 images for 40k is kept as 1e-4 at 8 x 2 for 80k.
+    # whai362/PVT segmentation/configs/sem_fpn/PVT/fpn_pvt_{a}_ade20k_40k.py: AdamW wd 1e-4, no
+    # rules, poly 0.9 to min_lr 0.0, no warm-up, fp32; drop path 0.1 (segmentation/pvt.py);
+    # AlignResize to multiples of 32 at test. Its 2e-4 at 8 x 4 images for 40k is kept as 1e-4 at 8
+    # x 2 for 80k.
     SOURCE[f'fpn_inline-pvt-{a}_80k_ade20k-512x512'] = dict(
         SEG, opt='AdamW', lr=1e-4, wd=1e-4, warmup=None, poly=(0.9, 0.0, 80000), drop_path=0.1,
         test=((2048, 512), True))
@@ -111,13 +122,14 @@ SWIN = {'t': 'tiny', 's': 'small', 'b': 'base'}
 for a, dp in (('t', 0.1), ('s', 0.2), ('b', 0.3)):
     # SwinTransformer/Swin-Transformer-Object-Detection configs/swin/
     # mask_rcnn_swin_tiny_patch4_window7_mstrain_480-800_adamw_1x_coco.py: AdamW 1e-4 wd 0.05 with
-    # SWIN_KEYS, apex mixed precision (dynamic loss scale), drop path 0.1. No S / B 1x config: drop path
-    # of Swin-S's Mask R-CNN 3x (0.2) and Swin-B's Cascade 3x (0.3)
+    # SWIN_KEYS, apex mixed precision (dynamic loss scale), drop path 0.1. No S / B 1x config: drop
+    # path of Swin-S's Mask R-CNN 3x (0.2) and Swin-B's Cascade 3x (0.3)
     SOURCE[f'mask-rcnn_inline-swin-{a}_fpn_1x_coco'] = dict(
         DET_1X, opt='AdamW', lr=1e-4, wd=0.05, no_decay=SWIN_KEYS, amp='dynamic', drop_path=dp)
 for a, dp in (('t', 0.2), ('s', 0.2), ('b', 0.3)):
     # .../mask_rcnn_swin_{tiny,small}_patch4_window7_mstrain_480-800_adamw_3x_coco.py (no Swin-B:
-    # drop path of Swin-B's Cascade) and .../cascade_mask_rcnn_swin_{tiny,small,base}_patch4_window7_
+    # drop path of Swin-B's Cascade) and
+    # .../cascade_mask_rcnn_swin_{tiny,small,base}_patch4_window7_
     # mstrain_480-800_giou_4conv1f_adamw_3x_coco.py: as the 1x, steps 27/33 of 36 epochs
     SOURCE[f'mask-rcnn_inline-swin-{a}_fpn_ms-3x_coco'] = dict(
         DET_3X, opt='AdamW', lr=1e-4, wd=0.05, no_decay=SWIN_KEYS, amp='dynamic', drop_path=dp)
@@ -145,7 +157,8 @@ KEPT = {
 # Cells without a setting in their paper (the InLine paper reports Mask R-CNN 1x for PVT, Cascade 3x
 # for Swin-S/B, Semantic FPN for PVT and UperNet for Swin): "our choice" in header and README.
 OUR_CHOICE = ({f'retinanet_inline-pvt-{a}_fpn_1x_coco' for a in 'tsml'}
-              | {'retinanet_inline-swin-t_fpn_1x_coco', 'cascade-mask-rcnn_inline-swin-t_fpn_ms-3x_coco'}
+              | {'retinanet_inline-swin-t_fpn_1x_coco',
+                 'cascade-mask-rcnn_inline-swin-t_fpn_ms-3x_coco'}
               | {f'mask-rcnn_inline-swin-{a}_fpn_{s}_coco' for a in 'tsb' for s in ('1x', 'ms-3x')})
 
 
@@ -283,8 +296,8 @@ def _param_groups(name):
 
 
 def test_pvt_detection_decays_every_parameter():
-    # whai362/PVT detection/configs/mask_rcnn_pvt_t_fpn_1x_coco.py: no paramwise rules, wd 1e-4 on all,
-    # position tables and norms included
+    # whai362/PVT detection/configs/mask_rcnn_pvt_t_fpn_1x_coco.py: no paramwise rules, wd 1e-4 on
+    # all, position tables and norms included
     wd = _param_groups('mask-rcnn_inline-pvt-t_fpn_1x_coco')
     assert any('pos_embed' in n for n in wd) and any('norm' in n for n in wd)
     assert set(wd.values()) == {1e-4}
@@ -303,7 +316,8 @@ def test_swin_rules_spare_norms_and_bias_tables():
 def _readme_rows(family):
     with open(osp.join(ROOT, 'configs', family, 'README.md')) as f:
         rows = [line for line in f if line.startswith('| [')]
-    return {re.match(r'\| \[([^\]]+)\]', r).group(1): [c.strip() for c in r.strip().strip('|').split('|')]
+    return {re.match(r'\| \[([^\]]+)\]', r).group(1):
+            [c.strip() for c in r.strip().strip('|').split('|')]
             for r in rows}
 
 
@@ -361,7 +375,8 @@ def test_inherited_parts_equal_upstream(name):
                          'train_cfg', 'test_cfg', 'data_preprocessor') if k in up.model]
     for k in heads:
         assert _strip(ours.model[k]) == _strip(up.model[k]), k
-    if name.startswith('fpn_'):  # mmseg has SemFPN at 160k only: its schedule differs on purpose (80k, AdamW)
+    # mmseg has SemFPN at 160k only: its schedule differs on purpose (80k, AdamW)
+    if name.startswith('fpn_'):
         assert ours.train_cfg.max_iters == 80000
         return
     assert _strip(ours.train_cfg) == _strip(up.train_cfg)

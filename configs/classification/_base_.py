@@ -1,5 +1,5 @@
-# ImageNet-1k evaluation of the authors' classifiers under mmpretrain (224x224, bicubic resize 256 ->
-# center crop 224 as the authors). Weights: convert the authors' file first,
+# ImageNet-1k evaluation of the authors' classifiers under mmpretrain (224x224, bicubic resize 256
+# -> center crop 224 as the authors). Weights: convert the authors' file first,
 #   python tools/model_converters/convert_authors_checkpoint.py FAMILY ARCH SRC DST --classifier
 # and pass it as the checkpoint of tools/test.py.
 _base_ = [

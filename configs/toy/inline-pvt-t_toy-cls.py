@@ -1,5 +1,5 @@
-# InLine-PVT-T pretrained as a classifier on the toy classification set (random init): global average
-# pooling and a linear head, as the authors' ImageNet models.
+# InLine-PVT-T pretrained as a classifier on the toy classification set (random init): global
+# average pooling and a linear head, as the authors' ImageNet models.
 _base_ = ['./_base_/toy_cls.py']
 model = dict(
     type='ImageClassifier',

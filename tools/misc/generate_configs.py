@@ -1,75 +1,66 @@
 """Write one config per cell of the model matrix (docs/design.md section 4) from a single table.
 
-    python tools/misc/generate_configs.py           # (re)write configs/{inline_pvt,inline_swin,mavit}/
-    python tools/misc/generate_configs.py --check   # exit 1 if a committed config differs
+    python tools/misc/generate_configs.py          # (re)write configs/<family>/*.py
+    python tools/misc/generate_configs.py --check  # exit 1 if a committed config differs
 
 Every config is a few lines over ``configs/_base_``: the backbone (arch, drop path, the authors'
-ImageNet checkpoint under ``checkpoints/``), the neck/head input channels, and its source's optimizer
-(type, learning rate, weight decay, the parameters kept out of weight decay), batch, precision and any
-schedule or test-pipeline detail the bases do not share. Each header names the source config and any
-deliberate deviation from it. The tests check that the committed files equal what this script writes.
+ImageNet checkpoint under ``checkpoints/``), the neck/head input channels, and its source's
+optimizer (type, learning rate, weight decay, the parameters kept out of weight decay), batch,
+precision and any schedule or test-pipeline detail the bases do not share. Each header names the
+source config and any deliberate deviation from it. The tests check that the committed files equal
+what this script writes.
 """
 import argparse
 import os
 import os.path as osp
 import sys
+import textwrap
 
 from mmlinattn.models.backbones import family_facts
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 # ---------------------------------------------------------------------------------------- backbones
-# Per family, what only the configs know: where the authors' ImageNet checkpoint goes and any further
-# backbone keys. Type, arch names, channels and drop-path rates come from the backbone classes' arch
-# tables (mmlinattn.models.backbones.family_facts), so they are written once.
+# Per family, what only the configs know: where the authors' ImageNet checkpoint goes and any
+# further backbone keys. Type, arch names, channels and drop-path rates come from the backbone
+# classes' arch tables (mmlinattn.models.backbones.family_facts), so they are written once.
 CONFIG_EXTRAS = {
     'inline_pvt': dict(ckpt='checkpoints/inline_pvt_{a}.pth', extra={}),
     'inline_swin': dict(ckpt='checkpoints/inline_swin_{a}.pth', extra={}),
-    'mavit': dict(
-        ckpt='checkpoints/MAViT_{A}.pth',
-        # the released detectors trained the stem/downsampling BN with SyncBN (their norm_eval never
-        # took effect, see mmlinattn/models/backbones/mavit.py)
-        extra=dict(conv_norm_cfg="dict(type='SyncBN', requires_grad=True)")),
+    # the released detectors trained the stem/downsampling BN with SyncBN (their norm_eval never
+    # took effect, see mmlinattn/models/backbones/mavit.py)
+    'mavit': dict(ckpt='checkpoints/MAViT_{A}.pth',
+                  extra=dict(conv_norm_cfg="dict(type='SyncBN', requires_grad=True)")),
 }
-
 
 # family -> type, prefix, archs {letter: name}, channels / drop_path {letter: ...}, ckpt, extra
-FAMILIES = {family: dict(facts, **CONFIG_EXTRAS[family]) for family, facts in family_facts().items()}
+FAMILIES = {family: dict(facts, **CONFIG_EXTRAS[family])
+            for family, facts in family_facts().items()}
 
-# ------------------------------------------------------------------------------- recipes (docs/design.md section 4)
-# lr / weight decay per (algorithm, family), at the source's total batch.
-RECIPES = {
-    'mask-rcnn_1x': dict(
-        bases=['models/mask-rcnn_fpn.py', 'datasets/coco_instance.py', 'schedules/schedule_1x.py',
-               'default_runtime_det.py'],
-        name='mask-rcnn_{bb}_fpn_1x_coco', kind='det',
-        opt={'inline_pvt': (2e-4, 1e-4), 'inline_swin': (1e-4, 0.05), 'mavit': (4e-4, 0.05)}),
-    'mask-rcnn_3x': dict(
-        bases=['models/mask-rcnn_fpn.py', 'datasets/coco_instance_ms-3x.py',
-               'schedules/schedule_3x.py', 'default_runtime_det.py'],
-        name='mask-rcnn_{bb}_fpn_ms-3x_coco', kind='det',
-        opt={'inline_swin': (1e-4, 0.05), 'mavit': (4e-4, 0.05)}),
-    'cascade_3x': dict(
-        bases=['models/cascade-mask-rcnn_fpn_4conv1fc-giou.py', 'datasets/coco_instance_ms-3x.py',
-               'schedules/schedule_3x.py', 'default_runtime_det.py'],
-        name='cascade-mask-rcnn_{bb}_fpn_ms-3x_coco', kind='det',
-        opt={'inline_swin': (1e-4, 0.05), 'mavit': (4e-4, 0.05)}),
-    'retinanet_1x': dict(
-        bases=['models/retinanet_fpn.py', 'datasets/coco_detection.py', 'schedules/schedule_1x.py',
-               'default_runtime_det.py'],
-        name='retinanet_{bb}_fpn_1x_coco', kind='det',
-        opt={'inline_pvt': (1e-4, 1e-4), 'inline_swin': (0.01, 1e-4), 'mavit': (4e-4, 1e-4)}),
-    'fpn_80k': dict(
-        bases=['models/fpn_ade20k.py', 'datasets/ade20k_512x512.py', 'schedules/schedule_80k.py',
-               'default_runtime_seg.py'],
-        name='fpn_{bb}_80k_ade20k-512x512', kind='seg',
-        opt={'inline_pvt': (1e-4, 1e-4), 'mavit': (1e-4, 1e-4)}),
-    'upernet_160k': dict(
-        bases=['models/upernet_ade20k.py', 'datasets/ade20k_512x512.py',
-               'schedules/schedule_160k.py', 'default_runtime_seg.py'],
-        name='upernet_{bb}_160k_ade20k-512x512', kind='seg',
-        opt={'inline_swin': (6e-5, 0.01), 'mavit': (6e-5, 0.01)}),
+# --------------------------------------------------------------- recipes (docs/design.md section 4)
+# recipe -> (config name, bases: model, dataset, schedule; lr / weight decay per family, at the
+# source's total batch). The runtime base is the detection or the segmentation one.
+_RECIPES = {
+    'mask-rcnn_1x': ('mask-rcnn_{bb}_fpn_1x_coco', 'mask-rcnn_fpn', 'coco_instance', 'schedule_1x',
+                     {'inline_pvt': (2e-4, 1e-4), 'inline_swin': (1e-4, 0.05),
+                      'mavit': (4e-4, 0.05)}),
+    'mask-rcnn_3x': ('mask-rcnn_{bb}_fpn_ms-3x_coco', 'mask-rcnn_fpn', 'coco_instance_ms-3x',
+                     'schedule_3x', {'inline_swin': (1e-4, 0.05), 'mavit': (4e-4, 0.05)}),
+    'cascade_3x': ('cascade-mask-rcnn_{bb}_fpn_ms-3x_coco', 'cascade-mask-rcnn_fpn_4conv1fc-giou',
+                   'coco_instance_ms-3x', 'schedule_3x',
+                   {'inline_swin': (1e-4, 0.05), 'mavit': (4e-4, 0.05)}),
+    'retinanet_1x': ('retinanet_{bb}_fpn_1x_coco', 'retinanet_fpn', 'coco_detection', 'schedule_1x',
+                     {'inline_pvt': (1e-4, 1e-4), 'inline_swin': (0.01, 1e-4),
+                      'mavit': (4e-4, 1e-4)}),
+    'fpn_80k': ('fpn_{bb}_80k_ade20k-512x512', 'fpn_ade20k', 'ade20k_512x512', 'schedule_80k',
+                {'inline_pvt': (1e-4, 1e-4), 'mavit': (1e-4, 1e-4)}),
+    'upernet_160k': ('upernet_{bb}_160k_ade20k-512x512', 'upernet_ade20k', 'ade20k_512x512',
+                     'schedule_160k', {'inline_swin': (6e-5, 0.01), 'mavit': (6e-5, 0.01)}),
 }
+RECIPES = {recipe: dict(name=name, opt=opt, bases=[
+    f'models/{model}.py', f'datasets/{data}.py', f'schedules/{sched}.py',
+    f'default_runtime_{"seg" if data.startswith("ade20k") else "det"}.py'])
+    for recipe, (name, model, data, sched, opt) in _RECIPES.items()}
 # Bases a cell takes instead of its recipe's: (recipe, family) -> {recipe base: replacement}.
 BASE_SWAPS = {
     # PVT tests at the keep-ratio scale rounded up to multiples of 32 (its AlignResize)
@@ -101,15 +92,15 @@ SOURCES = {
         _SWIN_DET + 'mask_rcnn_swin_{swin}_patch4_window7_mstrain_480-800_adamw_3x_coco.py',
     ('mask-rcnn_3x', 'inline_swin', 'b'):
         _SWIN_DET + 'mask_rcnn_swin_small_patch4_window7_mstrain_480-800_adamw_3x_coco.py',
-    ('cascade_3x', 'inline_swin'):
-        _SWIN_DET + 'cascade_mask_rcnn_swin_{swin}_patch4_window7_mstrain_480-800_giou_4conv1f_adamw_3x_coco.py',
+    ('cascade_3x', 'inline_swin'): _SWIN_DET + 'cascade_mask_rcnn_swin_{swin}_patch4_window7_'
+                                   'mstrain_480-800_giou_4conv1f_adamw_3x_coco.py',
     ('retinanet_1x', 'inline_swin'):
         'open-mmlab/mmdetection configs/swin/retinanet_swin-t-p4-w7_fpn_1x_coco.py',
     ('upernet_160k', 'inline_swin'):
         _SWIN_SEG + 'upernet_swin_{swin}_patch4_window7_512x512_160k_ade20k.py',
 }
-# Cells with no setting in their paper (the InLine paper reports Mask R-CNN 1x for PVT, Cascade 3x for
-# Swin-S/B, Semantic FPN for PVT and UperNet for Swin): the recipe is our choice, following the source.
+# Cells with no setting in their paper (the InLine paper reports Mask R-CNN 1x for PVT, Cascade 3x
+# for Swin-S/B, Semantic FPN for PVT and UperNet for Swin): the recipe is ours, after the source.
 NO_PAPER_SETTING = {('retinanet_1x', 'inline_pvt'), ('retinanet_1x', 'inline_swin'),
                     ('mask-rcnn_1x', 'inline_swin'), ('mask-rcnn_3x', 'inline_swin'),
                     ('cascade_3x', 'inline_swin', 't')}
@@ -137,9 +128,10 @@ ONE_PER_GPU = {
 # ------------------------------------------------------------------------------- optimizer details
 # SGD instead of AdamW: (recipe, family) -> momentum.
 SGD_MOMENTUM = {('retinanet_1x', 'inline_swin'): 0.9}
-# Parameters the source keeps out of weight decay: name substrings (mmengine paramwise_cfg.custom_keys,
-# decay_mult 0), as the source lists them. Cells absent here decay every parameter, as their sources
-# (PVT's configs, MALA's RetinaNet and Semantic FPN, mmdet's Swin RetinaNet).
+# Parameters the source keeps out of weight decay: name substrings (mmengine
+# paramwise_cfg.custom_keys, decay_mult 0), as the source lists them. Cells absent here decay every
+# parameter, as their sources (PVT's configs, MALA's RetinaNet / Semantic FPN, mmdet's Swin
+# RetinaNet).
 _SWIN_KEYS = ('absolute_pos_embed', 'relative_position_bias_table', 'norm')
 NO_DECAY_KEYS = {
     ('mask-rcnn_1x', 'inline_swin'): _SWIN_KEYS,
@@ -148,7 +140,8 @@ NO_DECAY_KEYS = {
     ('upernet_160k', 'inline_swin'): _SWIN_KEYS,
     ('mask-rcnn_1x', 'mavit'): _SWIN_KEYS,
     ('mask-rcnn_3x', 'mavit'): _SWIN_KEYS,
-    ('cascade_3x', 'mavit'): ('absolute_pos_embed', 'relative_position_bias_table', 'rpe_table', 'norm'),
+    ('cascade_3x', 'mavit'): ('absolute_pos_embed', 'relative_position_bias_table', 'rpe_table',
+                              'norm'),
     ('upernet_160k', 'mavit'): _SWIN_KEYS,
 }
 # paramwise_cfg.norm_decay_mult (no decay on any normalisation layer, BN of the heads included)
@@ -158,9 +151,9 @@ POLY_MIN_LR = {('fpn_80k', 'inline_pvt'): 0.0}
 
 # ------------------------------------------------------------------------------- precision
 # How the source trained: None = fp32; 'dynamic' = mixed precision with a dynamic loss scale (MALA's
-# runtime fp16=dict(loss_scale='dynamic'), or apex O1 in Swin's and PVT's configs); a float = fp16 with
-# that static loss scale (mmcv's Fp16OptimizerHook). Written as `amp_loss_scale` in each config, which
-# trains in fp32 unless `--amp` is given. Keys (recipe, family) or (recipe, family, arch).
+# runtime fp16=dict(loss_scale='dynamic'), or apex O1 in Swin's and PVT's configs); a float = fp16
+# with that static loss scale (mmcv's Fp16OptimizerHook). Written as `amp_loss_scale` in each
+# config, which trains in fp32 unless `--amp` is given. Keys (recipe, family[, arch]).
 AMP_LOSS_SCALE = {
     ('mask-rcnn_1x', 'mavit'): 'dynamic', ('mask-rcnn_3x', 'mavit'): 'dynamic',
     ('cascade_3x', 'mavit'): 'dynamic', ('retinanet_1x', 'mavit'): 512.0,
@@ -170,38 +163,38 @@ AMP_LOSS_SCALE = {
     ('retinanet_1x', 'inline_pvt', 'l'): 'dynamic',
 }
 _PRECISION_NOTE = {
-    None: ['# precision: the source trained in fp32, as this config does (--amp: mixed precision on a GPU)'],
-    'dynamic': ['# precision: the source trained in mixed precision with a dynamic loss scale, as --amp does',
-                '# on a GPU; fp32 without --amp'],
+    None: ['# precision: the source trained in fp32, as this config does '
+           '(--amp: mixed precision on a GPU)'],
+    'dynamic': ['# precision: the source trained in mixed precision with a dynamic loss scale, '
+                'as --amp does', '# on a GPU; fp32 without --amp'],
     512.0: ['# precision: the source trained in fp16 with a static loss scale of 512; on a GPU:',
-            '#   --amp --cfg-options optim_wrapper.loss_scale=512.  (--amp alone scales dynamically;',
-            '#   fp32 without --amp)'],
+            '#   --amp --cfg-options optim_wrapper.loss_scale=512.  '
+            '(--amp alone scales dynamically;', '#   fp32 without --amp)'],
 }
 
 # Deliberate deviations from the source, printed in the config header. Keys (recipe, family) or
 # (recipe, family, arch).
+_SINGLE_SCALE = ("single-scale training as the papers' 1x tables (Swin's 1x config trains "
+                 "multi-scale 480-800 with crops)")
 DEVIATIONS = {
-    ('mask-rcnn_1x', 'inline_swin'):
-        "single-scale training as the papers' 1x tables (Swin's 1x config trains multi-scale 480-800 "
-        "with crops)",
+    ('mask-rcnn_1x', 'inline_swin'): _SINGLE_SCALE,
     ('mask-rcnn_1x', 'inline_swin', 's'):
-        "single-scale training as the papers' 1x tables (Swin's 1x config trains multi-scale 480-800 "
-        "with crops); Swin released no Swin-S 1x: drop path 0.2 as Swin-S's Mask R-CNN 3x",
+        _SINGLE_SCALE + "; Swin released no Swin-S 1x: drop path 0.2 as Swin-S's Mask R-CNN 3x",
     ('mask-rcnn_1x', 'inline_swin', 'b'):
-        "single-scale training as the papers' 1x tables (Swin's 1x config trains multi-scale 480-800 "
-        "with crops); Swin released no Swin-B 1x: drop path 0.3 as Swin-B's Cascade 3x",
+        _SINGLE_SCALE + "; Swin released no Swin-B 1x: drop path 0.3 as Swin-B's Cascade 3x",
     ('mask-rcnn_3x', 'inline_swin', 'b'):
         "Swin released no Mask R-CNN Swin-B: drop path 0.3 as Swin-B's Cascade 3x",
     ('fpn_80k', 'inline_pvt'):
-        "16 images (8 GPUs x 2) for 80k iterations at lr 1e-4 where the source trains 32 (8 x 4) for "
-        "40k at 2e-4: the same images seen, the lr scaled linearly, as MAViT's 80k Semantic FPN",
+        "16 images (8 GPUs x 2) for 80k iterations at lr 1e-4 where the source trains 32 (8 x 4) "
+        "for 40k at 2e-4: the same images seen, the lr scaled linearly, as MAViT's 80k Semantic "
+        "FPN",
     ('upernet_160k', 'mavit', 'l'):
         "2 images per GPU on 8 GPUs where the source sets 1 per GPU at the same lr 6e-5: the paper "
-        "trains every model at batch 16, and the config keeps the other sizes' lr (MALA's 1-per-GPU "
-        "detection configs halve theirs), so the source's batch reads as 16 GPUs x 1; 8 x 2 is the "
-        "same batch 16 at lr 6e-5 (set train_dataloader.batch_size=1 on 16 GPUs for the literal split)",
+        "trains every model at batch 16, and the config keeps the other sizes' lr (MALA's "
+        "1-per-GPU detection configs halve theirs), so the source's batch reads as 16 GPUs x 1; "
+        "8 x 2 is the same batch 16 at lr 6e-5 (set train_dataloader.batch_size=1 on 16 GPUs for "
+        "the literal split)",
 }
-
 
 # The matrix: which archs of which family for each recipe.
 MATRIX = {
@@ -215,27 +208,19 @@ MATRIX = {
 
 
 def lookup(table, recipe, family, a, default=None):
-    """The arch-specific entry (recipe, family, arch), else the cell's (recipe, family), else default."""
+    """The entry of (recipe, family, arch), else the cell's (recipe, family), else default."""
     if (recipe, family, a) in table:
         return table[(recipe, family, a)]
     return table.get((recipe, family), default)
 
 
-def drop_path(recipe, family, a):
-    return DROP_PATH.get((recipe, family), FAMILIES[family]['drop_path'])[a]
-
-
 def backbone_lines(family, a, out_indices=(0, 1, 2, 3), recipe=None):
     fam = FAMILIES[family]
     ckpt = fam['ckpt'].format(a=a, A=a.upper())
-    lines = [
-        '    backbone=dict(',
-        '        _delete_=True,',
-        f"        type='{fam['type']}',",
-        f"        arch='{fam['archs'][a]}',",
-        f"        drop_path_rate={drop_path(recipe, family, a)},",
-        f'        out_indices={tuple(out_indices)},',
-    ]
+    drop_path = DROP_PATH.get((recipe, family), fam['drop_path'])[a]
+    lines = ['    backbone=dict(', '        _delete_=True,', f"        type='{fam['type']}',",
+             f"        arch='{fam['archs'][a]}',", f'        drop_path_rate={drop_path},',
+             f'        out_indices={tuple(out_indices)},']
     lines += [f'        {k}={v},' for k, v in fam['extra'].items()]
     lines += [f"        init_cfg=dict(type='Pretrained', checkpoint='{ckpt}')),"]
     return lines
@@ -267,9 +252,11 @@ def optimizer_lines(recipe, family, a):
             [line] if len(line) <= 100 else ['optim_wrapper = dict(', f'    {opt})'])
     out = []
     if keys:
-        out.append('# no weight decay on parameters whose names contain these keys, as the source lists them')
+        out.append('# no weight decay on parameters whose names contain these keys, '
+                   'as the source lists them')
     if norm_mult is not None:
-        out.append(f'# and weight decay x {norm_mult!r} on every normalisation layer (the heads\' BN too)')
+        out.append(f'# and weight decay x {norm_mult!r} on every normalisation layer '
+                   "(the heads' BN too)")
     out += ['optim_wrapper = dict(', f'    {opt},', '    paramwise_cfg=dict(']
     if norm_mult is not None:
         out.append(f'        norm_decay_mult={norm_mult!r},')
@@ -287,11 +274,14 @@ def render(recipe, family, a):
     ch = fam['channels'][a]
     deviation = lookup(DEVIATIONS, recipe, family, a) or 'none'
     swaps = BASE_SWAPS.get((recipe, family), {})
-    out = [f'# {rec["name"].format(bb=bb)}: {fam["type"]}-{a.upper()} ({fam["archs"][a]}); '
-           'generated by tools/misc/generate_configs.py - edit the table there.',
-           f'# Recipe: {source_of(recipe, family, a)}.',
-           f'# Deviations from it: {deviation}.',
-           '_base_ = [']
+    # the three header lines, wrapped at 100 characters with '#   ' continuations
+    out = [line for text in (
+        f'{rec["name"].format(bb=bb)}: {fam["type"]}-{a.upper()} ({fam["archs"][a]}); generated '
+        'by tools/misc/generate_configs.py - edit the table there.',
+        f'Recipe: {source_of(recipe, family, a)}.', f'Deviations from it: {deviation}.')
+        for line in textwrap.wrap(text, 100, initial_indent='# ', subsequent_indent='#   ',
+                                  break_long_words=False, break_on_hyphens=False)]
+    out += ['_base_ = [']
     out += [f"    '../_base_/{swaps.get(b, b)}'," for b in rec['bases']]
     out += [']', '', 'model = dict(']
     if recipe.startswith('retinanet'):
@@ -332,7 +322,8 @@ def all_configs():
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--check', action='store_true', help='only compare with the files on disk')
     args = p.parse_args(argv)
     stale = []

@@ -1,5 +1,6 @@
 # Cascade Mask R-CNN + FPN with 4conv1fc box heads and GIoU loss (the 3x recipe of Swin/ConvNeXt/
-# MALA); SyncBN in the heads (reverted to plain BN by mmengine in a single, non-distributed process).
+# MALA); SyncBN in the heads (reverted to plain BN by mmengine in a single, non-distributed
+# process).
 _base_ = 'mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py'
 
 model = dict(

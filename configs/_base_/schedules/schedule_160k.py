@@ -1,5 +1,5 @@
-# 160k iterations, linear warmup 1500 iterations from 1e-6 x lr, then poly (power 1.0) to 0; AdamW lr
-# 6e-5 (betas 0.9 / 0.999) wd 0.01 (Swin's and MALA's UperNet recipe). The no-decay rules
+# 160k iterations, linear warmup 1500 iterations from 1e-6 x lr, then poly (power 1.0) to 0; AdamW
+# lr 6e-5 (betas 0.9 / 0.999) wd 0.01 (Swin's and MALA's UperNet recipe). The no-decay rules
 # (paramwise_cfg) are written in each config, from its source.
 _base_ = 'mmseg::_base_/schedules/schedule_160k.py'
 optim_wrapper = dict(

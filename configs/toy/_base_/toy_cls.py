@@ -1,6 +1,6 @@
-# The generated toy classification set (tools/misc/make_toy_datasets.py --only cls): 3 shape classes,
-# 64x64 images in mmpretrain's CustomDataset folder layout, and a short AdamW schedule for pretraining
-# a backbone as a classifier on the CPU (tools/finetune_chain.py).
+# The generated toy classification set (tools/misc/make_toy_datasets.py --only cls): 3 shape
+# classes, 64x64 images in mmpretrain's CustomDataset folder layout, and a short AdamW schedule for
+# pretraining a backbone as a classifier on the CPU (tools/finetune_chain.py).
 _base_ = ['mmpretrain::_base_/default_runtime.py']
 custom_imports = dict(imports=['mmlinattn'], allow_failed_imports=False)
 
@@ -35,7 +35,8 @@ optim_wrapper = dict(
     paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=30),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=0, end=10, convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=0, end=10,
+         convert_to_iter_based=True),
 ]
 auto_scale_lr = dict(enable=False, base_batch_size=16)
 default_hooks = dict(logger=dict(type='LoggerHook', interval=10),
