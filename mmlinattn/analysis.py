@@ -101,8 +101,8 @@ def collect_attention(model: torch.nn.Module, x: Tensor,
 def matrices_for_cores(q: Tensor, k: Tensor, scale: float, cores: Optional[Sequence[str]] = None,
                        kernels: Optional[Dict[str, str]] = None) -> Dict[str, Tensor]:
     """Score the same (B, h, N, d) queries and keys with several attentions: ``cores`` (default:
-    every core of :data:`mmlinattn.ops.cores.CORES`), each with its default kernel unless ``kernels``
-    names one (default: ELU+1 for plain linear attention, as in MALA's figures)."""
+    every core of :data:`mmlinattn.ops.cores.CORES`), each with its default kernel unless
+    ``kernels`` names one (default: ELU+1 for plain linear attention, as in MALA's figures)."""
     kernels = {'linear': 'elu'} if kernels is None else kernels
     return {c: core_matrix(c, q, k, scale, kernel=kernels.get(c))
             for c in (list(CORES) if cores is None else cores)}

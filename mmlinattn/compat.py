@@ -20,10 +20,10 @@ What importing ``mmlinattn`` can change in the process (also listed in the READM
    weights-only by default AND mmengine's own ``__getstate__`` puts functions into the state.
 2. ``numpy_globals`` - **numpy data types are allow-listed for weights-only loading**, process-wide:
    arrays, dtypes and scalars - never a callable - under numpy 1's (``numpy.core.multiarray``) and
-   numpy 2's (``numpy._core.multiarray``) names both, so a checkpoint written under either numpy loads
-   under the other. Why: mmengine's checkpoints carry numpy scalars in ``meta`` and the message hub;
-   torch's weights-only loader refuses them. Applied wherever torch has ``add_safe_globals``
-   (torch >= 2.4), whatever the mmengine version.
+   numpy 2's (``numpy._core.multiarray``) names both, so a checkpoint written under either numpy
+   loads under the other. Why: mmengine's checkpoints carry numpy scalars in ``meta`` and the
+   message hub; torch's weights-only loader refuses them. Applied wherever torch has
+   ``add_safe_globals`` (torch >= 2.4), whatever the mmengine version.
 3. ``atomic_checkpoint`` - **the Runner's checkpoints are written atomically** on local disks: to a
    temporary file in the same folder, then renamed, so a run killed while saving never leaves a
    truncated checkpoint. Why: mmengine 0.10's ``save_checkpoint`` writes the final name directly.
@@ -35,8 +35,8 @@ What importing ``mmlinattn`` can change in the process (also listed in the READM
    whose ``save_checkpoint`` takes ``(checkpoint, filename, file_client_args, backend_args)``.
 4. ``rotate_after_save`` - **``CheckpointHook`` rotates after the save**: with ``max_keep_ckpts``,
    mmengine 0.10's ``CheckpointHook._save_checkpoint_with_step`` deletes the oldest kept checkpoint
-   *before* writing the new one, so a failed write could leave none (and ``last_checkpoint`` naming a
-   deleted file). The deletions are now held back until the new file and ``last_checkpoint`` are
+   *before* writing the new one, so a failed write could leave none (and ``last_checkpoint`` naming
+   a deleted file). The deletions are now held back until the new file and ``last_checkpoint`` are
    written (local disks; other storage keeps mmengine's order). Applied for mmengine in
    :data:`MMENGINE_RANGE` whose method (read from its source) still deletes before it saves.
 5. ``named_data_files`` - **an unreadable image or label map is named at its first use**: mmengine
@@ -75,7 +75,8 @@ def _history_buffer_getstate(self):
 
 def _history_buffer_setstate(self, state):
     state = dict(state)
-    state.pop('statistics_methods', None)  # written by an unpatched mmengine: methods are class-level
+    # written by an unpatched mmengine: methods are class-level
+    state.pop('statistics_methods', None)
     self.__dict__.update(state)
     self._set_default_statistics()
 
@@ -90,9 +91,9 @@ def numpy_global_names() -> dict:
     ``ndarray`` pickles through ``multiarray._reconstruct`` and numpy scalars through
     ``multiarray.scalar``; numpy 1 names their module ``numpy.core.multiarray``, numpy 2
     ``numpy._core.multiarray`` (the old name is a deprecated alias there, and numpy 1.26 has only
-    partial stubs under the new one). The two functions are taken from what this numpy's own pickling
-    uses (``__reduce__``), so no module attribute that may not exist is touched, and both names map
-    to them: a file written under either numpy loads under the other."""
+    partial stubs under the new one). The two functions are taken from what this numpy's own
+    pickling uses (``__reduce__``), so no module attribute that may not exist is touched, and both
+    names map to them: a file written under either numpy loads under the other."""
     reconstruct = np.ndarray((0,), dtype=np.float32).__reduce__()[0]
     scalar = np.float64(0).__reduce__()[0]
     names = {}
@@ -145,8 +146,8 @@ def _is_local_dir(hook) -> bool:
 
 def _rotate_after_save(save_with_step):
     """CheckpointHook's save-and-rotate with the rotation moved after the save: mmengine deletes the
-    oldest kept checkpoint *before* writing the new one, so a failed write (disk full) could leave no
-    checkpoint at all. Here the deletions the hook asks for are held back until the new file and
+    oldest kept checkpoint *before* writing the new one, so a failed write (disk full) could leave
+    no checkpoint at all. Here the deletions the hook asks for are held back until the new file and
     ``last_checkpoint`` are written; if the write fails, the old files stay (local disks only)."""
     def save_checkpoint_with_step(self, runner, step, meta):
         if not _is_local_dir(self):
@@ -177,7 +178,8 @@ def _mmengine_in_range() -> bool:
 
 
 class _Skip(Exception):
-    """A patch does not fit this installation (an unknown version, a missing attribute): it warns."""
+    """A patch does not fit this installation (an unknown version, a missing attribute): it
+    warns."""
 
 
 class _NotNeeded(Exception):
@@ -188,8 +190,8 @@ def _require_mmengine() -> None:
     import mmengine
     if not _mmengine_in_range():
         low, high = MMENGINE_RANGE
-        raise _Skip(f'written for mmengine 0.10.x, found {mmengine.__version__} (the fix applies to '
-                    f'>={low},<{high})')
+        raise _Skip(f'written for mmengine 0.10.x, found {mmengine.__version__} (the fix applies '
+                    f'to >={low},<{high})')
 
 
 def _torch_loads_weights_only_by_default() -> bool:
@@ -288,7 +290,8 @@ PATCHES = {
 def _skip(name: str, reason: str) -> None:
     STATUS[name] = reason
     warnings.warn(f'mmlinattn: not applying the {name} fix: {reason}. Checkpoints may need '
-                  f'mmengine {"/".join(SUPPORTED_MMENGINE)}.x to load weights-only or save atomically.',
+                  f'mmengine {"/".join(SUPPORTED_MMENGINE)}.x to load weights-only or save '
+                  'atomically.',
                   RuntimeWarning, stacklevel=3)
 
 

@@ -2,12 +2,13 @@
 
 mmcv's image loader fails on a truncated or corrupt image with ``AssertionError: failed to load
 image`` and mmseg's label loader with PIL's ``OSError: image file is truncated``, both deep in a
-traceback from inside the data loader (the second without the file's name). With ``import mmlinattn``,
-mmengine's ``BaseDataset.prepare_data`` - which every mmdet, mmseg and mmpretrain dataset uses to
-load one sample - turns such a failure into a :class:`DataFileError` naming the file, whether it is
-the image or the label map, the reason, the sample and the dataset's config key. It does so only after
-re-reading the sample's files and finding one that does not decode; any other error of the pipeline
-passes through unchanged. ``tools/train.py`` and ``tools/test.py`` print it as one line (exit code 2).
+traceback from inside the data loader (the second without the file's name). With ``import
+mmlinattn``, mmengine's ``BaseDataset.prepare_data`` - which every mmdet, mmseg and mmpretrain
+dataset uses to load one sample - turns such a failure into a :class:`DataFileError` naming the
+file, whether it is the image or the label map, the reason, the sample and the dataset's config key.
+It does so only after re-reading the sample's files and finding one that does not decode; any other
+error of the pipeline passes through unchanged. ``tools/train.py`` and ``tools/test.py`` print it as
+one line (exit code 2).
 
 Files that are listed but missing are found earlier, by the pre-flight checks (existence only).
 """

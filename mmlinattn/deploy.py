@@ -110,8 +110,10 @@ class Exportable(nn.Module):
 
     def features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """The feature maps whose strides bound the input size: the backbone's outputs for
-        ``part='backbone'``, else ``extract_feat`` (the neck's, or the backbone's without a neck)."""
-        return tuple(self.model.backbone(x)) if self.part == 'backbone' else tuple(self.model.extract_feat(x))
+        ``part='backbone'``, else ``extract_feat`` (the neck's, or the backbone's without a
+        neck)."""
+        model = self.model
+        return tuple(model.backbone(x) if self.part == 'backbone' else model.extract_feat(x))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -140,8 +142,8 @@ class SizeRule:
 
     def check(self, shape: Sequence[int], what: str = 'shape') -> None:
         if not self.allows(shape):
-            raise ExportError(f'{what} {shape[0]}x{shape[1]} is outside the size rule of this dynamic '
-                              f'export: {self.text()}')
+            raise ExportError(f'{what} {shape[0]}x{shape[1]} is outside the size rule of this '
+                              f'dynamic export: {self.text()}')
 
     def dims(self):
         """torch.export dims of height and width."""
@@ -157,7 +159,8 @@ class SizeRule:
         return out
 
     def near(self, shape: Sequence[int]) -> Tuple[int, int]:
-        """A second shape for the parity check: ``shape`` + (64, 32), on the rule's grid, clamped."""
+        """A second shape for the parity check: ``shape`` + (64, 32), on the rule's grid,
+        clamped."""
         out = []
         for i, (s, step) in enumerate(zip(shape, (64, 32))):
             v = int(math.ceil((s + step) / self.multiple)) * self.multiple
@@ -201,8 +204,8 @@ def dynamic_blockers(wrapper: Exportable) -> List[str]:
                              'dynamic input size)')
             elif type(m).__name__ == 'Upsample' and getattr(m, 'scale_factor', None) and \
                     getattr(m, 'size', None) is None:
-                found.append(f'{name}: upsampling by the scale factor {m.scale_factor} (torch.export '
-                             'cannot relate that output size to the other levels\')')
+                found.append(f'{name}: upsampling by the scale factor {m.scale_factor} '
+                             '(torch.export cannot relate that output size to the other levels\')')
     return found
 
 
@@ -231,8 +234,8 @@ def size_rule(wrapper: Exportable, shape: Sequence[int]) -> SizeRule:
                     highs[i] = edge if highs[i] is None else min(highs[i], edge)
                 else:
                     lows[i] = max(lows[i], edge + 1)
-            rule.why.append(f'the {win}x{win} windows of the stage at stride {stride_s}: one window '
-                            f'per side up to {edge} px, several above, fixed by the example')
+            rule.why.append(f'the {win}x{win} windows of the stage at stride {stride_s}: one '
+                            f'window per side up to {edge} px, several above, fixed by the example')
         rule.low = tuple(-(-v // rule.multiple) * rule.multiple for v in lows)
         rule.high = tuple(highs)
     rule.check(shape, 'the example shape')
@@ -249,7 +252,8 @@ def example_input(shape: Sequence[int], batch: int = 1, seed: int = 0) -> torch.
 
 
 def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = False,
-           batch: int = 1, opset: int = DEFAULT_OPSET, meta: Optional[dict] = None) -> Optional[SizeRule]:
+           batch: int = 1, opset: int = DEFAULT_OPSET,
+           meta: Optional[dict] = None) -> Optional[SizeRule]:
     """Export ``wrapper`` at ``shape`` (H, W) to the ONNX file ``out``; returns the size rule of a
     dynamic export (None for a static one)."""
     import onnx
@@ -257,21 +261,24 @@ def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = 
     if dynamic:
         blockers = dynamic_blockers(wrapper)
         if blockers:
-            shown = '; '.join(blockers[:3]) + (f'; ... ({len(blockers)} in all)' if len(blockers) > 3 else '')
-            raise ExportError(f'this {wrapper.part} cannot be exported with a dynamic height / width: '
-                              f'{shown}. Export without --dynamic, one file per input size.')
+            shown = '; '.join(blockers[:3]) + (f'; ... ({len(blockers)} in all)'
+                                               if len(blockers) > 3 else '')
+            raise ExportError(f'this {wrapper.part} cannot be exported with a dynamic height / '
+                              f'width: {shown}. Export without --dynamic, one file per input size.')
     rule = size_rule(wrapper, shape) if dynamic else None
     dynamic_shapes = (dict(zip((2, 3), rule.dims())),) if rule else None
     with torch.no_grad():
         outs = wrapper(x)
         try:
-            program = torch.export.export(wrapper, (x,), dynamic_shapes=dynamic_shapes, strict=False)
+            program = torch.export.export(wrapper, (x,), dynamic_shapes=dynamic_shapes,
+                                          strict=False)
         except torch._dynamo.exc.UserError as e:  # a guard the size rule did not foresee
             lines = str(e).splitlines()
             raise ExportError(
                 f'torch.export could not keep height / width dynamic within the size rule '
-                f'({rule.text() if rule else "static"}); a part of the model fixes them (below). Export '
-                'without --dynamic, one file per input size.\n' + '\n'.join(lines[:6])) from None
+                f'({rule.text() if rule else "static"}); a part of the model fixes them (below). '
+                'Export without --dynamic, one file per input size.\n'
+                + '\n'.join(lines[:6])) from None
     onnx_program = torch.onnx.export(program, (x,), input_names=[INPUT_NAME],
                                      output_names=wrapper.output_names(len(outs)),
                                      opset_version=opset, dynamo=True, external_data=False,
@@ -280,7 +287,8 @@ def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = 
     onnx_program.save(out, external_data=False)
     model = onnx.load(out)
     props = dict(meta or {}, **{'mmlinattn.part': wrapper.part,
-                                'mmlinattn.input': f'{INPUT_NAME}: normalised image (B, 3, H, W), float32',
+                                'mmlinattn.input': f'{INPUT_NAME}: normalised image (B, 3, H, W), '
+                                                   'float32',
                                 'mmlinattn.size_rule': rule.text() if rule else
                                 f'static {batch}x3x{shape[0]}x{shape[1]}'})
     onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, **props})

@@ -1,14 +1,14 @@
 """Distributed training and testing without CUDA (CPU clusters, CI), through mmengine as usual.
 
 mmengine 0.10's distributed path assumes GPUs: ``init_dist`` calls ``torch.cuda.set_device``, the
-Runner passes ``device_ids=[LOCAL_RANK]`` to DDP, and torch's ``SyncBatchNorm`` only runs on GPUs. On
-a machine without CUDA, ``tools/train.py`` / ``tools/test.py`` with a launcher therefore
+Runner passes ``device_ids=[LOCAL_RANK]`` to DDP, and torch's ``SyncBatchNorm`` only runs on GPUs.
+On a machine without CUDA, ``tools/train.py`` / ``tools/test.py`` with a launcher therefore
 
 1. open the process group themselves with the gloo backend (:func:`init_cpu_process_group`), so the
    Runner finds it initialised and skips its CUDA-only ``init_dist``;
 2. wrap the model with :class:`CPUDistributedDataParallel` (mmengine's DDP wrapper without
-   ``device_ids``), which turns SyncBN layers back into BatchNorm with one log line - each process then
-   normalises its own batch, exactly as in single-process runs.
+   ``device_ids``), which turns SyncBN layers back into BatchNorm with one log line - each process
+   then normalises its own batch, exactly as in single-process runs.
 
 Nothing changes when CUDA is available: the GPU path is mmengine's own.
 """
@@ -32,7 +32,8 @@ def _has_sync_bn(module: torch.nn.Module) -> bool:
 
 @MODEL_WRAPPERS.register_module()
 class CPUDistributedDataParallel(MMDistributedDataParallel):
-    """mmengine's ``MMDistributedDataParallel`` for CPU processes: no ``device_ids``, SyncBN reverted.
+    """mmengine's ``MMDistributedDataParallel`` for CPU processes: no ``device_ids``, SyncBN
+    reverted.
 
     Takes the same arguments (``broadcast_buffers``, ``find_unused_parameters``, ...); the
     ``device_ids`` / ``output_device`` the Runner adds for GPUs are ignored.
@@ -69,17 +70,19 @@ def init_cpu_process_group(launcher: str, timeout_s: float = 1800) -> None:
     elif launcher != 'pytorch':
         raise ValueError(f'--launcher {launcher} without CUDA: use torchrun (tools/dist_train.sh, '
                          '--launcher pytorch) or slurm (tools/slurm_train.sh)')
-    missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if k not in os.environ]
+    missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
+               if k not in os.environ]
     if missing:
-        raise ValueError(f'--launcher {launcher}: environment variables {missing} are not set; start '
-                         'the script through tools/dist_train.sh / dist_test.sh (torchrun)')
+        raise ValueError(f'--launcher {launcher}: environment variables {missing} are not set; '
+                         'start the script through tools/dist_train.sh / dist_test.sh (torchrun)')
     dist.init_process_group('gloo', rank=int(os.environ['RANK']),
                             world_size=int(os.environ['WORLD_SIZE']),
                             timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def use_cpu_ddp(cfg) -> None:
-    """Point ``cfg.model_wrapper_cfg`` at :class:`CPUDistributedDataParallel`, keeping its options."""
+    """Point ``cfg.model_wrapper_cfg`` at :class:`CPUDistributedDataParallel`, keeping its
+    options."""
     wrapper = cfg.get('model_wrapper_cfg')
     if wrapper is None:
         wrapper = dict(broadcast_buffers=False,

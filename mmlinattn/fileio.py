@@ -20,8 +20,9 @@ class CheckpointWriteError(OSError):
 
 
 def write_atomic(path: str, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` to a temporary file next to ``path``, then rename it to ``path``: a reader never
-    sees a half-written file, and an interrupted write leaves the old ``path`` (if any) as it was."""
+    """``write(tmp)`` to a temporary file next to ``path``, then rename it to ``path``: a reader
+    never sees a half-written file, and an interrupted write leaves the old ``path`` (if any) as it
+    was."""
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     tmp = f'{path}.tmp-{os.getpid()}'
     try:
@@ -56,7 +57,8 @@ def checkpoint_write_error(checkpoint, filename: str, error: OSError) -> Checkpo
 
 def last_checkpoint(work_dir: str, must_exist: bool = True) -> Optional[str]:
     """The checkpoint a work dir's ``last_checkpoint`` names (a relative name is taken inside
-    ``work_dir``), or ``None`` without one; with ``must_exist`` also ``None`` when that file is gone."""
+    ``work_dir``), or ``None`` without one; with ``must_exist`` also ``None`` when that file is
+    gone."""
     pointer = osp.join(work_dir or '', POINTER)
     if not osp.isfile(pointer):
         return None

@@ -18,9 +18,9 @@ class PlainParamGroupsHook(Hook):
     ``compile=True``, mmengine compiles the whole ``train_step``, optimizer step included, and
     torch 2.14's dynamo stops there with ``AttributeError: 'UserDefinedDictVariable' object has no
     attribute 'items'``, because it can only trace plain dict param groups. This hook replaces each
-    group with a plain dict of the same entries. Learning rates, schedules and the optimizer state are
-    unchanged. ``tools/train.py`` adds the hook whenever the config sets ``compile``. With upstream
-    tools, add ``custom_hooks = [dict(type='PlainParamGroupsHook')]`` to the config.
+    group with a plain dict of the same entries. Learning rates, schedules and the optimizer state
+    are unchanged. ``tools/train.py`` adds the hook whenever the config sets ``compile``. With
+    upstream tools, add ``custom_hooks = [dict(type='PlainParamGroupsHook')]`` to the config.
     """
 
     priority = 'VERY_HIGH'
@@ -64,8 +64,8 @@ class Preempted(TrainingStopped):
     exit_code = PREEMPTED_EXIT_CODE
 
 
-#: exit code of tools/train.py after Ctrl-C (SIGINT) was honoured (checkpoint written): 128 + SIGINT,
-#: what a shell reports for a program stopped by Ctrl-C.
+#: exit code of tools/train.py after Ctrl-C (SIGINT) was honoured (checkpoint written): 128 +
+#: SIGINT, what a shell reports for a program stopped by Ctrl-C.
 INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT
 
 
@@ -118,16 +118,17 @@ def non_finite_tensors(state: dict, limit: int = 8):
 class NonFiniteLossHook(Hook):
     """Stop training at the first iteration whose loss (any term) or gradient norm is NaN/inf.
 
-    mmdet's ``CheckInvalidLossHook`` (which this hook replaces, for every toolbox) asserts ``torch.isfinite(outputs['loss'])``
-    every ``interval`` (50) iterations; its assertion message is ``None`` (it is the return value of
-    ``logger.info``), it looks at the summed loss only, is off under ``python -O`` and only mmdet
-    configs see it. This hook checks every iteration (``interval=1``) each loss term of the model's
-    outputs and the gradient norm mmengine records when ``clip_grad`` is set, OR-ed over all ranks (a
-    non-finite value on any rank stops every rank at the same iteration), and raises
-    :class:`NonFiniteLossError` naming the iteration, the non-finite terms and the learning rate. It
-    runs before ``CheckpointHook`` (priority ``ABOVE_NORMAL`` vs ``VERY_LOW``), so the broken
-    weights are never saved and the last good checkpoint stays the resume point. As a last guard it
-    refuses to save a checkpoint whose weights are non-finite (``before_save_checkpoint``).
+    mmdet's ``CheckInvalidLossHook`` (which this hook replaces, for every toolbox) asserts
+    ``torch.isfinite(outputs['loss'])`` every ``interval`` (50) iterations; its assertion message is
+    ``None`` (it is the return value of ``logger.info``), it looks at the summed loss only, is off
+    under ``python -O`` and only mmdet configs see it. This hook checks every iteration
+    (``interval=1``) each loss term of the model's outputs and the gradient norm mmengine records
+    when ``clip_grad`` is set, OR-ed over all ranks (a non-finite value on any rank stops every rank
+    at the same iteration), and raises :class:`NonFiniteLossError` naming the iteration, the
+    non-finite terms and the learning rate. It runs before ``CheckpointHook`` (priority
+    ``ABOVE_NORMAL`` vs ``VERY_LOW``), so the broken weights are never saved and the last good
+    checkpoint stays the resume point. As a last guard it refuses to save a checkpoint whose weights
+    are non-finite (``before_save_checkpoint``).
 
     ``tools/train.py`` adds it to every run; ``check_non_finite=False`` in the config turns it off.
     """
@@ -177,7 +178,8 @@ class NonFiniteLossHook(Hook):
                     f'overflowed): {weights[1]} of {weights[2]} parameter tensors, e.g. '
                     f'{", ".join(weights[0])}')
         else:
-            what = f'non-finite loss or weights at {where} on another rank (this is rank {get_rank()})'
+            what = (f'non-finite loss or weights at {where} on another rank '
+                    f'(this is rank {get_rank()})')
         last = last_checkpoint(runner.work_dir)
         raise NonFiniteLossError(
             f'{what}; {_lr_text(runner)}. Training stopped; no '
@@ -209,8 +211,8 @@ class NonFiniteLossHook(Hook):
         if n:
             raise NonFiniteLossError(
                 f'refusing to write a checkpoint at iteration {runner.iter + 1}: {n} of {total} '
-                f'weight tensors are non-finite ({", ".join(names)}{", ..." if n > len(names) else ""}'
-                f'); {_lr_text(runner)}')
+                'weight tensors are non-finite '
+                f'({", ".join(names)}{", ..." if n > len(names) else ""}); {_lr_text(runner)}')
 
 
 @HOOKS.register_module()
@@ -234,10 +236,10 @@ class PreemptionHook(Hook):
     With an iteration-based ``CheckpointHook`` the file is written by that hook's own save
     (its ``out_dir``, file name and arguments), so it counts in ``max_keep_ckpts``: the oldest kept
     checkpoint is rotated out as for any other save, and a resumed run goes on rotating. With an
-    epoch-based ``CheckpointHook`` (``epoch_{n}.pth`` names) the mid-epoch ``iter_{n}.pth`` is written
-    beside them, and removed by the resumed run once the hook has written its next checkpoint.
-    With an epoch-based loop, a resumed run starts the interrupted epoch again from its first
-    batch (mmengine's resume), keeping the iteration count.
+    epoch-based ``CheckpointHook`` (``epoch_{n}.pth`` names) the mid-epoch ``iter_{n}.pth`` is
+    written beside them, and removed by the resumed run once the hook has written its next
+    checkpoint. With an epoch-based loop, a resumed run starts the interrupted epoch again from its
+    first batch (mmengine's resume), keeping the iteration count.
 
     ``tools/train.py`` adds it to every run; ``preemption_signals=[]`` in the config turns it off
     (Ctrl-C is then Python's ``KeyboardInterrupt`` again).
@@ -268,7 +270,8 @@ class PreemptionHook(Hook):
                 self.after_train(None)
                 raise KeyboardInterrupt
             # os.write: safe inside a signal handler (print could re-enter a half-written stream)
-            os.write(2, b'\nCtrl-C: finishing this iteration, then saving a checkpoint and stopping '
+            os.write(2,
+                     b'\nCtrl-C: finishing this iteration, then saving a checkpoint and stopping '
                         b'(press Ctrl-C again to stop at once, without saving)\n')
         if self.received is None:
             self.received = signal.Signals(signum).name
@@ -334,7 +337,8 @@ class PreemptionHook(Hook):
                         f.write(path)
                 write_atomic(os.path.join(runner.work_dir, 'last_checkpoint'), write)
                 if self._stale and self._stale != path and os.path.isfile(self._stale):
-                    os.remove(self._stale)  # preempted twice in one epoch: the newer file replaces it
+                    # preempted twice in one epoch: the newer file replaces it
+                    os.remove(self._stale)
         barrier()
         self.after_train(runner)
         why = self.received or 'a signal on another rank'

@@ -1,14 +1,15 @@
 """One registration for three toolboxes.
 
-Our modules go into mmengine's root ``MODELS`` registry. mmdet's, mmseg's and mmpretrain's ``MODELS``
-registries are its children and fall back to it, so ``dict(type='MAViT')`` builds from any of their
-configs once ``mmlinattn`` is imported (``custom_imports=dict(imports=['mmlinattn'])``).
+Our modules go into mmengine's root ``MODELS`` registry. mmdet's, mmseg's and mmpretrain's
+``MODELS`` registries are its children and fall back to it, so ``dict(type='MAViT')`` builds from
+any of their configs once ``mmlinattn`` is imported
+(``custom_imports=dict(imports=['mmlinattn'])``).
 
 Importing this module loads no toolbox (mmdet, mmseg, mmpretrain). It gives mmdet and mmseg the
 ``function`` registry they lack (see :func:`add_function_registries`), which silences the
-registry-scope warning of their inferencers: at once to a toolbox already imported, and to one imported
-later right after its ``registry`` module runs (:class:`_AfterRegistryImport`, one finder on
-``sys.meta_path`` that only watches those two module names).
+registry-scope warning of their inferencers: at once to a toolbox already imported, and to one
+imported later right after its ``registry`` module runs (:class:`_AfterRegistryImport`, one finder
+on ``sys.meta_path`` that only watches those two module names).
 """
 import importlib
 import sys
@@ -35,13 +36,13 @@ def add_function_registries(scopes=INFERENCER_SCOPES, imported_only: bool = Fals
 
     mmengine's ``BaseInferencer._init_collate`` looks up ``test_dataloader.collate_fn`` in
     ``FUNCTIONS.switch_scope_and_registry(scope)``; mmdet 3.3 and mmseg 1.2 define no ``FUNCTIONS``
-    registry, so for every config - theirs as well as ours - the switch finds no ``mmdet`` / ``mmseg``
-    child and logs "Failed to search registry with scope "mmdet" in the "function" registry tree"
-    before falling back to mmengine's registry. An empty child under the toolbox's own scope name is
-    what mmdet / mmseg would have registered: lookups fall through to mmengine's functions
-    (``pseudo_collate``, ``default_collate``) exactly as before, without the warning. A toolbox
-    that is not installed, or that defines its own ``FUNCTIONS`` registry, is left alone; with
-    ``imported_only`` so is one that is not imported yet. Returns the scopes added.
+    registry, so for every config - theirs as well as ours - the switch finds no ``mmdet`` /
+    ``mmseg`` child and logs "Failed to search registry with scope "mmdet" in the "function"
+    registry tree" before falling back to mmengine's registry. An empty child under the toolbox's
+    own scope name is what mmdet / mmseg would have registered: lookups fall through to mmengine's
+    functions (``pseudo_collate``, ``default_collate``) exactly as before, without the warning. A
+    toolbox that is not installed, or that defines its own ``FUNCTIONS`` registry, is left alone;
+    with ``imported_only`` so is one that is not imported yet. Returns the scopes added.
     """
     added = []
     for scope in scopes:

@@ -3,11 +3,12 @@
 - :func:`build_inferencer` - mmdet's ``DetInferencer`` or mmseg's ``MMSegInferencer`` for a config,
   picked by the config's ``default_scope`` (tools/image_demo.py uses it); a checkpoint without class
   names (the authors' released files, converted ones) gets those of the config's dataset
-  (:func:`config_dataset_meta`) instead of the toolbox's COCO / Cityscapes default, with one warning;
+  (:func:`config_dataset_meta`) instead of the toolbox's COCO / Cityscapes default, with one
+  warning;
 - :func:`draw_val_predictions` - for the first images of a config's validation set, the ground truth
   (left) next to the model's prediction (right), drawn by mmdet's ``DetLocalVisualizer`` (boxes,
-  masks) or mmseg's ``SegLocalVisualizer`` (overlay), one PNG per image (``make demo`` calls it on its
-  trained models).
+  masks) or mmseg's ``SegLocalVisualizer`` (overlay), one PNG per image (``make demo`` calls it on
+  its trained models).
 
     python -m mmlinattn.visualization CONFIG CHECKPOINT --out-dir DIR [--num-images 4]
 """
@@ -21,6 +22,7 @@ import warnings
 from typing import List, Optional, Union
 
 from mmengine.config import Config
+
 from mmlinattn.registry import add_function_registries
 
 #: the inferencer of each toolbox scope
@@ -71,7 +73,8 @@ def _dataset_cfg(loader_cfg):
 def config_dataset_meta(cfg: Config, scope: str) -> Optional[dict]:
     """``{'classes', 'palette', 'source'}`` of the config's test (else val, else train) dataset: its
     class's ``METAINFO`` with the config's ``metainfo`` over it, as the dataset itself merges them
-    (built with ``lazy_init=True``, which reads no annotation); ``None`` if no dataset names classes.
+    (built with ``lazy_init=True``, which reads no annotation); ``None`` if no dataset names
+    classes.
     """
     from mmengine.registry import init_default_scope
     init_default_scope(scope)
@@ -106,8 +109,8 @@ def build_inferencer(config: Union[str, Config], checkpoint: str = None, device:
     cfg = load_config(config)
     scope = config_scope(cfg, config if isinstance(config, str) else 'the config')
     if 'visualizer' in cfg:
-        # the inferencers save drawings themselves (out_dir / out_file) or return them; the runtime's
-        # LocalVisBackend is for the Runner's logs and only warns here, having no save_dir
+        # the inferencers save drawings themselves (out_dir / out_file) or return them; the
+        # runtime's LocalVisBackend is for the Runner's logs and only warns here, having no save_dir
         cfg.visualizer.vis_backends = []
     module, name = INFERENCERS[scope]
     add_function_registries((scope,))  # before the inferencer looks its collate function up
@@ -137,8 +140,8 @@ def build_inferencer(config: Union[str, Config], checkpoint: str = None, device:
 
 
 def predict(inferencer, inputs) -> list:
-    """The inferencer's data samples (``DetDataSample`` / ``SegDataSample``) as a list, one per image
-    (the two inferencers return one sample or a list differently)."""
+    """The inferencer's data samples (``DetDataSample`` / ``SegDataSample``) as a list, one per
+    image (the two inferencers return one sample or a list differently)."""
     out = inferencer(inputs, return_datasamples=True)
     if isinstance(out, dict):
         out = out['predictions']
@@ -189,9 +192,9 @@ def draw_val_predictions(config: Union[str, Config], checkpoint: str, out_dir: s
     ``DetInferencer(model=config, weights=checkpoint)(image)``), the ground truth from the config's
     validation set; the toolbox's own visualizer draws both side by side (ground truth left): boxes
     and masks with score >= ``score_thr`` for detectors, the class overlay for segmentors. Small
-    images are first enlarged ``scale`` times (default: a whole factor that brings the longer side to
-    at least 384 px, so that the labels stay legible) - the model still sees them at its test size.
-    Writes ``out_dir/<image name>.png`` and returns the paths.
+    images are first enlarged ``scale`` times (default: a whole factor that brings the longer side
+    to at least 384 px, so that the labels stay legible) - the model still sees them at its test
+    size. Writes ``out_dir/<image name>.png`` and returns the paths.
     """
     import math
     cfg = load_config(config)
@@ -227,7 +230,8 @@ def draw_val_predictions(config: Union[str, Config], checkpoint: str, out_dir: s
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('config')
     p.add_argument('checkpoint')
     p.add_argument('--out-dir', required=True)

@@ -1,8 +1,9 @@
-"""Checkpoints: reading the authors' files (and ours) safely, http(s) URLs, fitting a state dict to a
-backbone with an exact report, the family layouts of the released files, and the ``--resume``
+"""Checkpoints: reading the authors' files (and ours) safely, http(s) URLs, fitting a state dict to
+a backbone with an exact report, the family layouts of the released files, and the ``--resume``
 search.
 
-* :mod:`.reading` - the weights-only reader with its restricted unpickler, and ``extract_state_dict``;
+* :mod:`.reading` - the weights-only reader with its restricted unpickler, and
+  ``extract_state_dict``;
 * :mod:`.urls` - URLs fetched once into torch's hub cache, and the authors' URL table;
 * :mod:`.fitting` - ``fit_state_dict`` and ``check_model_checkpoint``;
 * :mod:`.layouts` - :class:`AuthorsLayout`;
@@ -17,8 +18,14 @@ from .fitting import check_model_checkpoint, fit_state_dict
 from .layouts import AuthorsLayout
 from .reading import ForeignObject, _RestrictedUnpickler, extract_state_dict, read_checkpoint
 from .resume import latest_intact_checkpoint
-from .urls import (AUTHORS_CHECKPOINTS, AuthorsCheckpoint, checkpoint_file_problem, is_url,
-                   local_checkpoint, url_cache_path)
+from .urls import (
+                   AUTHORS_CHECKPOINTS,
+                   AuthorsCheckpoint,
+                   checkpoint_file_problem,
+                   is_url,
+                   local_checkpoint,
+                   url_cache_path,
+)
 
 __all__ = ['AUTHORS_CHECKPOINTS', 'AuthorsCheckpoint', 'AuthorsLayout', 'CheckpointError',
            'ForeignObject', 'check_model_checkpoint', 'checkpoint_file_problem',

@@ -11,13 +11,14 @@ Tensor = torch.Tensor
 @dataclass(frozen=True)
 class AuthorsLayout:
     """How a family's released ImageNet checkpoint maps onto our backbone and our mmpretrain
-    ImageClassifier. Parameter names are the authors' wherever a checkpoint needs them, so the backbone
-    mapping is: drop the classification parts, drop the buffers we recompute, and let ``adapt``
-    resize what depends on the input size.
+    ImageClassifier. Parameter names are the authors' wherever a checkpoint needs them, so the
+    backbone mapping is: drop the classification parts, drop the buffers we recompute, and let
+    ``adapt`` resize what depends on the input size.
 
     Args:
         family (str): ``inline_pvt``, ``inline_swin`` or ``mavit`` (the converter's names).
-        classification (tuple[str]): key prefixes of the classification parts (head, final norm, ...).
+        classification (tuple[str]): key prefixes of the classification parts (head, final norm,
+            ...).
         recomputed (tuple[str]): last key names of the authors' buffers that our model recomputes
             instead of storing (dropped from their files).
         optional (tuple[str]): last key names of our buffers that a file may lack (recomputable).

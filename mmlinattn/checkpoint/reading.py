@@ -1,11 +1,11 @@
 """Reading the authors' checkpoints (and our own) safely.
 
-The InLine release stores ``{'model', 'optimizer', 'lr_scheduler', 'max_accuracy', 'epoch', 'config'}``
-where ``config`` is a yacs ``CfgNode``; the MALA release stores ``{'model', 'model_ema', 'optimizer',
-'lr_scheduler', 'epoch', 'scaler', 'max_accuracy', 'args'}`` with ``args`` an ``argparse.Namespace``.
-Both are read with ``torch.load(weights_only=True)``: the foreign objects are rebuilt as inert
-stand-ins (no yacs needed, no pickled code run). Only if that fails and the caller explicitly allows it
-is a full unpickle used, and the log says so.
+The InLine release stores ``{'model', 'optimizer', 'lr_scheduler', 'max_accuracy', 'epoch',
+'config'}`` where ``config`` is a yacs ``CfgNode``; the MALA release stores ``{'model', 'model_ema',
+'optimizer', 'lr_scheduler', 'epoch', 'scaler', 'max_accuracy', 'args'}`` with ``args`` an
+``argparse.Namespace``. Both are read with ``torch.load(weights_only=True)``: the foreign objects
+are rebuilt as inert stand-ins (no yacs needed, no pickled code run). Only if that fails and the
+caller explicitly allows it is a full unpickle used, and the log says so.
 """
 import logging
 import os
@@ -24,10 +24,11 @@ Tensor = torch.Tensor
 
 
 class ForeignObject(dict):
-    """Inert stand-in for a non-weight object pickled in a checkpoint (a yacs CfgNode, a Namespace...).
+    """Inert stand-in for a non-weight object pickled in a checkpoint (a yacs CfgNode, a
+    Namespace...).
 
-    It keeps whatever the pickle hands it as plain data and runs no code of its own. ``foreign_name``
-    says which global it replaced.
+    It keeps whatever the pickle hands it as plain data and runs no code of its own.
+    ``foreign_name`` says which global it replaced.
     """
     foreign_name = '?'
 
@@ -138,15 +139,15 @@ def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
     except Exception as err:  # noqa: BLE001
         restricted_err = err
     if allow_unsafe:
-        logger.warning(f'{path}: safe loading failed ({type(restricted_err).__name__}); falling back '
-                       'to a FULL unpickle because allow_unsafe=True')
+        logger.warning(f'{path}: safe loading failed ({type(restricted_err).__name__}); falling '
+                       'back to a FULL unpickle because allow_unsafe=True')
         return torch.load(path, map_location=map_location, weights_only=False)
     msg = str(restricted_err).strip().splitlines()
     raise CheckpointError(
         f'{path} is not a readable torch checkpoint ({type(restricted_err).__name__}: '
         f'{msg[0][:200] if msg else ""}). A truncated download or a non-checkpoint file gives this '
-        'error: re-download it. Only for a file from a source you trust, allow_unsafe=True permits a '
-        'full unpickle.') from restricted_err
+        'error: re-download it. Only for a file from a source you trust, allow_unsafe=True permits '
+        'a full unpickle.') from restricted_err
 
 
 def extract_state_dict(obj, use_ema: bool = False, path: str = '<checkpoint>') -> Dict[str, Tensor]:

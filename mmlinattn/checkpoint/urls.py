@@ -1,5 +1,5 @@
-"""Checkpoints given as http(s) URLs: fetched once into torch's hub cache, checked, then read like local
-files; the authors' ImageNet files and where their READMEs publish them."""
+"""Checkpoints given as http(s) URLs: fetched once into torch's hub cache, checked, then read like
+local files; the authors' ImageNet files and where their READMEs publish them."""
 import logging
 import os
 import os.path as osp
@@ -31,13 +31,20 @@ _MALA_HUB = 'https://huggingface.co/aldjalkdf/MAViT/resolve/main/{}'  # the file
 AUTHORS_CHECKPOINTS: Dict[str, AuthorsCheckpoint] = OrderedDict(
     (name, AuthorsCheckpoint(url, filename, family, arch))
     for name, url, filename, family, arch in (
-        ('InLine_PVT_T', _TSINGHUA.format('90ac52b1555b401eb5e6'), 'inline_pvt_t.pth', 'inline_pvt', 'tiny'),
-        ('InLine_PVT_S', _TSINGHUA.format('1ab953b2479d433080a3'), 'inline_pvt_s.pth', 'inline_pvt', 'small'),
-        ('InLine_PVT_M', _TSINGHUA.format('a72aec31e6084bc0a280'), 'inline_pvt_m.pth', 'inline_pvt', 'medium'),
-        ('InLine_PVT_L', _TSINGHUA.format('efd91318ba964f01b288'), 'inline_pvt_l.pth', 'inline_pvt', 'large'),
-        ('InLine_Swin_T', _TSINGHUA.format('32810869fcc34410966b'), 'inline_swin_t.pth', 'inline_swin', 'tiny'),
-        ('InLine_Swin_S', _TSINGHUA.format('e9657fd247c04c7cb1a1'), 'inline_swin_s.pth', 'inline_swin', 'small'),
-        ('InLine_Swin_B', _TSINGHUA.format('bf23564bb64c420aafe1'), 'inline_swin_b.pth', 'inline_swin', 'base'),
+        ('InLine_PVT_T', _TSINGHUA.format('90ac52b1555b401eb5e6'), 'inline_pvt_t.pth', 'inline_pvt',
+         'tiny'),
+        ('InLine_PVT_S', _TSINGHUA.format('1ab953b2479d433080a3'), 'inline_pvt_s.pth', 'inline_pvt',
+         'small'),
+        ('InLine_PVT_M', _TSINGHUA.format('a72aec31e6084bc0a280'), 'inline_pvt_m.pth', 'inline_pvt',
+         'medium'),
+        ('InLine_PVT_L', _TSINGHUA.format('efd91318ba964f01b288'), 'inline_pvt_l.pth', 'inline_pvt',
+         'large'),
+        ('InLine_Swin_T', _TSINGHUA.format('32810869fcc34410966b'), 'inline_swin_t.pth',
+         'inline_swin', 'tiny'),
+        ('InLine_Swin_S', _TSINGHUA.format('e9657fd247c04c7cb1a1'), 'inline_swin_s.pth',
+         'inline_swin', 'small'),
+        ('InLine_Swin_B', _TSINGHUA.format('bf23564bb64c420aafe1'), 'inline_swin_b.pth',
+         'inline_swin', 'base'),
         ('MAViT_T', _MALA_HUB.format('MAViT_T.pth'), 'MAViT_T.pth', 'mavit', 'tiny'),
         ('MAViT_S', _MALA_HUB.format('MAViT_S.pth'), 'MAViT_S.pth', 'mavit', 'small'),
         ('MAViT_B', _MALA_HUB.format('MAViT_B.pth'), 'MAViT_B.pth', 'mavit', 'base'),
@@ -52,8 +59,8 @@ def is_url(path) -> bool:
 
 
 def url_cache_path(url: str) -> str:
-    """Where :func:`local_checkpoint` keeps ``url``: ``torch.hub.get_dir()/checkpoints/NAME``, NAME the
-    last part of the URL's path as torch's ``load_state_dict_from_url`` and mmengine's
+    """Where :func:`local_checkpoint` keeps ``url``: ``torch.hub.get_dir()/checkpoints/NAME``, NAME
+    the last part of the URL's path as torch's ``load_state_dict_from_url`` and mmengine's
     ``load_from_http`` name it (so a file either of them fetched is reused). A path ending in ``/``
     (TsinghuaCloud's ``f/<id>/?dl=1``) is named after its last folder, with ``.pth`` added."""
     from urllib.parse import urlparse
@@ -119,7 +126,8 @@ def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
     (:func:`url_cache_path`), downloaded by ``torch.hub.download_url_to_file`` (with a progress bar)
     when not cached yet. The file is checked (:func:`checkpoint_file_problem`); an HTML page or a
     truncated file is removed and :class:`CheckpointError` names the URL, the cached path and the
-    reason. Under an initialised process group, local rank 0 downloads while the other ranks wait."""
+    reason. Under an initialised process group, local rank 0 downloads while the other ranks
+    wait."""
     if not is_url(path):
         return path
     logger = logger or logging.getLogger('mmlinattn')
@@ -152,8 +160,8 @@ def _local_rank_and_world() -> Tuple[int, int]:
 
 
 def _download(url: str, dst: str, logger: logging.Logger, progress: bool = True) -> None:
-    """``torch.hub.download_url_to_file`` into ``dst`` (it writes a temporary file and renames it, so
-    an interrupted download leaves nothing under ``dst``); errors name the URL and ``dst``."""
+    """``torch.hub.download_url_to_file`` into ``dst`` (it writes a temporary file and renames it,
+    so an interrupted download leaves nothing under ``dst``); errors name the URL and ``dst``."""
     import torch.hub
     os.makedirs(osp.dirname(dst), exist_ok=True)
     logger.info(f'downloading {url} to {dst}')

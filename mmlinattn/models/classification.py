@@ -54,8 +54,8 @@ def authors_to_classifier(state: Dict[str, torch.Tensor], family: str) -> Dict[s
 
 
 def classifier_to_authors(state: Dict[str, torch.Tensor], family: str) -> Dict[str, torch.Tensor]:
-    """The inverse of :func:`authors_to_classifier`: an mmpretrain ImageClassifier's state dict (ours,
-    e.g. trained with ``configs/toy/*_toy-cls.py``) in the authors' key layout, so that it loads into
-    a detector or segmentor exactly as their released files do (``init_cfg=dict(type='Pretrained',
-    checkpoint=...)``)."""
+    """The inverse of :func:`authors_to_classifier`: an mmpretrain ImageClassifier's state dict
+    (ours, e.g. trained with ``configs/toy/*_toy-cls.py``) in the authors' key layout, so that it
+    loads into a detector or segmentor exactly as their released files do
+    (``init_cfg=dict(type='Pretrained', checkpoint=...)``)."""
     return _layout(family).from_classifier(state)

@@ -9,12 +9,13 @@ from .mavit import MAViT
 FAMILIES = {'inline_pvt': InLinePVT, 'inline_swin': InLineSwin, 'mavit': MAViT}
 LAYOUTS = {name: cls.authors_layout for name, cls in FAMILIES.items()}
 
-__all__ = ['InLinePVT', 'InLineSwin', 'MAViT', 'FAMILIES', 'LAYOUTS', 'family_facts', 'out_channels']
+__all__ = ['InLinePVT', 'InLineSwin', 'MAViT', 'FAMILIES', 'LAYOUTS', 'family_facts',
+           'out_channels']
 
 
 def out_channels(backbone_cfg: dict) -> List[int]:
-    """Channels of the maps an mmlinattn backbone config returns (its ``out_indices``), read from the
-    backbone class's arch table without building it, e.g.
+    """Channels of the maps an mmlinattn backbone config returns (its ``out_indices``), read from
+    the backbone class's arch table without building it, e.g.
     ``out_channels(dict(type='MAViT', arch='tiny'))`` -> ``[64, 128, 256, 512]``.
 
     Raises ``KeyError`` for a ``type`` that is not one of ours."""

@@ -13,7 +13,6 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-
 from mmcv.cnn import build_norm_layer
 
 from mmlinattn.checkpoint import AuthorsLayout
@@ -56,15 +55,18 @@ class PVTBlock(nn.Module):
 
 
 class PVTStage(NamedTuple):
-    """The parts of one InLine-PVT stage (registered on the backbone under the authors' flat names)."""
+    """The parts of one InLine-PVT stage (registered on the backbone under the authors' flat
+    names)."""
     patch_embed: PatchEmbed
     pos_embed: nn.Parameter
     pos_drop: nn.Dropout
     blocks: nn.ModuleList
 
 
-def _resize_pos_tables(state: Dict[str, torch.Tensor], model: 'InLinePVT') -> Dict[str, torch.Tensor]:
-    """Position tables learned at another size, bilinearly resized to the model's (square tables)."""
+def _resize_pos_tables(state: Dict[str, torch.Tensor],
+                       model: 'InLinePVT') -> Dict[str, torch.Tensor]:
+    """Position tables learned at another size, bilinearly resized to the model's (square
+    tables)."""
     out = dict(state)
     for i, hw in enumerate(model.pos_hw):
         key = f'pos_embed{i + 1}'
@@ -86,9 +88,9 @@ class InLinePVT(LinAttnBackbone):
             former key, is read too) unless the ``mlp_ratio`` argument is given.
         in_channels (int): image channels.
         attn_type (str | list | None): the core of every block (see
-            :func:`mmlinattn.ops.cores.parse_attn_type`): one letter per stage, ``I`` InLine (default
-            ``'IIII'``), ``S`` softmax (PVT's spatial-reduction attention, sr ratios 8/4/2/1), ``L``
-            plain linear, ``M`` MALA, ... or a mixed stage in parentheses.
+            :func:`mmlinattn.ops.cores.parse_attn_type`): one letter per stage, ``I`` InLine
+            (default ``'IIII'``), ``S`` softmax (PVT's spatial-reduction attention, sr ratios
+            8/4/2/1), ``L`` plain linear, ``M`` MALA, ... or a mixed stage in parentheses.
         attn_cfg (dict | None): :class:`TokenAttention` options (``kernel``, ``local_residual``,
             ``core_options``) for ablations.
         out_indices (Sequence[int]): stages whose features are returned.
@@ -101,20 +103,24 @@ class InLinePVT(LinAttnBackbone):
         pretrain_img_size (int): size the position tables were learned at (224).
         patch_size (int): stride of the first patch embedding (4).
         sr_ratios (Sequence[int]): spatial reduction per stage of the ``S`` stages.
-        mlp_ratio (float | Sequence[float] | None): MLP hidden width / channels, one value or one per
-            stage (``None``: the arch's, 8/8/4/4).
-        out_norm (bool): add a LayerNorm on each output (off by default: the authors' model has none).
-        pad_patches (bool): ``False`` (default, PVT v1's behaviour): each strided patch conv drops the
-            remainder of a size that is not a multiple of its patch, so inputs need at least 32 px
-            per side; ``True`` zero-pads the bottom/right instead (any size, ceil-sized maps).
-        norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-6, as PVT v1): the blocks' two
-            norms and the output norms. The patch embeddings keep PVT v1's own LayerNorm (eps 1e-5).
+        mlp_ratio (float | Sequence[float] | None): MLP hidden width / channels, one value or one
+            per stage (``None``: the arch's, 8/8/4/4).
+        out_norm (bool): add a LayerNorm on each output (off by default: the authors' model has
+            none).
+        pad_patches (bool): ``False`` (default, PVT v1's behaviour): each strided patch conv drops
+            the remainder of a size that is not a multiple of its patch, so inputs need at least 32
+            px per side; ``True`` zero-pads the bottom/right instead (any size, ceil-sized maps).
+        norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-6, as PVT v1): the blocks'
+            two norms and the output norms. The patch embeddings keep PVT v1's own LayerNorm (eps
+            1e-5).
         init_scheme (str): the init without a checkpoint (docs/design.md): ``'trunc_normal'``
-            (default: every Linear and conv weight trunc-normal std 0.02, biases 0), ``'authors'`` (the
-            authors' code: Linears so, convolutions - InLine's local residual included - torch's
-            default) or ``'mmdet_pvt'`` (mmdet's ``PyramidVisionTransformer``: convolutions and MLPs
-            normal with std sqrt(2 / fan_out), q|k|v xavier-uniform). Checkpoints overwrite any.
-        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors' file.
+            (default: every Linear and conv weight trunc-normal std 0.02, biases 0), ``'authors'``
+            (the authors' code: Linears so, convolutions - InLine's local residual included -
+            torch's default) or ``'mmdet_pvt'`` (mmdet's ``PyramidVisionTransformer``: convolutions
+            and MLPs normal with std sqrt(2 / fan_out), q|k|v xavier-uniform). Checkpoints overwrite
+            any.
+        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors'
+            file.
     """
     arch_zoo = {
         'tiny': dict(depths=[2, 2, 2, 2], drop_path_rate=0.1),
@@ -127,7 +133,8 @@ class InLinePVT(LinAttnBackbone):
     del _v
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     default_attn_type = 'IIII'
-    authors_layout = AuthorsLayout('inline_pvt', classification=('head.',), adapt=_resize_pos_tables)
+    authors_layout = AuthorsLayout('inline_pvt', classification=('head.',),
+                                   adapt=_resize_pos_tables)
     init_schemes = ('trunc_normal', 'authors', 'mmdet_pvt')
 
     def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
@@ -170,14 +177,15 @@ class InLinePVT(LinAttnBackbone):
         self._freeze_stages()
 
     def _mlp_ratios(self, arch: dict, mlp_ratio) -> List[float]:
-        ratio = mlp_ratio if mlp_ratio is not None else arch.get('mlp_ratio', arch.get('mlp_ratios'))
+        ratio = mlp_ratio if mlp_ratio is not None else arch.get('mlp_ratio',
+                                                                 arch.get('mlp_ratios'))
         if ratio is None:
             raise ValueError(f'{type(self).__name__}: give mlp_ratio (one value or one per stage) '
                              'in the arch dict or as an argument')
         ratios = list(ratio) if isinstance(ratio, (list, tuple)) else [ratio] * self.num_stages
         if len(ratios) != self.num_stages:
-            raise ValueError(f'{type(self).__name__}: mlp_ratio {ratio!r} needs one value per stage '
-                             f'({self.num_stages})')
+            raise ValueError(f'{type(self).__name__}: mlp_ratio {ratio!r} needs one value per '
+                             f'stage ({self.num_stages})')
         return ratios
 
     def stage(self, i: int) -> PVTStage:
@@ -196,10 +204,11 @@ class InLinePVT(LinAttnBackbone):
             self._init_as_mmdet_pvt()
 
     def _init_as_mmdet_pvt(self):
-        """mmdet's ``PyramidVisionTransformer.init_weights`` without a checkpoint: convolutions and the
-        MLPs (1x1 convolutions there) normal(0, sqrt(2 / fan_out)), fan_out = kernel area x out
+        """mmdet's ``PyramidVisionTransformer.init_weights`` without a checkpoint: convolutions and
+        the MLPs (1x1 convolutions there) normal(0, sqrt(2 / fan_out)), fan_out = kernel area x out
         channels / groups; q and kv uniform within sqrt(6 / 4C) (torch's xavier init of the fused
-        (3C, C) q|k|v matrix); their biases 0. Output projections, norms and tables keep the default."""
+        (3C, C) q|k|v matrix); their biases 0. Output projections, norms and tables keep the
+        default."""
         def fan_out_normal(m):
             fan_out = m.weight.shape[0] * m.weight[0, 0].numel() // getattr(m, 'groups', 1)
             nn.init.normal_(m.weight, 0., math.sqrt(2. / fan_out))

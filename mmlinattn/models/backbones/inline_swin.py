@@ -1,5 +1,5 @@
-"""InLine-Swin (docs/design.md section 2.1): Swin-T/S/B with InLine attention in the stages the authors
-chose and Swin's shifted-window softmax attention elsewhere.
+"""InLine-Swin (docs/design.md section 2.1): Swin-T/S/B with InLine attention in the stages the
+authors chose and Swin's shifted-window softmax attention elsewhere.
 
 Parameter names equal the authors' timm-style ones (``patch_embed.{proj,norm}``,
 ``layers.{s}.blocks.{b}.{norm1,attn.{qkv,proj,residual.0,residual.2,relative_position_bias_table},
@@ -7,8 +7,8 @@ norm2,mlp.fc1,mlp.fc2}``, ``layers.{s}.downsample.{norm,reduction}``), so their 
 load by dropping ``head`` and the final ``norm``. Outputs are each stage's features before patch
 merging, each through a new LayerNorm ``out_norms.{i}`` (as mmdet's Swin, eps 1e-5).
 
-InLine blocks attend globally over the whole map at any resolution (no partition, no shift), which at
-224 is exactly what the released models computed (their 56-token window covers each stage map).
+InLine blocks attend globally over the whole map at any resolution (no partition, no shift), which
+at 224 is exactly what the released models computed (their 56-token window covers each stage map).
 ``inline_window=56`` keeps the authors' literal classification behaviour at larger sizes instead:
 56 x 56 windows, shifted by 28 on odd blocks when the map is larger than the window.
 """
@@ -19,8 +19,14 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
 from mmlinattn.checkpoint import AuthorsLayout
-from mmlinattn.models.layers import (DropPath, Mlp, PatchEmbed, TokenAttention,
-                                     WindowSoftmaxAttention, pad_to_multiple)
+from mmlinattn.models.layers import (
+    DropPath,
+    Mlp,
+    PatchEmbed,
+    TokenAttention,
+    WindowSoftmaxAttention,
+    pad_to_multiple,
+)
 from mmlinattn.ops.cores import get_core, parse_attn_type
 from mmlinattn.registry import MODELS
 
@@ -87,7 +93,8 @@ class SwinBlock(nn.Module):
         if self.windowed:
             self.attn = WindowSoftmaxAttention(dim, num_heads, window_size, core=core)
         else:
-            self.attn = TokenAttention(dim, num_heads, core=core, qkv_layout='qkv', **(attn_cfg or {}))
+            self.attn = TokenAttention(dim, num_heads, core=core, qkv_layout='qkv',
+                                       **(attn_cfg or {}))
         self.drop_path = DropPath(drop_path)
         self.norm2 = build_norm_layer(norm_cfg, dim)[1]
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
@@ -182,16 +189,17 @@ class SwinStage(nn.Module):
         super().__init__()
         self.with_cp = with_cp
         self.blocks = nn.ModuleList([
-            SwinBlock(dim, num_heads, cores[i], window_size, shift=(i % 2 == 1), mlp_ratio=mlp_ratio,
+            SwinBlock(dim, num_heads, cores[i], window_size, shift=(i % 2 == 1),
+                      mlp_ratio=mlp_ratio,
                       drop_path=dprs[i], inline_window=inline_window, attn_cfg=attn_cfg,
                       norm_cfg=norm_cfg)
             for i in range(depth)])
         self.downsample = PatchMerging(dim, norm_cfg) if downsample else None
 
     def forward(self, x: Tuple[torch.Tensor, Tuple[int, int]], downsample: bool = True):
-        """``(tokens, hw)``: (B, N, C) tokens of an ``hw`` map -> ``(output, next stage's input)``: the
-        (B, C, H, W) map before the patch merging, and the merged ``(tokens, hw)`` (unmerged for the
-        last stage or when ``downsample`` is False)."""
+        """``(tokens, hw)``: (B, N, C) tokens of an ``hw`` map -> ``(output, next stage's input)``:
+        the (B, C, H, W) map before the patch merging, and the merged ``(tokens, hw)`` (unmerged for
+        the last stage or when ``downsample`` is False)."""
         x, hw = x
         for blk in self.blocks:
             x = run_block(blk, self.with_cp, x, hw)
@@ -227,13 +235,14 @@ class InLineSwin(LinAttnBackbone):
         window_size (int): softmax window (7).
         patch_size (int): patch embedding stride (4).
         mlp_ratio (float): MLP hidden width / channels (4).
-        inline_window (int | None): ``None`` global InLine (default); an int for the authors' literal
-            windowed behaviour.
+        inline_window (int | None): ``None`` global InLine (default); an int for the authors'
+            literal windowed behaviour.
         out_norm (bool): a LayerNorm on each returned stage (``out_norms.<i>``, as mmdet's Swin).
         norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-5, as Swin): the blocks' two
             norms and the output norms, and the patch embedding's and patch merging's, which Swin
             builds from the same setting.
-        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors' file.
+        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors'
+            file.
     """
     arch_zoo = {
         'tiny': dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24],

@@ -2,9 +2,10 @@
 
 Parameter names equal the authors' (``patch_embed.proj.{0,1,3,4,6,7,9,10}``,
 ``layers.{s}.blocks.{b}.{pos,norm1.norm,attn.qkvo,attn.lepe,attn.proj,norm2.norm,ffn.*,gamma_1,gamma_2}``,
-``layers.{s}.RoPE.angle``, ``layers.{s}.downsample.{reduction,norm}``), so their ImageNet checkpoints
-load by dropping the classification parts (``proj``, ``norm``, ``head``). Downstream outputs are each
-stage's features *before* its downsampling, each through a new LayerNorm ``extra_norms.{i}``.
+``layers.{s}.RoPE.angle``, ``layers.{s}.downsample.{reduction,norm}``), so their ImageNet
+checkpoints load by dropping the classification parts (``proj``, ``norm``, ``head``). Downstream
+outputs are each stage's features *before* its downsampling, each through a new LayerNorm
+``extra_norms.{i}``.
 """
 import warnings
 from typing import Optional, Sequence
@@ -103,7 +104,8 @@ class Downsample(nn.Module):
 
 
 class MAViTStage(nn.Module):
-    """A stage: its 2-D RoPE tables (``RoPE.angle``), ``depth`` blocks and the downsampling after them.
+    """A stage: its 2-D RoPE tables (``RoPE.angle``), ``depth`` blocks and the downsampling after
+    them.
 
     Args:
         dim (int): channels.
@@ -175,8 +177,9 @@ class MAViT(LinAttnBackbone):
     Attention").
 
     Args:
-        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'``, ``'large'`` (or t/s/b/l), or a dict with
-            ``embed_dims, depths, num_heads`` (and optionally ``drop_path_rate``, ``layer_scale``).
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'``, ``'large'`` (or t/s/b/l), or a dict
+            with ``embed_dims, depths, num_heads`` (and optionally ``drop_path_rate``,
+            ``layer_scale``).
         in_channels (int): image channels.
         attn_type (str | list | None): the core of every block (see
             :func:`mmlinattn.ops.cores.parse_attn_type`): one letter per stage, ``M`` MALA, ``S``
@@ -194,14 +197,14 @@ class MAViT(LinAttnBackbone):
         norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-6): the blocks' two norms
             and the output norms, as in every family.
         conv_norm_cfg (dict): the norm after each convolution of the stem and the downsampling
-            (``BN``; ``SyncBN`` for multi-GPU, as the released detectors). A BatchNorm config given as
-            ``norm_cfg`` (its meaning before it was the same in every family) is read as this, with
-            a ``FutureWarning``.
+            (``BN``; ``SyncBN`` for multi-GPU, as the released detectors). A BatchNorm config given
+            as ``norm_cfg`` (its meaning before it was the same in every family) is read as this,
+            with a ``FutureWarning``.
         out_norm (bool): add the output norm on each returned stage (the authors' downstream setup).
         layer_scale_init (float | list | None): override the arch's initial LayerScale values
             (e.g. a small value to start the blocks near identity when training from scratch).
-        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH, use_ema=False)`` loads the
-            authors' ``MAViT_*.pth`` directly (``use_ema=True`` picks ``model_ema``).
+        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH, use_ema=False)`` loads
+            the authors' ``MAViT_*.pth`` directly (``use_ema=True`` picks ``model_ema``).
     """
     arch_zoo = {
         'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 6, 2], num_heads=[1, 2, 4, 8],
@@ -226,7 +229,8 @@ class MAViT(LinAttnBackbone):
                  attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
                  drop_path_rate: Optional[float] = None, mlp_ratio: float = 3.5,
-                 norm_cfg: dict = MAVIT_NORM, conv_norm_cfg: dict = CONV_NORM, out_norm: bool = True,
+                 norm_cfg: dict = MAVIT_NORM, conv_norm_cfg: dict = CONV_NORM,
+                 out_norm: bool = True,
                  layer_scale_init=None, init_cfg=None, ffn_ratio: Optional[float] = None):
         super().__init__(init_cfg=init_cfg)
         if 'BN' in str(norm_cfg.get('type', '')):  # the former meaning: the convolutions' BN

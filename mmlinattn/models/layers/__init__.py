@@ -1,5 +1,4 @@
-from .attention import (LocalResidual, QKVOAttention, RoPE, TokenAttention, core_matrix,
-                        run_core)
+from .attention import LocalResidual, QKVOAttention, RoPE, TokenAttention, core_matrix, run_core
 from .common import DropPath, LayerNorm2d, Mlp, PatchEmbed, pad_to_multiple, resize_pos_embed
 from .window import WindowSoftmaxAttention, relative_position_index
 

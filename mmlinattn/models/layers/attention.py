@@ -1,17 +1,18 @@
 """Attention modules that wrap the pure functions of :mod:`mmlinattn.ops`.
 
-``TokenAttention`` works on token sequences (B, N, C) of an H x W map (the InLine-Swin and InLine-PVT
-families); ``QKVOAttention`` is MAViT's channels-first module (qkvo projection, LePE, output gate,
-2-D RoPE); Swin's window attention is in :mod:`.window`.
+``TokenAttention`` works on token sequences (B, N, C) of an H x W map (the InLine-Swin and
+InLine-PVT families); ``QKVOAttention`` is MAViT's channels-first module (qkvo projection, LePE,
+output gate, 2-D RoPE); Swin's window attention is in :mod:`.window`.
 
 The attention itself is chosen by a *core* name, an entry of the table
-:data:`mmlinattn.ops.cores.CORES` (``'inline'``, ``'linear'``, ``'softmax'``, ``'mala'``, and any core
-registered later), so the papers' ablations are config switches (plus kernel / residual / beta / gamma
-options). The modules ask the table what a core takes (kernel, RoPE, bias, spatial reduction).
-Every module keeps its table entry (``core_entry``) and takes the core's further switches as one dict,
-``core_options`` (e.g. MALA's ``beta`` / ``gamma``). For the analysis tools every module also returns
-the queries and keys its core sees (``queries_keys``) and its explicit attention matrix
-(``attention_matrix``), computed from the same weights and inputs as the linear-time path.
+:data:`mmlinattn.ops.cores.CORES` (``'inline'``, ``'linear'``, ``'softmax'``, ``'mala'``, and any
+core registered later), so the papers' ablations are config switches (plus kernel / residual / beta
+/ gamma options). The modules ask the table what a core takes (kernel, RoPE, bias, spatial
+reduction). Every module keeps its table entry (``core_entry``) and takes the core's further
+switches as one dict, ``core_options`` (e.g. MALA's ``beta`` / ``gamma``). For the analysis tools
+every module also returns the queries and keys its core sees (``queries_keys``) and its explicit
+attention matrix (``attention_matrix``), computed from the same weights and inputs as the
+linear-time path.
 """
 import warnings
 from typing import Optional, Tuple
@@ -40,7 +41,8 @@ def core_matrix(core: str, q, k, scale: Optional[float] = None, kernel: Optional
 
 
 def _core_for_module(core: str, kernel: Optional[str]) -> Core:
-    """The table entry of ``core``, with ``kernel`` checked against it (fails early, listing both)."""
+    """The table entry of ``core``, with ``kernel`` checked against it (fails early, listing
+    both)."""
     entry = get_core(core)
     entry.kwargs(kernel=kernel)
     return entry
@@ -95,7 +97,8 @@ class TokenAttention(nn.Module):
     def __init__(self, dim: int, num_heads: int, core: str = 'inline', qkv_bias: bool = True,
                  qkv_layout: str = 'qkv', local_residual: Optional[bool] = None,
                  kernel: Optional[str] = None, sr_ratio: int = 1, attn_drop: float = 0.,
-                 proj_drop: float = 0., norm_eps: float = 1e-5, core_options: Optional[dict] = None):
+                 proj_drop: float = 0., norm_eps: float = 1e-5,
+                 core_options: Optional[dict] = None):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
@@ -121,8 +124,8 @@ class TokenAttention(nn.Module):
                                  f"(separate q and kv projections), not {qkv_layout!r}")
             if not entry.reduced_kv:
                 reducible = [c.name for c in CORES.values() if c.reduced_kv]
-                raise ValueError(f'spatial reduction (sr_ratio > 1) is only supported with the cores '
-                                 f'{reducible}, not {core!r}')
+                raise ValueError('spatial reduction (sr_ratio > 1) is only supported with the '
+                                 f'cores {reducible}, not {core!r}')
             self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
             self.norm = nn.LayerNorm(dim, eps=norm_eps)
         self.attn_drop = attn_drop
@@ -155,7 +158,8 @@ class TokenAttention(nn.Module):
             raise ValueError(f'{n} tokens do not form a {hw[0]}x{hw[1]} map')
         q, k, v, v_tokens = self._qkv(x, hw)
         out = self.core_entry(q, k, v, scale=self.scale, kernel=self.kernel,
-                              dropout_p=self.attn_drop if self.training else 0., **self.core_options)
+                              dropout_p=self.attn_drop if self.training else 0.,
+                              **self.core_options)
         out = out.transpose(1, 2).reshape(b, n, c)
         if self.residual is not None:
             v_map = v_tokens.transpose(1, 2).reshape(b, c, *hw)
@@ -163,7 +167,8 @@ class TokenAttention(nn.Module):
         return self.proj_drop(self.proj(out))
 
     @torch.no_grad()
-    def queries_keys(self, x: torch.Tensor, hw: Tuple[int, int]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def queries_keys(self, x: torch.Tensor,
+                     hw: Tuple[int, int]) -> Tuple[torch.Tensor, torch.Tensor]:
         """The (B, h, N, d) queries and (B, h, M, d) keys the core sees for input ``x`` (M < N after
         spatial reduction)."""
         q, k, _, _ = self._qkv(x, hw)
@@ -196,8 +201,8 @@ class QKVOAttention(nn.Module):
     """MAViT's attention module on channels-first maps (B, C, H, W).
 
     ``q, k, v, o = split(Conv1x1(C -> 4C)(x))``; ``out = proj((core(q, k, v) + lepe(v)) * o)`` with
-    ``lepe`` a depthwise 5x5 conv. Core ``'mala'`` (stages 1-2 of MAViT) or ``'softmax'`` (stages 3-4),
-    both with 2-D RoPE as in the authors' code; any other core of the table for ablations.
+    ``lepe`` a depthwise 5x5 conv. Core ``'mala'`` (stages 1-2 of MAViT) or ``'softmax'`` (stages
+    3-4), both with 2-D RoPE as in the authors' code; any other core of the table for ablations.
 
     Args:
         dim (int): channels.
@@ -207,10 +212,10 @@ class QKVOAttention(nn.Module):
         use_rope (bool): pass the stage's 2-D RoPE tables to the core (cores with ``rope='none'``
             ignore them).
         core_options (dict | None): further switches of the core, e.g. MALA's ``beta`` (``False``:
-            beta = 1, the paper's ablation) and ``gamma`` (``False``: gamma = 0); those the core does
-            not take are not passed to it.
-        beta, gamma (bool | None): the former spelling of ``core_options=dict(beta=..., gamma=...)``,
-            still read with a ``FutureWarning``.
+            beta = 1, the paper's ablation) and ``gamma`` (``False``: gamma = 0); those the core
+            does not take are not passed to it.
+        beta, gamma (bool | None): the former spelling of ``core_options=dict(beta=...,
+            gamma=...)``, still read with a ``FutureWarning``.
     """
 
     def __init__(self, dim: int, num_heads: int, core: str = 'mala', kernel: Optional[str] = None,
@@ -228,8 +233,8 @@ class QKVOAttention(nn.Module):
         legacy = {k: v for k, v in (('beta', beta), ('gamma', gamma)) if v is not None}
         if legacy:
             warnings.warn(f'QKVOAttention: pass {sorted(legacy)} in core_options '
-                          f'(attn_cfg=dict(core_options=dict(...))), as every attention module takes '
-                          'them', FutureWarning, stacklevel=2)
+                          '(attn_cfg=dict(core_options=dict(...))), as every attention module '
+                          'takes them', FutureWarning, stacklevel=2)
             self.core_options.update(legacy)
         self.qkvo = nn.Conv2d(dim, dim * 4, 1)
         self.lepe = nn.Conv2d(dim, dim, 5, 1, 2, groups=dim)
@@ -240,7 +245,8 @@ class QKVOAttention(nn.Module):
         qkvo = self.qkvo(x)
         qkv, o = qkvo[:, :3 * c], qkvo[:, 3 * c:]
         lepe = self.lepe(qkv[:, 2 * c:])
-        q, k, v = qkv.reshape(b, 3, self.num_heads, self.head_dim, h * w).transpose(-2, -1).unbind(1)
+        q, k, v = qkv.reshape(b, 3, self.num_heads, self.head_dim,
+                              h * w).transpose(-2, -1).unbind(1)
         return q, k, v, o, lepe
 
     def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:

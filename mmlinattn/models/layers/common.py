@@ -77,7 +77,8 @@ class LayerNorm2d(nn.Module):
 
 
 def pad_to_multiple(x: torch.Tensor, multiple: int, channels_last: bool = True) -> torch.Tensor:
-    """Zero-pad the bottom/right of a (B, H, W, C) (or (B, C, H, W)) map to a multiple of ``multiple``."""
+    """Zero-pad the bottom/right of a (B, H, W, C) (or (B, C, H, W)) map to a multiple of
+    ``multiple``."""
     h, w = (x.shape[1], x.shape[2]) if channels_last else (x.shape[2], x.shape[3])
     ph, pw = (-h) % multiple, (-w) % multiple
     if not ph and not pw:
@@ -86,19 +87,22 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, channels_last: bool = True) 
 
 
 class PatchEmbed(nn.Module):
-    """Non-overlapping patch embedding: Conv (kernel = stride = ``patch``) + LayerNorm on the tokens.
+    """Non-overlapping patch embedding: Conv (kernel = stride = ``patch``) + LayerNorm on the
+    tokens.
 
-    Returns ``(tokens (B, N, C), (h, w))``. Parameter names ``proj`` and ``norm`` (Swin's and PVT's).
+    Returns ``(tokens (B, N, C), (h, w))``. Parameter names ``proj`` and ``norm`` (Swin's and
+    PVT's).
 
     Args:
         in_channels (int): input channels.
         dim (int): output channels.
         patch (int): kernel size and stride of the conv.
-        pad (bool): zero-pad the bottom/right of an input whose size is not a multiple of ``patch``, so
-            the map is ``ceil(H / patch) x ceil(W / patch)`` (Swin). ``False`` lets the strided conv
-            drop the remainder, ``floor(H / patch)`` (PVT v1).
+        pad (bool): zero-pad the bottom/right of an input whose size is not a multiple of ``patch``,
+            so the map is ``ceil(H / patch) x ceil(W / patch)`` (Swin). ``False`` lets the strided
+            conv drop the remainder, ``floor(H / patch)`` (PVT v1).
         eps (float): LayerNorm epsilon (1e-5, torch's default, in both families).
-        norm_cfg (dict | None): build the norm from this mmcv config instead (``eps`` is then unused).
+        norm_cfg (dict | None): build the norm from this mmcv config instead (``eps`` is then
+            unused).
     """
 
     def __init__(self, in_channels: int, dim: int, patch: int, pad: bool = True, eps: float = 1e-5,
@@ -114,9 +118,9 @@ class PatchEmbed(nn.Module):
         if self.pad:
             x = F.pad(x, (0, (-w) % self.patch, 0, (-h) % self.patch))
         elif h < self.patch or w < self.patch:
-            raise ValueError(f'a {h}x{w} map is smaller than the {self.patch}x{self.patch} patch that '
-                             'embeds it: use a larger input (InLinePVT needs >= 32 px per side unless '
-                             'pad_patches=True)')
+            raise ValueError(f'a {h}x{w} map is smaller than the {self.patch}x{self.patch} patch '
+                             'that embeds it: use a larger input (InLinePVT needs >= 32 px per '
+                             'side unless pad_patches=True)')
         x = self.proj(x)
         hw = (int(x.shape[2]), int(x.shape[3]))
         return self.norm(x.flatten(2).transpose(1, 2)), hw

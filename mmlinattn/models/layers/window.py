@@ -1,5 +1,5 @@
-"""Swin's window attention (W-MSA / SW-MSA) with its relative position bias, on any core of the table
-that takes an additive bias (:data:`mmlinattn.ops.cores.CORES`; softmax by default)."""
+"""Swin's window attention (W-MSA / SW-MSA) with its relative position bias, on any core of the
+table that takes an additive bias (:data:`mmlinattn.ops.cores.CORES`; softmax by default)."""
 from typing import Optional, Tuple
 
 import torch
@@ -62,11 +62,13 @@ class WindowSoftmaxAttention(nn.Module):
             index = relative_position_index(self.window_size, window_hw).to(
                 self.relative_position_bias_table.device)
         n = window_hw[0] * window_hw[1]
-        return self.relative_position_bias_table[index.reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
+        table = self.relative_position_bias_table
+        return table[index.reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
 
     def _qkv(self, x):
         b, nw, n, c = x.shape
-        qkv = self.qkv(x).reshape(b, nw, n, 3, self.num_heads, self.head_dim).permute(3, 0, 1, 4, 2, 5)
+        qkv = self.qkv(x).reshape(b, nw, n, 3, self.num_heads,
+                                  self.head_dim).permute(3, 0, 1, 4, 2, 5)
         return qkv[0], qkv[1], qkv[2]  # (B, nW, h, N, d)
 
     def _attn_bias(self, window_hw, mask, dtype):
