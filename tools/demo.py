@@ -8,8 +8,10 @@
    b. trains it with tools/train.py (mmengine logs and progress);
    c. evaluates the final checkpoint with tools/test.py (the real CocoMetric / IoUMetric);
    d. draws four validation images, ground truth left and the trained model's prediction right
-      (mmdet's / mmseg's visualizers, PNG) into work_dirs/demo_det/predictions, demo_seg/predictions;
-3. prints a table: untrained vs trained bbox/segm AP and mIoU, the pictures' folders and the wall time.
+      (mmdet's / mmseg's visualizers, PNG) into work_dirs/demo_det/predictions,
+      demo_seg/predictions;
+3. prints a table: untrained vs trained bbox/segm AP and mIoU, the pictures' folders and the wall
+   time.
 
 Everything runs on the CPU. The terminal shows the commands, the training / testing progress lines
 and the final table; the full logs are in work_dirs/demo_det and work_dirs/demo_seg (*.log).
@@ -30,7 +32,8 @@ PROGRESS = ('Epoch(', 'Iter(', 'coco/', 'mIoU', 'Error', 'error:')
 
 
 def run(script, *args, log=None):
-    return run_script(script, args, cwd=ROOT, log=log and osp.join(ROOT, log), echo=PROGRESS, tail=30)
+    return run_script(script, args, cwd=ROOT, log=log and osp.join(ROOT, log), echo=PROGRESS,
+                      tail=30)
 
 
 def untrained_checkpoint(config, path):
@@ -53,11 +56,13 @@ def job(config, work_dir, extra):
     run('tools/demo.py', '--save-untrained', config, ckpt0, log=osp.join(work_dir, 'untrained.log'))
     run('tools/test.py', config, ckpt0, '--work-dir', work_dir + '/untrained',
         log=osp.join(work_dir, 'test_untrained.log'))
-    run('tools/train.py', config, '--work-dir', work_dir, *extra, log=osp.join(work_dir, 'train.log'))
+    run('tools/train.py', config, '--work-dir', work_dir, *extra,
+        log=osp.join(work_dir, 'train.log'))
     last = last_checkpoint(osp.join(ROOT, work_dir))
     run('tools/test.py', config, last, '--work-dir', work_dir + '/trained',
         log=osp.join(work_dir, 'test_trained.log'))
-    # the pictures, through the OpenMMLab inferencer as a user would call it (mmlinattn.visualization)
+    # the pictures, through the OpenMMLab inferencer as a user would call it
+    # (mmlinattn.visualization)
     run('-m', 'mmlinattn.visualization', config, last, '--out-dir', work_dir + '/predictions',
         '--num-images', 4, log=osp.join(work_dir, 'predictions.log'))
     return (read_metrics(osp.join(ROOT, work_dir, 'untrained')),
@@ -65,8 +70,10 @@ def job(config, work_dir, extra):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--quick', action='store_true', help='a much shorter run (smoke test, no learning claim)')
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--quick', action='store_true',
+                   help='a much shorter run (smoke test, no learning claim)')
     p.add_argument('--save-untrained', nargs=2, metavar=('CONFIG', 'PATH'), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.save_untrained:

@@ -1,4 +1,5 @@
-"""Run images through a trained detector or segmentor and save the drawn pictures and the predictions.
+"""Run images through a trained detector or segmentor and save the drawn pictures and the
+predictions.
 
     python tools/image_demo.py IMAGE CONFIG CHECKPOINT [--out-dir outputs] [--score-thr 0.3]
                                [--device cpu]
@@ -28,8 +29,12 @@ import sys
 import tempfile
 
 import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
-from mmlinattn.checkpoint import (CheckpointError, check_model_checkpoint, local_checkpoint,
-                                  read_checkpoint)
+from mmlinattn.checkpoint import (
+    CheckpointError,
+    check_model_checkpoint,
+    local_checkpoint,
+    read_checkpoint,
+)
 from mmlinattn.visualization import ScopeError, build_inferencer, config_scope, load_config
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
@@ -61,7 +66,8 @@ def image_list(path):
         if not ok:
             unreadable.append(f)
     if unreadable:
-        raise InputError('cannot read as an image (not an image file, or corrupt): ' + ', '.join(unreadable))
+        raise InputError('cannot read as an image (not an image file, or corrupt): '
+                         + ', '.join(unreadable))
     return files
 
 
@@ -113,12 +119,15 @@ def move_into(src, dst):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('image', help='an image file or a folder of images')
     p.add_argument('config', help='a detection (mmdet) or segmentation (mmseg) config')
     p.add_argument('checkpoint', help="the trained model's checkpoint")
-    p.add_argument('--out-dir', default='outputs', help='where vis/ and preds/ go (default: outputs)')
-    p.add_argument('--score-thr', type=float, default=0.3, help='detection: boxes drawn from this score')
+    p.add_argument('--out-dir', default='outputs',
+                   help='where vis/ and preds/ go (default: outputs)')
+    p.add_argument('--score-thr', type=float, default=0.3,
+                   help='detection: boxes drawn from this score')
     p.add_argument('--device', default='cpu')
     args = p.parse_args(argv)
     try:
@@ -127,7 +136,8 @@ def main(argv=None):
             raise InputError(f'config not found: {args.config}')
         cfg = load_config(args.config)
         scope = config_scope(cfg, args.config)
-        args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: fetched once (torch's hub cache)
+        # a URL: fetched once (torch's hub cache)
+        args.checkpoint = local_checkpoint(args.checkpoint)
         if not osp.isfile(args.checkpoint):
             raise InputError(f'checkpoint not found: {args.checkpoint}')
         read_checkpoint(args.checkpoint)  # a file that is no checkpoint: CheckpointError naming it

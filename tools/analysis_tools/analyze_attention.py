@@ -8,7 +8,8 @@ queries, attention distributions closer than 1e-3 in L2 - InLine Fig. 2) and the
 each query's 3x3 neighbourhood against the 9/N chance level (InLine Fig. 3). Saves
 ``attention_maps.png``: for the first global attention layer, one query's attention map as scored by
 softmax, plain linear, InLine and MALA attention on the *same* queries and keys (InLine Fig. 4,
-MALA Fig. 4/7; no RoPE in these), next to the model's own map. Without --image a synthetic test card is used.
+MALA Fig. 4/7; no RoPE in these), next to the model's own map. Without --image a synthetic test card
+is used.
 """
 import argparse
 import os
@@ -40,7 +41,8 @@ def load_image(path, size):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--backbone', nargs=2, default=['InLinePVT', 'tiny'], metavar=('TYPE', 'ARCH'))
     p.add_argument('--checkpoint', help="the authors' file or ours (random weights if absent)")
     p.add_argument('--use-ema', action='store_true')
@@ -62,7 +64,8 @@ def main(argv=None):
     records = collect_attention(model, x)
     if not records:
         raise SystemExit('no global attention layer small enough to analyse; try a smaller --size')
-    print(f'{"layer":40s} {"core":8s} {"tokens":>6s} {"confused pairs":>15s} {"3x3 mass":>9s} {"chance":>7s}')
+    print(f'{"layer":40s} {"core":8s} {"tokens":>6s} {"confused pairs":>15s} {"3x3 mass":>9s} '
+          f'{"chance":>7s}')
     for r in summarize(records, args.tol):
         print(f'{r["name"]:40s} {r["core"]:8s} {r["tokens"]:6d} {r["confusion"]:15d} '
               f'{r["local_mass"]:9.4f} {r["chance"]:7.4f}')
@@ -84,7 +87,8 @@ def plot_maps(model, rec, img, query, path):
         maps[core] = attention_map(a[0], hw, qpos)
     fig, axes = plt.subplots(1, len(maps) + 1, figsize=(3 * (len(maps) + 1), 3.2))
     axes[0].imshow(img)
-    axes[0].scatter([(qpos[1] + .5) * img.shape[1] / hw[1]], [(qpos[0] + .5) * img.shape[0] / hw[0]],
+    axes[0].scatter([(qpos[1] + .5) * img.shape[1] / hw[1]],
+                    [(qpos[0] + .5) * img.shape[0] / hw[0]],
                     c='yellow', marker='x', s=80)
     axes[0].set_title('image, query x')
     for ax, (name, m) in zip(axes[1:], maps.items()):

@@ -49,8 +49,9 @@ def ratios(t):
     PVT-S / MAViT-T (nan where a model was not run)."""
     def ratio(a, b):
         return t[a] / t[b] if a in t and b in t else float('nan')
-    return (f'{ratio("Swin-T (mmdet)", "InLine-Swin-T"):8.2f} {ratio("PVT-S (mmdet)", "InLine-PVT-S"):8.2f}'
-            f' {ratio("PVT-S (mmdet)", "MAViT-T"):9.2f}')
+    return (f'{ratio("Swin-T (mmdet)", "InLine-Swin-T"):8.2f} '
+            f'{ratio("PVT-S (mmdet)", "InLine-PVT-S"):8.2f} '
+            f'{ratio("PVT-S (mmdet)", "MAViT-T"):9.2f}')
 
 
 def parse_size(s):
@@ -59,10 +60,12 @@ def parse_size(s):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--sizes', nargs='+', default=['224', '512', '768', '1024', '512x2048'],
                    help='H or HxW')
-    p.add_argument('--models', nargs='+', default=['InLine-Swin-T', 'Swin-T (mmdet)', 'InLine-PVT-S',
+    p.add_argument('--models', nargs='+',
+                   default=['InLine-Swin-T', 'Swin-T (mmdet)', 'InLine-PVT-S',
                                                    'PVT-S (mmdet)', 'MAViT-T'])
     p.add_argument('--channels-last', action='store_true', help='channels_last inputs/weights')
     p.add_argument('--no-memory', action='store_true', help='skip the (slower) memory pass')
@@ -84,7 +87,8 @@ def main(argv=None):
         for name, m in models.items():
             xi = x
             if args.channels_last:
-                m, xi = m.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+                m = m.to(memory_format=torch.channels_last)
+                xi = x.to(memory_format=torch.channels_last)
             with torch.inference_mode():
                 t[name] = timeit(lambda: m(xi), min_time=0.5, max_reps=10)
                 if not args.no_memory:
@@ -109,8 +113,8 @@ def main(argv=None):
         if tc:
             print(f'{"compiled":>10} | ' + ' | '.join(f'{tc[n] * 1e3:13.1f}ms' for n in models) +
                   ' | ' + ratios(tc))
-            print(f'{"eager/comp":>10} | ' + ' | '.join(f'{t[n] / tc[n]:14.2f}x' for n in models) + ' |',
-                  flush=True)
+            print(f'{"eager/comp":>10} | '
+                  + ' | '.join(f'{t[n] / tc[n]:14.2f}x' for n in models) + ' |', flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(osp.join(args.out, 'benchmark_backbones.json'), 'w') as f:
         json.dump(dict(torch=torch.__version__, threads=torch.get_num_threads(), rows=rows), f,

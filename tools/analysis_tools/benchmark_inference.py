@@ -1,23 +1,24 @@
-"""CPU inference speed of the backbones on four paths - eager fp32, ``torch.compile``, ONNX Runtime fp32
-and bf16 autocast - each time as a ratio to Swin-T's on the same path and input size.
+"""CPU inference speed of the backbones on four paths - eager fp32, ``torch.compile``, ONNX Runtime
+fp32 and bf16 autocast - each time as a ratio to Swin-T's on the same path and input size.
 
     python tools/analysis_tools/benchmark_inference.py --out docs/benchmarks/inference
     python tools/analysis_tools/benchmark_inference.py --sizes 512 1024 --neck-sizes 800x1333 \
         --paths eager compile onnx bf16 --repeats 5
 
-Models: MAViT-T, InLine-PVT-S and InLine-Swin-T against mmdet's Swin-T and PVT-S, built from the Mask
-R-CNN configs (the references: the MAViT-T config with mmdet's backbone swapped in, as
-``benchmark_step.py`` does), random weights, batch 1, eval mode, the thread count torch uses. ``--sizes``
-times the backbones alone; ``--neck-sizes`` (H x W, default the detectors' 800x1333) times backbone +
-FPN, the detector's ``extract_feat``.
+Models: MAViT-T, InLine-PVT-S and InLine-Swin-T against mmdet's Swin-T and PVT-S, built from the
+Mask R-CNN configs (the references: the MAViT-T config with mmdet's backbone swapped in, as
+``benchmark_step.py`` does), random weights, batch 1, eval mode, the thread count torch uses.
+``--sizes`` times the backbones alone; ``--neck-sizes`` (H x W, default the detectors' 800x1333)
+times backbone + FPN, the detector's ``extract_feat``.
 
-Paths: ``eager`` (fp32, ``inference_mode``), ``compile`` (``torch.compile``, inductor, one compilation
-per model and size, not timed; ``no_grad``), ``onnx`` (exported with ``tools/deployment/export_onnx.py`` at that static
-size, then ONNX Runtime's CPU provider with the same thread count; the export is not timed), ``bf16``
-(eager under ``torch.autocast('cpu', torch.bfloat16)``; only on CPUs with bf16 instructions, else
-skipped and said so). Within a path and size, the models run interleaved in every round; each time is
-the best and the median of ``--repeats`` rounds after one untimed call. The CPU's model name and its
-relevant instruction-set flags are printed and saved with the numbers.
+Paths: ``eager`` (fp32, ``inference_mode``), ``compile`` (``torch.compile``, inductor, one
+compilation per model and size, not timed; ``no_grad``), ``onnx`` (exported with
+``tools/deployment/export_onnx.py`` at that static size, then ONNX Runtime's CPU provider with the
+same thread count; the export is not timed), ``bf16`` (eager under ``torch.autocast('cpu',
+torch.bfloat16)``; only on CPUs with bf16 instructions, else skipped and said so). Within a path and
+size, the models run interleaved in every round; each time is the best and the median of
+``--repeats`` rounds after one untimed call. The CPU's model name and its relevant instruction-set
+flags are printed and saved with the numbers.
 """
 import argparse
 import json
@@ -90,8 +91,8 @@ def build(name: str, part: str) -> Exportable:
 
 
 def runner(path: str, wrapper: Exportable, x: torch.Tensor, workdir: str, tag: str):
-    """A no-argument callable running ``wrapper`` on ``x`` on ``path`` (set-up, compilation and export
-    done here, untimed)."""
+    """A no-argument callable running ``wrapper`` on ``x`` on ``path`` (set-up, compilation and
+    export done here, untimed)."""
     if path == 'eager':
         def run():
             with torch.inference_mode():
@@ -103,7 +104,8 @@ def runner(path: str, wrapper: Exportable, x: torch.Tensor, workdir: str, tag: s
     elif path == 'compile':
         compiled = torch.compile(wrapper, dynamic=False)
 
-        def run():  # no_grad: dynamo's guards on mmdet's PVT fail inside inference_mode (torch 2.14)
+        # no_grad: dynamo's guards on mmdet's PVT fail inside inference_mode (torch 2.14)
+        def run():
             with torch.no_grad():
                 return compiled(x)
     elif path == 'onnx':
@@ -142,7 +144,8 @@ def measure(names, part, hw, path, repeats, workdir, log=print):
             run()
             times[name].append(time.perf_counter() - t)
     for name, ts in times.items():
-        out[name] = dict(times_s=[round(t, 5) for t in ts], best_s=min(ts), median_s=statistics.median(ts))
+        out[name] = dict(times_s=[round(t, 5) for t in ts], best_s=min(ts),
+                         median_s=statistics.median(ts))
     return out
 
 
@@ -181,7 +184,8 @@ def table(rows, paths) -> str:
             elif 'skipped' in r:
                 cells.append('n/a')
             else:
-                ratio = (f"{r['ratio_best']:.2f} / {r['ratio_median']:.2f}" if 'ratio_best' in r else '-')
+                ratio = (f"{r['ratio_best']:.2f} / {r['ratio_median']:.2f}"
+                         if 'ratio_best' in r else '-')
                 cells.append(f"{r['best_s'] * 1e3:.0f} ({ratio})")
         what = 'backbone' if part == 'backbone' else 'backbone + FPN'
         out.append(f'| {what} | {size[0]}x{size[1]} | {model} | ' + ' | '.join(cells) + ' |')
@@ -189,18 +193,21 @@ def table(rows, paths) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--sizes', nargs='*', default=['512', '1024'], help='backbone alone, H or HxW')
     p.add_argument('--neck-sizes', nargs='*', default=['800x1333'], help='backbone + FPN, HxW')
     p.add_argument('--paths', nargs='+', default=list(PATHS), choices=PATHS)
     p.add_argument('--models', nargs='+', default=list(MODELS), choices=list(MODELS))
     p.add_argument('--repeats', type=int, default=5, help='timed rounds (best and median reported)')
-    p.add_argument('--out', default='work_dirs/benchmark_inference', help='writes OUT.json and OUT.md')
+    p.add_argument('--out', default='work_dirs/benchmark_inference',
+                   help='writes OUT.json and OUT.md')
     args = p.parse_args(argv)
     info = cpu_info()
     paths = [q for q in args.paths if q != 'bf16' or has_bf16(info)]
-    header = (f"CPU: {info['model_name']} ({info['cores']} cores, {info['threads']} threads; flags: "
-              f"{' '.join(info['flags']) or 'none of ' + ', '.join(CPU_FLAGS)}); torch {torch.__version__}")
+    header = (f"CPU: {info['model_name']} ({info['cores']} cores, {info['threads']} threads; "
+              f"flags: {' '.join(info['flags']) or 'none of ' + ', '.join(CPU_FLAGS)}); torch "
+              f"{torch.__version__}")
     try:
         import onnxruntime
         header += f', onnxruntime {onnxruntime.__version__}'
@@ -210,7 +217,8 @@ def main(argv=None):
     if 'bf16' in args.paths and not has_bf16(info):
         header += '; bf16 skipped: no avx512_bf16 / amx_bf16 on this CPU'
     print(header, flush=True)
-    jobs = [('backbone', parse_hw(s)) for s in args.sizes] + [('neck', parse_hw(s)) for s in args.neck_sizes]
+    jobs = ([('backbone', parse_hw(s)) for s in args.sizes]
+            + [('neck', parse_hw(s)) for s in args.neck_sizes])
     rows, t_start = [], time.time()
     with tempfile.TemporaryDirectory() as workdir:
         for part, hw in jobs:
@@ -219,7 +227,8 @@ def main(argv=None):
                 res = measure(args.models, part, hw, path, args.repeats, workdir)
                 for name in args.models:
                     rows.append(dict(part=part, size=list(hw), path=path, model=name, **res[name]))
-                line = ', '.join(f'{n} {res[n]["best_s"] * 1e3:.0f} ms' for n in args.models if 'best_s' in res[n])
+                line = ', '.join(f'{n} {res[n]["best_s"] * 1e3:.0f} ms' for n in args.models
+                                 if 'best_s' in res[n])
                 print(f'    best: {line}', flush=True)
     add_ratios(rows)
     md = table(rows, paths)

@@ -1,17 +1,19 @@
-"""Why do detectors with our backbones learn slowly from scratch? A controlled comparison on the toy COCO
-set: the same Mask R-CNN (toy heads), data, schedule and optimizer, only the backbone (and its output
-norms) changing, with mmdet's own Swin-T-shaped SwinTransformer and ResNet-18 as references.
+"""Why do detectors with our backbones learn slowly from scratch? A controlled comparison on the toy
+COCO set: the same Mask R-CNN (toy heads), data, schedule and optimizer, only the backbone (and its
+output norms) changing, with mmdet's own Swin-T-shaped SwinTransformer and ResNet-18 as references.
 
 For each variant it prints, at initialisation, the statistics of the feature maps that reach the FPN
 (per stage: RMS over all values, and the share of the energy that varies from position to position -
-the signal that tells an object from the background), then trains with tools/train.py and reports bbox / segm AP50.
+the signal that tells an object from the background), then trains with tools/train.py and reports
+bbox / segm AP50.
 
-    python tools/analysis_tools/from_scratch_study.py [--epochs 4] [--variants mavit-t,mavit-t-nonorm,...]
+    python tools/analysis_tools/from_scratch_study.py [--epochs 4]
+        [--variants mavit-t,mavit-t-nonorm,...]
         [--lr 2e-4] [--data data] [--work-dir work_dirs/from_scratch_study] [--out table.md]
         [--cfg-options key=value ...] [--tag NAME] [--seeds N]
 
-With ``--seeds N`` every variant trains N times (seeds 1..N) and the table gives each run's AP50 and,
-per variant, the mean and the spread (min - max): at this budget one run decides nothing.
+With ``--seeds N`` every variant trains N times (seeds 1..N) and the table gives each run's AP50
+and, per variant, the mean and the spread (min - max): at this budget one run decides nothing.
 
 All variants run one after another (one heavy thing at a time); on a 2-core CPU each takes a few
 minutes for 4 epochs of the 160-image toy set.
@@ -43,7 +45,8 @@ VARIANTS = {
     'inline-pvt-t-nonorm-mmdet-init': dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0,
                                            out_norm=False, init_scheme='mmdet_pvt'),
     'inline-swin-t': dict(type='InLineSwin', arch='tiny', drop_path_rate=0.0, out_norm=True),
-    'inline-swin-t-softmax': dict(type='InLineSwin', arch='tiny', attn_type='SSSS', drop_path_rate=0.0,
+    'inline-swin-t-softmax': dict(type='InLineSwin', arch='tiny', attn_type='SSSS',
+                                  drop_path_rate=0.0,
                                   out_norm=True),
     # PVT-T's scaffold (softmax with spatial reduction in every stage) with InLine-PVT's heads, with
     # our default init and with mmdet's PVT init (docs/design.md, "InLine-PVT's scaffold against
@@ -51,22 +54,24 @@ VARIANTS = {
     'inline-pvt-t-ssss': dict(type='InLinePVT', arch='tiny', attn_type='SSSS', drop_path_rate=0.0,
                               out_norm=False),
     'inline-pvt-t-ssss-mmdet-init': dict(type='InLinePVT', arch='tiny', attn_type='SSSS',
-                                         drop_path_rate=0.0, out_norm=False, init_scheme='mmdet_pvt'),
-    # exactly PVT-T (its heads too: the function mmdet's PVT-T computes, tests/test_pvt_mmdet_oracle.py)
-    # from mmdet's init
+                                         drop_path_rate=0.0, out_norm=False,
+                                         init_scheme='mmdet_pvt'),
+    # exactly PVT-T (its heads too: the function mmdet's PVT-T computes,
+    # tests/test_pvt_mmdet_oracle.py) from mmdet's init
     'inline-pvt-t-ssss-pvt-heads-mmdet-init': dict(type='InLinePVT', arch=PVT_T, attn_type='SSSS',
                                                    drop_path_rate=0.0, out_norm=False,
                                                    init_scheme='mmdet_pvt'),
 }
-# mmdet's own backbones as references (mmlinattn.benchmarking): name -> (backbone config, channels of
-# its four maps), trained here without drop path
+# mmdet's own backbones as references (mmlinattn.benchmarking): name -> (backbone config, channels
+# of its four maps), trained here without drop path
 _REF_ARGS = dict(out_indices=(0, 1, 2, 3))
 REFERENCES = {
     'mmdet-swin-t': (reference_cfg('Swin-T', drop_path_rate=0.0, **_REF_ARGS),
                      REFERENCE_BACKBONES['Swin-T'][2]),
     'mmdet-pvt-t': (reference_cfg('PVT-T', drop_path_rate=0.0, **_REF_ARGS),
                     REFERENCE_BACKBONES['PVT-T'][2]),
-    'mmdet-resnet-18': (reference_cfg('ResNet-18', **_REF_ARGS), REFERENCE_BACKBONES['ResNet-18'][2]),
+    'mmdet-resnet-18': (reference_cfg('ResNet-18', **_REF_ARGS),
+                        REFERENCE_BACKBONES['ResNet-18'][2]),
 }
 
 
@@ -78,10 +83,10 @@ def backbone(name):
 
 
 def feature_stats(backbone_cfg, data_root, n_images=8, size=128):
-    """Per stage, on toy training images with the backbone in training mode: the RMS of the outputs, and
-    the share of their energy that varies across positions (per image and channel, the variance over
-    positions, over the mean square): 0 means every position carries the same vector, so the FPN
-    and the RPN cannot tell an object from the background."""
+    """Per stage, on toy training images with the backbone in training mode: the RMS of the outputs,
+    and the share of their energy that varies across positions (per image and channel, the variance
+    over positions, over the mean square): 0 means every position carries the same vector, so the
+    FPN and the RPN cannot tell an object from the background."""
     import numpy as np
     import torch
     from PIL import Image
@@ -117,7 +122,8 @@ def train_and_eval(name, backbone_cfg, in_channels, args, seed):
             for k in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
     opts += [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}',
              f'train_cfg.max_epochs={args.epochs}', f'train_cfg.val_interval={args.epochs}',
-             f'param_scheduler.1.end={args.epochs}', f'param_scheduler.1.milestones=[{args.epochs}]',
+             f'param_scheduler.1.end={args.epochs}',
+             f'param_scheduler.1.milestones=[{args.epochs}]',
              f'optim_wrapper.optimizer.lr={args.lr}', f'randomness.seed={seed}',
              f'model.neck.in_channels={json.dumps(in_channels)}'] + list(args.cfg_options or [])
     # the backbone is replaced as a whole through a small derived config
@@ -127,7 +133,8 @@ def train_and_eval(name, backbone_cfg, in_channels, args, seed):
         f.write(f"_base_ = {CFG!r}\nmodel = dict(backbone=dict(_delete_=True, init_cfg=None, "
                 f"**{backbone_cfg!r}))\n")
     t0 = time.time()
-    run_script(osp.join(ROOT, 'tools/train.py'), [derived, '--work-dir', work, '--cfg-options', *opts],
+    run_script(osp.join(ROOT, 'tools/train.py'),
+               [derived, '--work-dir', work, '--cfg-options', *opts],
                cwd=ROOT, log=osp.join(work, 'train.log'), show=False)
     wall = time.time() - t0
     found = read_metrics(work)  # its last validation
@@ -154,7 +161,8 @@ def main(argv=None):
     p.add_argument('--tag', default='', help='suffix of the work dirs (and table rows) of this run')
     args = p.parse_args(argv)
     if not osp.isdir(osp.join(args.data, 'toy_coco')):
-        run_script(osp.join(ROOT, 'tools/misc/make_toy_datasets.py'), ['--out', args.data], cwd=ROOT,
+        run_script(osp.join(ROOT, 'tools/misc/make_toy_datasets.py'), ['--out', args.data],
+                   cwd=ROOT,
                    show=False)
     names = [n.strip() for n in args.variants.split(',') if n.strip()]
     unknown = [n for n in names if n not in VARIANTS and n not in REFERENCES]
@@ -178,8 +186,8 @@ def main(argv=None):
 
 
 def _table(names, args, head, row, seed_note):
-    """Print ``head``, then ``row(name, label, backbone cfg, FPN channels)`` per variant as it comes;
-    write the table to ``--out``."""
+    """Print ``head``, then ``row(name, label, backbone cfg, FPN channels)`` per variant as it
+    comes; write the table to ``--out``."""
     rows = []
     print(head, flush=True)
     for name in names:
@@ -188,7 +196,8 @@ def _table(names, args, head, row, seed_note):
         print(rows[-1], flush=True)
     if args.out:
         with open(args.out, 'w') as f:
-            f.write(f'epochs={args.epochs} lr={args.lr} {seed_note}\n\n{head}\n' + '\n'.join(rows) + '\n')
+            f.write(f'epochs={args.epochs} lr={args.lr} {seed_note}\n\n{head}\n'
+                    + '\n'.join(rows) + '\n')
     return 0
 
 
@@ -205,7 +214,8 @@ def seeded_table(names, args):
     """Every variant with seeds 1..N: per-run AP50s, then mean and spread per variant."""
     seeds = list(range(1, args.seeds + 1))
     head = ('| backbone | bbox AP50 per seed (' + ', '.join(map(str, seeds)) + ') | bbox AP50 mean '
-            '(min - max) | segm AP50 mean (min - max) | train+val s per run |\n|---|---|---|---|---|')
+            '(min - max) | segm AP50 mean (min - max) | train+val s per run '
+            '|\n|---|---|---|---|---|')
 
     def row(name, label, bb, ch):
         runs = [train_and_eval(name, bb, ch, args, seed) for seed in seeds]

@@ -1,7 +1,7 @@
 """Everything that needs a CUDA GPU, in one command and one markdown file (``make gpu-report``).
 
     python tools/analysis_tools/gpu_report.py --out docs/benchmarks/gpu_report
-    python tools/analysis_tools/gpu_report.py --plan          # print the plan and its time estimate only
+    python tools/analysis_tools/gpu_report.py --plan   # print the plan and its time estimate only
 
 On one CUDA GPU it runs, in this order, and writes OUT.md (and the raw numbers to OUT.json):
 
@@ -28,12 +28,18 @@ import time
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
-from mmlinattn.benchmarking import (BACKBONE_IN_NAME, CONFIG_DIRS, REFERENCES, ROOT,
-                                    cuda_attention_table, measure_one)
+from mmlinattn.benchmarking import (
+    BACKBONE_IN_NAME,
+    CONFIG_DIRS,
+    REFERENCES,
+    ROOT,
+    cuda_attention_table,
+    measure_one,
+)
 from mmlinattn.ops import CORES
 
-# the tests that need a GPU (each skips without one); tests/test_gpu_report.py checks that every test
-# file that skips without CUDA is listed here
+# the tests that need a GPU (each skips without one); tests/test_gpu_report.py checks that every
+# test file that skips without CUDA is listed here
 GPU_TESTS = ['tests/test_amp.py']
 TOKENS = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
 FAMILIES = CONFIG_DIRS  # the config folders, one per family of the family table
@@ -70,8 +76,8 @@ def model_kind(name: str) -> str:
 def plan(root: str = ROOT, archs: str = 'ts') -> List[Job]:
     """The jobs of part 3 in priority order: the references, then the T configs, then the S configs.
     One config per family, arch and detector / segmentor: the 1x
-    schedule where a multi-scale 3x config trains the same model (benchmark_step measures both at the
-    same scale)."""
+    schedule where a multi-scale 3x config trains the same model (benchmark_step measures both at
+    the same scale)."""
     chosen = {}
     for family in FAMILIES:
         folder = osp.join(root, 'configs', family)
@@ -79,7 +85,8 @@ def plan(root: str = ROOT, archs: str = 'ts') -> List[Job]:
             m = BACKBONE_IN_NAME.search(name)
             if not (m and name.endswith('.py') and m.group(2) in archs):
                 continue
-            chosen.setdefault((family, m.group(2), model_kind(name)), osp.join('configs', family, name))
+            chosen.setdefault((family, m.group(2), model_kind(name)),
+                              osp.join('configs', family, name))
     by_arch = {a: [c for (f, ar, k), c in chosen.items() if ar == a] for a in archs}
     refs = []
     for kind in REFERENCE_KINDS:  # the first family's T config of that kind carries the references
@@ -111,8 +118,10 @@ def run_gpu_tests(log) -> dict:
 def parse_pytest(stdout: str, returncode: int) -> dict:
     """Counts and the names of failing tests from ``pytest -q -rA`` output."""
     counts = {}
-    summary = [ln for ln in stdout.splitlines() if re.search(r'\d+ (passed|failed|skipped|error)', ln)]
-    for n, what in re.findall(r'(\d+) (passed|failed|skipped|errors?)', summary[-1] if summary else ''):
+    summary = [ln for ln in stdout.splitlines()
+               if re.search(r'\d+ (passed|failed|skipped|error)', ln)]
+    for n, what in re.findall(r'(\d+) (passed|failed|skipped|errors?)',
+                              summary[-1] if summary else ''):
         counts[what.rstrip('s') if what.startswith('error') else what] = int(n)
     failed = re.findall(r'^(?:FAILED|ERROR) (\S+)', stdout, flags=re.M)
     return dict(returncode=returncode, counts=counts, failed=failed)
@@ -138,8 +147,8 @@ def worker(config: str, ref: Optional[str], warmup: int = 3) -> None:
 
 
 def run_job(job: Job, timeout_s: float) -> dict:
-    """Run :func:`worker` for ``job`` in a fresh process: ``{'fp32': result, 'amp': result}``, each a
-    benchmark_step result or ``{'error': ...}``."""
+    """Run :func:`worker` for ``job`` in a fresh process: ``{'fp32': result, 'amp': result}``, each
+    a benchmark_step result or ``{'error': ...}``."""
     cmd = [sys.executable, osp.abspath(__file__), '--worker', job.config]
     if job.ref:
         cmd += ['--reference', job.ref]
@@ -177,10 +186,12 @@ def format_tests(res: Optional[dict]) -> str:
 
 
 def format_attention(rows: List[dict]) -> str:
-    """One line per N; the columns repeat for every linear-time core measured (the table's cores)."""
+    """One line per N; the columns repeat for every linear-time core measured (the table's
+    cores)."""
     cores = [k[:-len('_fp32_ms')] for k in rows[0] if k.endswith('_fp32_ms')] if rows else []
     titles = {name: CORES[name].title if name in CORES else name for name in cores}
-    head = ('| tokens | ' + ''.join(f'{titles[c]} fp16 err | {titles[c]} bf16 err | ' for c in cores)
+    head = ('| tokens | '
+            + ''.join(f'{titles[c]} fp16 err | {titles[c]} bf16 err | ' for c in cores)
             + 'flash fp16 ms | ' + ''.join(f'{titles[c]} fp16 ms | ' for c in cores)
             + ''.join(f'{titles[c]} fp32 ms | ' for c in cores)
             + ''.join(f'{titles[c]} / flash | ' for c in cores)).rstrip()
@@ -199,8 +210,8 @@ def format_attention(rows: List[dict]) -> str:
 
 def format_training(jobs: List[Job], results: List[Optional[dict]]) -> str:
     """One line per config: fp32 and AMP peak training memory and iterations/s side by side."""
-    head = ('| config | backbone | batch | train input | fp32 peak MB | fp32 it/s | AMP peak MB | AMP it/s | '
-            'AMP / fp32 memory | AMP speed-up |')
+    head = ('| config | backbone | batch | train input | fp32 peak MB | fp32 it/s | AMP peak MB | '
+            'AMP it/s | AMP / fp32 memory | AMP speed-up |')
     out = [head, '|' + '---|' * 10]
     for job, got in zip(jobs, results):
         got = got or {}
@@ -220,7 +231,8 @@ def format_training(jobs: List[Job], results: List[Optional[dict]]) -> str:
         ok = all(r and 'error' not in r for r in (fp32, amp))
         mem = f"{amp['train_mem_mb'] / fp32['train_mem_mb']:.2f}" if ok else '-'
         speed = f"{fp32['train_s'] / amp['train_s']:.2f}" if ok else '-'
-        out.append(f'| {job.label} | {backbone} | {batch} | {hw} | ' + ' | '.join(cells) + f' | {mem} | {speed} |')
+        out.append(f'| {job.label} | {backbone} | {batch} | {hw} | ' + ' | '.join(cells)
+                   + f' | {mem} | {speed} |')
     return '\n'.join(out)
 
 
@@ -230,13 +242,14 @@ def report(machine: str, tests: Optional[dict], attention: List[dict], jobs: Lis
         '# GPU report', machine,
         '## 1. Tests that need a GPU', format_tests(tests),
         '## 2. Attention in fp16 / bf16 (B=1, h=4, d=32)',
-        'Error: largest |half - fp32| over the largest |fp32| output value. Times: median of 10 CUDA-event '
-        'timings after a warm-up; flash = `scaled_dot_product_attention` restricted to the flash kernel.',
+        'Error: largest |half - fp32| over the largest |fp32| output value. Times: median of 10 '
+        'CUDA-event timings after a warm-up; flash = `scaled_dot_product_attention` restricted to '
+        'the flash kernel.',
         format_attention(attention) if attention else 'not run',
         '## 3. Training memory and speed at the configs\' real resolution',
-        'One training step (forward, backward, the config\'s optimizer) after 3 warm-up steps, per-GPU '
-        'batch of the config; peak memory allocated by torch during that step; AMP = `--amp` '
-        '(AmpOptimWrapper, fp16, dynamic loss scale).',
+        'One training step (forward, backward, the config\'s optimizer) after 3 warm-up steps, '
+        'per-GPU batch of the config; peak memory allocated by torch during that step; AMP = '
+        '`--amp` (AmpOptimWrapper, fp16, dynamic loss scale).',
         format_training(jobs, results),
         f'Wall time: {minutes:.1f} min.'])
 
@@ -249,12 +262,14 @@ def machine_line() -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--out', default='work_dirs/gpu_report', help='writes OUT.md and OUT.json')
     p.add_argument('--budget-min', type=float, default=20.0, help='stop starting jobs past this')
     p.add_argument('--archs', default='ts', help='arch letters of the configs (t, s)')
     p.add_argument('--tokens', type=int, nargs='+', default=TOKENS)
-    p.add_argument('--plan', action='store_true', help='print the plan and its estimate, run nothing')
+    p.add_argument('--plan', action='store_true',
+                   help='print the plan and its estimate, run nothing')
     p.add_argument('--worker', help=argparse.SUPPRESS)
     p.add_argument('--reference', help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -266,13 +281,14 @@ def main(argv=None) -> int:
     if args.plan:
         for j in jobs:
             print(f'{j.arch} {j.label}')
-        print(f'{len(jobs)} configs, each in fp32 and with AMP; estimated {est / 60:.0f} min with the tests and the '
-              f'attention table (budget {args.budget_min:g} min)')
+        print(f'{len(jobs)} configs, each in fp32 and with AMP; estimated {est / 60:.0f} min with '
+              f'the tests and the attention table (budget {args.budget_min:g} min)')
         return 0
     import torch
     if not torch.cuda.is_available():
-        print('gpu_report: error: no CUDA GPU here (torch.cuda.is_available() is False); this report '
-              'runs only on a CUDA machine. `--plan` shows what it would run.', file=sys.stderr)
+        print('gpu_report: error: no CUDA GPU here (torch.cuda.is_available() is False); this '
+              'report runs only on a CUDA machine. `--plan` shows what it would run.',
+              file=sys.stderr)
         return 2
     t0 = time.time()
 

@@ -1,18 +1,20 @@
-"""Export a config's backbone, backbone + neck, or whole segmentor to ONNX, and check the file against
-eager PyTorch with ONNX Runtime (CPU).
+"""Export a config's backbone, backbone + neck, or whole segmentor to ONNX, and check the file
+against eager PyTorch with ONNX Runtime (CPU).
 
     python tools/deployment/export_onnx.py CONFIG [CHECKPOINT] --shape H W --part backbone \
-        --out work_dirs/onnx/backbone.onnx [--dynamic] [--check-shape H W ...] [--cfg-options k=v ...]
+        --out work_dirs/onnx/backbone.onnx [--dynamic] [--check-shape H W ...] \
+        [--cfg-options k=v ...]
 
-* ``--part backbone``: the backbone's outputs, in its ``out_indices`` order (``out0``, ``out1``, ...);
+* ``--part backbone``: the backbone's outputs, in its ``out_indices`` order (``out0``, ``out1``,
+  ...);
 * ``--part neck``: backbone + neck (``model.extract_feat``), the neck's outputs in order (``neck0``,
   ...): detectors (FPN) and segmentors that have a neck;
-* ``--part model``: a whole segmentor (mmseg ``EncoderDecoder``, through the decode head), one output
-  ``seg_logits`` (B, classes, H, W): the decode head's logits **resized to the input size** (bilinear,
-  the head's ``align_corners``), i.e. mmseg's ``encode_decode``, before the argmax and before any crop /
-  resize back to the original image. A detector's RoI heads, box decoding and NMS are not exported:
-  that is mmdeploy's job (its rewriters and custom ops); export ``--part neck`` and run the heads
-  there.
+* ``--part model``: a whole segmentor (mmseg ``EncoderDecoder``, through the decode head), one
+  output ``seg_logits`` (B, classes, H, W): the decode head's logits **resized to the input size**
+  (bilinear, the head's ``align_corners``), i.e. mmseg's ``encode_decode``, before the argmax and
+  before any crop / resize back to the original image. A detector's RoI heads, box decoding and NMS
+  are not exported: that is mmdeploy's job (its rewriters and custom ops); export ``--part neck``
+  and run the heads there.
 
 The graph's input ``input`` is the *normalised* image tensor (B, 3, H, W), float32: the data
 preprocessor (mean / std, BGR -> RGB, padding) stays outside the graph, as in mmdeploy. Without a
@@ -33,11 +35,12 @@ results or a shape error:
   InLine-Swin-T (stage 4 softmax) exports 64-224 px from an example <= 224, or >= 256 px from an
   example >= 256.
 
-A shape outside the rule is refused with the rule in the message. By default the file is checked with
-ONNX Runtime at ``--shape`` and, with ``--dynamic``, at a second shape (``--check-shape``, default
-H + 64 x W + 32 rounded to the rule): every output must match eager PyTorch within ``--rtol`` (1e-4)
-relative to its largest value (``|onnx - eager| <= rtol * (|eager| + max|eager|)``); the tool prints
-the largest absolute and relative errors and exits 1 if an output does not match.
+A shape outside the rule is refused with the rule in the message. By default the file is checked
+with ONNX Runtime at ``--shape`` and, with ``--dynamic``, at a second shape (``--check-shape``,
+default H + 64 x W + 32 rounded to the rule): every output must match eager PyTorch within
+``--rtol`` (1e-4) relative to its largest value (``|onnx - eager| <= rtol * (|eager| +
+max|eager|)``); the tool prints the largest absolute and relative errors and exits 1 if an output
+does not match.
 """
 import argparse
 import os.path as osp
@@ -46,23 +49,34 @@ import time
 
 import mmlinattn  # noqa: F401  (registers the backbones)
 from mmlinattn.apis import CfgOptionsAction, ConfigError, load_config
-from mmlinattn.deploy import (DEFAULT_OPSET, DEFAULT_RTOL, PARTS, Exportable, ExportError,
-                              build_model, check, export, format_rows)
+from mmlinattn.deploy import (
+    DEFAULT_OPSET,
+    DEFAULT_RTOL,
+    PARTS,
+    Exportable,
+    ExportError,
+    build_model,
+    check,
+    export,
+    format_rows,
+)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('config', help='config file (mmdet, mmseg or mmpretrain)')
     p.add_argument('checkpoint', nargs='?', help='whole-model checkpoint (default: random weights)')
     p.add_argument('--shape', type=int, nargs=2, required=True, metavar=('H', 'W'),
                    help='input height and width of the export (the example for --dynamic)')
     p.add_argument('--part', choices=PARTS, default='backbone')
     p.add_argument('--out', required=True, help='the ONNX file to write')
-    p.add_argument('--dynamic', action='store_true', help='dynamic height and width (see the size rule)')
+    p.add_argument('--dynamic', action='store_true',
+                   help='dynamic height and width (see the size rule)')
     p.add_argument('--batch', type=int, default=1, help='batch size (static)')
     p.add_argument('--check-shape', type=int, nargs=2, action='append', metavar=('H', 'W'),
-                   help='further input sizes to check with ONNX Runtime (--dynamic: default one near '
-                        '--shape); repeatable')
+                   help='further input sizes to check with ONNX Runtime (--dynamic: default one '
+                        'near --shape); repeatable')
     p.add_argument('--no-check', action='store_true', help='skip the ONNX Runtime check')
     p.add_argument('--rtol', type=float, default=DEFAULT_RTOL)
     p.add_argument('--opset', type=int, default=DEFAULT_OPSET)
@@ -91,8 +105,8 @@ def main(argv=None) -> int:
             shapes.append(rule.near(shape))
         for s in shapes[1:]:
             if rule is None and tuple(s) != shape:
-                raise ExportError(f'--check-shape {s[0]} {s[1]}: a static export takes only its own '
-                                  f'{shape[0]}x{shape[1]} (add --dynamic)')
+                raise ExportError(f'--check-shape {s[0]} {s[1]}: a static export takes only its '
+                                  f'own {shape[0]}x{shape[1]} (add --dynamic)')
             if rule:
                 rule.check(s, '--check-shape')
         rows = check(args.out, wrapper, shapes, args.batch, args.rtol)

@@ -4,14 +4,14 @@
     python tools/misc/download_checkpoints.py --only MAViT_T InLine_PVT_T
     python tools/misc/download_checkpoints.py --list               # names, URLs, local names
 
-The URLs are the ones the authors' READMEs publish (LeapLabTHU/InLine: TsinghuaCloud, in their direct
-``?dl=1`` form; qhfan/MALA: the Hugging Face repository aldjalkdf/MAViT, ``resolve/main/`` form), kept
-in one table, :data:`mmlinattn.checkpoint.AUTHORS_CHECKPOINTS`. Each file is fetched with
-``torch.hub.download_url_to_file`` (progress bar; a temporary file renamed into place), checked to be
-a torch checkpoint that reads weights-only (an HTML page or a truncated file is removed and named),
-and its sha256 recorded in ``OUT_DIR/SHA256SUMS`` (``sha256sum -c`` format). A file already present is
-not fetched again: its sha256 is verified against the record (or recorded, for a file put there by
-hand). The authors publish no checksums, so the first download is the reference.
+The URLs are the ones the authors' READMEs publish (LeapLabTHU/InLine: TsinghuaCloud, in their
+direct ``?dl=1`` form; qhfan/MALA: the Hugging Face repository aldjalkdf/MAViT, ``resolve/main/``
+form), kept in one table, :data:`mmlinattn.checkpoint.AUTHORS_CHECKPOINTS`. Each file is fetched
+with ``torch.hub.download_url_to_file`` (progress bar; a temporary file renamed into place), checked
+to be a torch checkpoint that reads weights-only (an HTML page or a truncated file is removed and
+named), and its sha256 recorded in ``OUT_DIR/SHA256SUMS`` (``sha256sum -c`` format). A file already
+present is not fetched again: its sha256 is verified against the record (or recorded, for a file put
+there by hand). The authors publish no checksums, so the first download is the reference.
 
 ``--base-url URL`` (or ``MMLINATTN_CHECKPOINT_BASE_URL``) fetches ``URL/<local name>`` instead: a
 mirror holding the files under the configs' names.
@@ -22,8 +22,14 @@ import os
 import os.path as osp
 import sys
 
-from mmlinattn.checkpoint import (AUTHORS_CHECKPOINTS, CheckpointError, checkpoint_file_problem,
-                                  extract_state_dict, read_checkpoint, write_atomic)
+from mmlinattn.checkpoint import (
+    AUTHORS_CHECKPOINTS,
+    CheckpointError,
+    checkpoint_file_problem,
+    extract_state_dict,
+    read_checkpoint,
+    write_atomic,
+)
 
 SUMS = 'SHA256SUMS'
 BASE_URL_ENV = 'MMLINATTN_CHECKPOINT_BASE_URL'
@@ -40,8 +46,8 @@ def select(names):
     by_key = {_key(n): n for n in AUTHORS_CHECKPOINTS}
     unknown = [n for n in names if _key(n) not in by_key]
     if unknown:
-        raise SystemExit(f'download_checkpoints.py: error: unknown backbone(s) {", ".join(unknown)}; '
-                         f'choose from {", ".join(AUTHORS_CHECKPOINTS)}')
+        raise SystemExit('download_checkpoints.py: error: unknown backbone(s) '
+                         f'{", ".join(unknown)}; choose from {", ".join(AUTHORS_CHECKPOINTS)}')
     return [by_key[_key(n)] for n in names]
 
 
@@ -108,9 +114,9 @@ def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
             return f'{name}: {dst} present, sha256 {digest} recorded'
         if digest != recorded:
             raise CheckpointError(
-                f'{name}: {dst} has sha256 {digest}, but {SUMS} records {recorded}: the file changed '
-                'since it was downloaded (corrupt or replaced); run again with --force to download '
-                'it anew')
+                f'{name}: {dst} has sha256 {digest}, but {SUMS} records {recorded}: the file '
+                'changed since it was downloaded (corrupt or replaced); run again with --force to '
+                'download it anew')
         return f'{name}: {dst} present, sha256 verified'
     os.makedirs(out_dir, exist_ok=True)
     try:
@@ -123,7 +129,8 @@ def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
     if recorded is not None and recorded != digest and not force:
         os.remove(dst)
         raise CheckpointError(f'{name}: {url} now serves a file with sha256 {digest}, but {SUMS} '
-                              f'records {recorded}; removed it (pass --force to accept the new one)')
+                              f'records {recorded}; removed it (pass --force to accept the new '
+                              'one)')
     sums[entry.filename] = digest
     size = osp.getsize(dst) / 2**20
     return f'{name}: downloaded {url} -> {dst} ({size:.1f} MiB, sha256 {digest})'
@@ -137,7 +144,8 @@ def main(argv=None):
                    help="where the configs look for them (default: checkpoints, as the configs' "
                         'init_cfg paths are relative to the working directory)')
     p.add_argument('--base-url', default=os.environ.get(BASE_URL_ENV),
-                   help=f'fetch BASE_URL/<local name> instead of the authors\' URLs (env {BASE_URL_ENV})')
+                   help='fetch BASE_URL/<local name> instead of the authors\' URLs (env '
+                        f'{BASE_URL_ENV})')
     p.add_argument('--force', action='store_true', help='download again even if present')
     p.add_argument('--list', action='store_true', help='print the table and exit')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')

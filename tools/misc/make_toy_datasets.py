@@ -8,12 +8,13 @@
   noisy, textured backgrounds, 1-4 instances per image, some cut by the image border.
 * ``toy_cls/`` (only with ``--only cls`` or ``--with-cls``): ``{train,val}/<class>/*.jpg`` in
   mmpretrain's ``CustomDataset`` folder layout: which shape is in the middle of the image, drawn as
-  in the other two sets (same colour ranges, backgrounds), sometimes beside a smaller shape of another
-  class. The pretraining set of ``tools/finetune_chain.py``: its objects look like the detection
-  set's, as ImageNet's objects look like COCO's.
-* ``toy_ade/``: ``images/{training,validation}/*.jpg`` and ``annotations/{training,validation}/*.png``
-  in ADE20K's layout: label 1 = background, 2-4 = the shapes, 0 = a thin unlabelled rim around each
-  shape ("ignore" after ``reduce_zero_label``, as ADE20K's 0).
+  in the other two sets (same colour ranges, backgrounds), sometimes beside a smaller shape of
+  another class. The pretraining set of ``tools/finetune_chain.py``: its objects look like the
+  detection set's, as ImageNet's objects look like COCO's.
+* ``toy_ade/``: ``images/{training,validation}/*.jpg`` and
+  ``annotations/{training,validation}/*.png`` in ADE20K's layout: label 1 = background, 2-4 = the
+  shapes, 0 = a thin unlabelled rim around each shape ("ignore" after ``reduce_zero_label``, as
+  ADE20K's 0).
 
 Each dataset is written to a temporary folder and renamed into place only when complete, so an
 interrupted run leaves no partial dataset and a rerun writes the identical files.
@@ -53,9 +54,11 @@ def _background(rng, size):
 
 
 def _regular_polygon(cls, cx, cy, r, rot):
-    """The vertices of class ``cls``'s shape (circle: a 24-gon, square, triangle) around (cx, cy)."""
+    """The vertices of class ``cls``'s shape (circle: a 24-gon, square, triangle) around (cx,
+    cy)."""
     n = {0: 24, 1: 4, 2: 3}[cls]
-    return [(cx + r * math.cos(rot + 2 * math.pi * i / n), cy + r * math.sin(rot + 2 * math.pi * i / n))
+    return [(cx + r * math.cos(rot + 2 * math.pi * i / n),
+             cy + r * math.sin(rot + 2 * math.pi * i / n))
             for i in range(n)]
 
 
@@ -231,8 +234,8 @@ def make_toy_coco(out, seed=0, train=160, val=40, size=128):
 
 
 def _two_splits(out, kind, writer, splits, seed_offset, seed, train, val, size):
-    """A dataset of ``writer(root, split, n, size, rng)`` for the train and val ``splits``, each split
-    with its own generator (``seed + seed_offset`` and the next)."""
+    """A dataset of ``writer(root, split, n, size, rng)`` for the train and val ``splits``, each
+    split with its own generator (``seed + seed_offset`` and the next)."""
     params = dict(kind=kind, seed=seed, train=train, val=val, size=size)
 
     def write(tmp):
@@ -243,7 +246,8 @@ def _two_splits(out, kind, writer, splits, seed_offset, seed, train, val, size):
 
 
 def make_toy_ade(out, seed=0, train=160, val=40, size=128):
-    return _two_splits(out, 'ade', _write_ade, ('training', 'validation'), 10, seed, train, val, size)
+    return _two_splits(out, 'ade', _write_ade, ('training', 'validation'), 10, seed, train, val,
+                       size)
 
 
 def make_toy_cls(out, seed=0, train=600, val=150, size=64):
@@ -251,7 +255,8 @@ def make_toy_cls(out, seed=0, train=600, val=150, size=64):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--out', default='data', help='parent folder of toy_coco/ and toy_ade/')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--train', type=int, help='training images (default 160; toy_cls: 600)')
@@ -259,7 +264,8 @@ def main(argv=None):
     p.add_argument('--size', type=int, help='image side in pixels (default 128; toy_cls: 64)')
     p.add_argument('--force', action='store_true', help='rewrite even if complete')
     p.add_argument('--only', choices=['coco', 'ade', 'cls'], help='write only this one')
-    p.add_argument('--with-cls', action='store_true', help='also write toy_cls (the classification set)')
+    p.add_argument('--with-cls', action='store_true',
+                   help='also write toy_cls (the classification set)')
     args = p.parse_args(argv)
     for name, fn in (('coco', make_toy_coco), ('ade', make_toy_ade), ('cls', make_toy_cls)):
         if args.only and args.only != name:

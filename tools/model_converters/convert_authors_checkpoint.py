@@ -14,8 +14,7 @@ import sys
 
 import torch
 
-from mmlinattn.checkpoint import (CheckpointError, extract_state_dict, read_checkpoint,
-                                  write_atomic)
+from mmlinattn.checkpoint import CheckpointError, extract_state_dict, read_checkpoint, write_atomic
 from mmlinattn.models.backbones import FAMILIES, LAYOUTS
 
 
@@ -44,7 +43,8 @@ def convert(family, arch, src, dst, use_ema=False, allow_unsafe=False):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('family', choices=sorted(FAMILIES))
     p.add_argument('arch')
     p.add_argument('src')
