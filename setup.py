@@ -33,10 +33,10 @@ setup(
     include_package_data=True,
     python_requires='>=3.9',
     # RANGES, so that `pip install -e .` into an existing OpenMMLab 3.x environment leaves it as it
-    # is (requirements/runtime.txt; the tested ends: requirements/oldest.txt, `make test-compat`, and
-    # the pins of requirements/constraints.txt, which tools/install.sh applies for `make test`).
-    # mmcv must be the full build with its C++ ops (not mmcv-lite): tools/install.sh builds 2.1.0 from
-    # source; it is listed so that pip refuses a version mmdet / mmseg reject (>= 2.2.0).
+    # is (requirements/runtime.txt; the tested ends: requirements/oldest.txt, `make test-compat`,
+    # and the pins of requirements/constraints.txt, which tools/install.sh applies for `make test`).
+    # mmcv must be the full build with its C++ ops (not mmcv-lite): tools/install.sh builds 2.1.0
+    # from source; it is listed so that pip refuses a version mmdet / mmseg reject (>= 2.2.0).
     install_requires=['mmcv>=2.0.0,<2.2.0'] + read_requirements('runtime.txt'),
     extras_require={'tests': read_requirements('tests.txt'),
                     'deploy': read_requirements('deploy.txt')},

@@ -1,6 +1,7 @@
-"""--amp, the precision the authors trained with: one AmpOptimWrapper training step per backbone family
-against fp32 on a GPU. mmengine's AmpOptimWrapper refuses the CPU, so without CUDA this is skipped
-(the CPU numerics of fp16 / bf16 autocast are tested in test_backbones.py and test_ops.py)."""
+"""--amp, the precision the authors trained with: one AmpOptimWrapper training step per backbone
+family against fp32 on a GPU. mmengine's AmpOptimWrapper refuses the CPU, so without CUDA this is
+skipped (the CPU numerics of fp16 / bf16 autocast are tested in test_backbones.py and
+test_ops.py)."""
 import os.path as osp
 
 import pytest
@@ -46,7 +47,8 @@ def test_amp_step_matches_fp32(path):
         return loss
     torch.manual_seed(1)
     ref = loss_of(False).item()
-    ow = build_optim_wrapper(model, dict(cfg.optim_wrapper, type='AmpOptimWrapper', loss_scale='dynamic'))
+    ow = build_optim_wrapper(model,
+                             dict(cfg.optim_wrapper, type='AmpOptimWrapper', loss_scale='dynamic'))
     torch.manual_seed(1)
     with ow.optim_context(model):
         data = model.data_preprocessor(batch, True)

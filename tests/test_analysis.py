@@ -7,8 +7,7 @@ import torch
 
 from mmlinattn.analysis import collect_attention, confusion_count, local_mass, summarize
 from mmlinattn.models import InLinePVT, MAViT
-from mmlinattn.ops import (inline_attention_matrix, linear_attention_matrix,
-                           softmax_attention_matrix)
+from mmlinattn.ops import inline_attention_matrix, linear_attention_matrix, softmax_attention_matrix
 from tools.analysis_tools import analyze_attention
 
 
@@ -47,8 +46,8 @@ def test_collect_attention_matches_linear_path():
     recs = collect_attention(model, x)
     assert [r['name'] for r in recs][:2] == ['block1.0.attn', 'block1.1.attn']
     rows = summarize(recs)
-    # InLine weights may be negative, so the 3x3 mass is not bounded by [0, 1] in general; on a map of
-    # at most 2x2 every key is in each query's 3x3 neighbourhood and the mass is the row sum, 1.
+    # InLine weights may be negative, so the 3x3 mass is not bounded by [0, 1] in general; on a map
+    # of at most 2x2 every key is in each query's 3x3 neighbourhood and the mass is the row sum, 1.
     small = [(r, rec) for r, rec in zip(rows, recs) if max(rec['hw']) <= 2]
     assert small, 'the 64 px input should give a 2x2 last stage'
     for r, _ in small:
@@ -80,7 +79,8 @@ def test_mavit_records_mala_and_softmax(tmp_path):
 
 
 def test_analyze_attention_tool_writes_png(tmp_path, capsys):
-    analyze_attention.main(['--backbone', 'InLinePVT', 'tiny', '--size', '64', '--out', str(tmp_path)])
+    analyze_attention.main(['--backbone', 'InLinePVT', 'tiny', '--size', '64',
+                            '--out', str(tmp_path)])
     assert osp.getsize(tmp_path / 'attention_maps.png') > 1000
     assert 'confused pairs' in capsys.readouterr().out
 
@@ -110,9 +110,9 @@ def test_benchmark_step_table_compares_models_at_the_same_size():
 def test_from_scratch_study_seed_summary_and_variants():
     """--seeds reports mean and min-max per variant (NaN runs left out); the PVT variants build: our
     SSSS scaffold with both inits and mmdet's PVT-T with the channels the study gives the FPN."""
+    from mmdet.registry import MODELS
     from mmengine.registry import init_default_scope
 
-    from mmdet.registry import MODELS
     from tools.analysis_tools import from_scratch_study as study
     assert study.spread([0.2, 0.4, float('nan'), 0.3]) == '0.300 (0.200 - 0.400)'
     assert study.spread([float('nan')]) == 'nan'

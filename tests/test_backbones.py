@@ -1,4 +1,5 @@
-"""Backbones: sizes, shapes, the authors' checkpoints, freezing, activation checkpointing, low precision."""
+"""Backbones: sizes, shapes, the authors' checkpoints, freezing, activation checkpointing, low
+precision."""
 import pytest
 import torch
 import torch.nn as nn
@@ -6,8 +7,14 @@ import torch.nn as nn
 from mmlinattn.checkpoint import CheckpointError
 from mmlinattn.models import InLinePVT, InLineSwin, MAViT
 
-from helpers import (FAMILY_ARCHS, authors_manifest, authors_state, save_authors_file,
-                     save_inline_style, save_mala_style)
+from helpers import (
+    FAMILY_ARCHS,
+    authors_manifest,
+    authors_state,
+    save_authors_file,
+    save_inline_style,
+    save_mala_style,
+)
 
 # Trainable parameters without the classification parts and our output norms: the authors' counts
 # (tests/data/authors_keys) less their heads.
@@ -69,7 +76,8 @@ def test_pvt_drops_the_remainder_like_pvt_v1_and_pads_on_request():
 
 
 # Stage widths of the tiny variants as the papers' architecture tables give them (InLine-PVT-T as
-# PVT-T, InLine-Swin-T as Swin-T, MAViT-T from the MALA paper), and the strides of a 4-stage pyramid.
+# PVT-T, InLine-Swin-T as Swin-T, MAViT-T from the MALA paper), and the strides of a 4-stage
+# pyramid.
 PAPER_TINY_CHANNELS = {InLinePVT: [64, 128, 320, 512], InLineSwin: [96, 192, 384, 768],
                        MAViT: [64, 128, 256, 512]}
 SUBSETS = [tuple(i for i in range(4) if mask >> i & 1) for mask in range(1, 16)]
@@ -108,10 +116,10 @@ def test_every_out_indices_subset(cls):
 @pytest.mark.parametrize('cls', [InLineSwin, InLinePVT, MAViT])
 def test_roi_align_reads_the_features_we_return(cls, out_norm):
     """mmcv's C++ RoIAlign reads its input as plain NCHW memory and ignores strides, so a map with
-    channels-last strides (what a permute from tokens gives, and what convolutions then keep) is pooled
-    from the wrong places. Reference: the same op on a plain contiguous copy, through mmdet's FPN as in
-    a detector. (Before the fix, the RoI heads of every Mask R-CNN with our backbones learned nothing
-    from scratch: toy bbox AP50 0.02-0.04 vs 0.82 for mmdet's Swin-T.)"""
+    channels-last strides (what a permute from tokens gives, and what convolutions then keep) is
+    pooled from the wrong places. Reference: the same op on a plain contiguous copy, through mmdet's
+    FPN as in a detector. (Before the fix, the RoI heads of every Mask R-CNN with our backbones
+    learned nothing from scratch: toy bbox AP50 0.02-0.04 vs 0.82 for mmdet's Swin-T.)"""
     from mmcv.ops import roi_align
     from mmdet.models.necks import FPN
     torch.manual_seed(0)
@@ -169,7 +177,8 @@ def test_swin_global_inline_equals_literal_windows_at_224():
 
 
 FAMILY_NAME = {InLineSwin: 'inline_swin', InLinePVT: 'inline_pvt', MAViT: 'mavit'}
-ALL_ARCHS = [(cls, a) for cls in (InLineSwin, InLinePVT, MAViT) for a in FAMILY_ARCHS[FAMILY_NAME[cls]]]
+ALL_ARCHS = [(cls, a) for cls in (InLineSwin, InLinePVT, MAViT)
+             for a in FAMILY_ARCHS[FAMILY_NAME[cls]]]
 
 
 def _derived(cls, arch):
@@ -218,7 +227,8 @@ def _check_loaded(cls, arch, tmp_path):
     # nothing of ours was left at its initial value except the output norms (and the buffers that
     # are a function of the architecture)
     assert sorted(k for k in loaded if k not in theirs and k.rsplit('.', 1)[-1] not in
-                  _derived(cls, arch)) == sorted(k for k in loaded if k.startswith(NEW_PREFIXES[cls]))
+                  _derived(cls, arch)) == \
+        sorted(k for k in loaded if k.startswith(NEW_PREFIXES[cls]))
     with torch.no_grad():
         outs = model.eval()(torch.randn(1, 3, 64, 64))
     assert all(torch.isfinite(o).all() for o in outs)
@@ -239,7 +249,8 @@ def test_load_report_lists_dropped_and_new_keys(tmp_path):
     path = tmp_path / 'm.pth'
     state = save_authors_file(path, 'mavit', 'tiny')
     report = MAViT(arch='tiny').load_pretrained(str(path))
-    assert sorted(report['dropped']) == sorted(k for k in state if k.startswith(('proj.', 'norm.', 'head.')))
+    assert sorted(report['dropped']) == \
+        sorted(k for k in state if k.startswith(('proj.', 'norm.', 'head.')))
     # the authors' downstream code names its output norms extra_norms.<i> (a LayerNorm2d)
     assert sorted(report['new']) == sorted(
         f'extra_norms.{i}.norm.{n}' for i in range(4) for n in ('weight', 'bias'))
@@ -285,15 +296,16 @@ def test_missing_and_garbage_checkpoints(tmp_path):
 def test_pvt_position_tables_resized_from_other_resolution(tmp_path):
     state = authors_state('inline_pvt', 'tiny')
     for i, side in enumerate((96, 48, 24, 12)):  # tables learned at 384
-        state[f'pos_embed{i + 1}'] = torch.randn(1, side * side, state[f'pos_embed{i + 1}'].shape[-1])
+        state[f'pos_embed{i + 1}'] = torch.randn(1, side * side,
+                                                 state[f'pos_embed{i + 1}'].shape[-1])
     path = tmp_path / 'p384.pth'
     save_inline_style(path, state, with_config=False)
     dst = InLinePVT(arch='tiny')
     dst.load_pretrained(str(path))
     assert dst.pos_embed1.shape == (1, 56 * 56, 64)
     ref = torch.nn.functional.interpolate(
-        state['pos_embed1'].reshape(1, 96, 96, 64).permute(0, 3, 1, 2), size=(56, 56), mode='bilinear',
-        align_corners=False).permute(0, 2, 3, 1).reshape(1, -1, 64)
+        state['pos_embed1'].reshape(1, 96, 96, 64).permute(0, 3, 1, 2), size=(56, 56),
+        mode='bilinear', align_corners=False).permute(0, 2, 3, 1).reshape(1, -1, 64)
     assert torch.allclose(dst.pos_embed1, ref)
 
 
@@ -311,7 +323,8 @@ def test_norm_cfg_builds_the_block_and_output_norms_in_every_family(cls):
     assert [isinstance(outs[i], nn.Identity) for i in range(4)] == [True, False, True, False]
     assert outs[1].norm.eps == outs[3].norm.eps == 0.25
     if cls is MAViT:  # channels-first blocks: a non-LayerNorm norm runs on the NCHW map as it is
-        g = cls(arch='tiny', out_norm=True, norm_cfg=dict(type='GN', num_groups=8), out_indices=(3,))
+        g = cls(arch='tiny', out_norm=True, norm_cfg=dict(type='GN', num_groups=8),
+                out_indices=(3,))
         assert isinstance(g.extra_norms[3].norm, nn.GroupNorm)
         assert g.eval()(torch.randn(1, 3, 64, 64))[0].shape == (1, 512, 2, 2)
 

@@ -1,6 +1,6 @@
-"""Checkpoints from http(s) URLs (init_cfg, load_from, tools/test.py, tools/misc/download_checkpoints.py)
-and the checkpoint edges of tools/train.py (a backbone file of another architecture; the converter's
-backbone file through load_from).
+"""Checkpoints from http(s) URLs (init_cfg, load_from, tools/test.py,
+tools/misc/download_checkpoints.py) and the checkpoint edges of tools/train.py (a backbone file of
+another architecture; the converter's backbone file through load_from).
 
 Every URL points at an ``http.server`` on 127.0.0.1 started here; torch's hub dir is a tmp folder.
 Nothing leaves the machine. Expected values come from the files the tests write (torch.load of the
@@ -19,6 +19,7 @@ import torch.hub
 
 from mmlinattn.checkpoint import AUTHORS_CHECKPOINTS, CheckpointError
 from mmlinattn.models import InLinePVT, MAViT
+
 from helpers import make_toy_sets, save_authors_file
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -30,7 +31,8 @@ HTML = (b'<!DOCTYPE html>\n<html><head><title>Link expired</title></head>'
 
 
 class _Server:
-    """A static file server on 127.0.0.1 (port 0) in a thread, counting the GET requests per path."""
+    """A static file server on 127.0.0.1 (port 0) in a thread, counting the GET requests per
+    path."""
 
     def __init__(self, root):
         self.requests = []
@@ -183,7 +185,8 @@ def test_download_checkpoints_tool(served, tmp_path, capsys):
     _tiny_mavit_file(root / 'MAViT_T.pth', seed=1)
     _tiny_mavit_file(root / 'inline_pvt_t.pth', seed=2)
     out_dir = tmp_path / 'checkpoints'
-    argv = ['--only', 'mavit-t', 'InLine_PVT_T', '--out-dir', str(out_dir), '--base-url', server.url,
+    argv = ['--only', 'mavit-t', 'InLine_PVT_T', '--out-dir', str(out_dir), '--base-url',
+            server.url,
             '--no-progress']
     assert dl.main(argv) == 0
     sums = {}

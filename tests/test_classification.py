@@ -1,4 +1,5 @@
-"""mmpretrain: each backbone under an ImageClassifier with the authors' heads, loading their file."""
+"""mmpretrain: each backbone under an ImageClassifier with the authors' heads, loading their
+file."""
 import os.path as osp
 
 import pytest
@@ -6,8 +7,9 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from helpers import save_authors_file
 from tools.model_converters import convert_authors_checkpoint as conv
+
+from helpers import save_authors_file
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CASES = [('inline_swin', 'inline-swin-t', 'swin'), ('inline_pvt', 'inline-pvt-t', 'pvt'),
@@ -16,8 +18,8 @@ CASES = [('inline_swin', 'inline-swin-t', 'swin'), ('inline_pvt', 'inline-pvt-t'
 
 @pytest.mark.parametrize('family,name,kind', CASES, ids=[c[0] for c in CASES])
 def test_classifier_loads_authors_file_and_classifies(tmp_path, family, name, kind):
-    """An authors'-layout file (their key names and shapes) converted with --classifier loads into the
-    mmpretrain classifier without a missing or unexpected key, and the logits equal the authors'
+    """An authors'-layout file (their key names and shapes) converted with --classifier loads into
+    the mmpretrain classifier without a missing or unexpected key, and the logits equal the authors'
     head math applied to the last stage."""
     path = tmp_path / 'authors.pth'
     state = save_authors_file(path, family, 'tiny')
@@ -43,7 +45,8 @@ def test_classifier_loads_authors_file_and_classifies(tmp_path, family, name, ki
             ref = feat.mean((2, 3))
         else:
             y = torch.nn.functional.conv2d(feat, state['proj.weight'], state['proj.bias'])
-            y = torch.nn.functional.batch_norm(y, state['norm.running_mean'], state['norm.running_var'],
+            y = torch.nn.functional.batch_norm(y, state['norm.running_mean'],
+                                               state['norm.running_var'],
                                                state['norm.weight'], state['norm.bias'], eps=1e-5)
             ref = (y * torch.sigmoid(y)).mean((2, 3))
         w = state['head.weight'].flatten(1)

@@ -3,7 +3,8 @@ modules included), and the compiled backbones compute what the eager ones do.
 
 The tracing checks use ``torch._dynamo.explain`` and the equality checks the ``aot_eager`` backend
 (dynamo + AOTAutograd, no code generation), so they need no C++ toolchain and run in seconds; the
-inductor speedups are measured by ``tools/analysis_tools/benchmark.py --compile`` (docs/benchmarks.md).
+inductor speedups are measured by ``tools/analysis_tools/benchmark.py --compile``
+(docs/benchmarks.md).
 """
 import pytest
 import torch
@@ -37,7 +38,8 @@ def test_backbone_is_one_graph(name, grad):
     x = torch.randn(1, 3, 64, 64)
     with torch.set_grad_enabled(grad):
         ex = torch._dynamo.explain(m)(x)
-    reasons = [f'{r.reason} @ {r.user_stack[-1] if r.user_stack else "?"}' for r in ex.break_reasons]
+    reasons = [f'{r.reason} @ {r.user_stack[-1] if r.user_stack else "?"}'
+               for r in ex.break_reasons]
     assert ex.graph_break_count == 0, reasons
     assert ex.graph_count == 1
 
@@ -65,9 +67,9 @@ def test_compiled_backbone_matches_eager(name):
 
 
 def test_plain_param_groups_hook_lets_the_optimizer_step_compile():
-    """mmengine builds param groups as ConfigDicts; after PlainParamGroupsHook they are plain dicts with
-    the same entries, and an optimizer step compiled with dynamo updates the weights exactly as the
-    eager step does."""
+    """mmengine builds param groups as ConfigDicts; after PlainParamGroupsHook they are plain dicts
+    with the same entries, and an optimizer step compiled with dynamo updates the weights exactly as
+    the eager step does."""
     import copy
     from types import SimpleNamespace
 
@@ -80,8 +82,9 @@ def test_plain_param_groups_hook_lets_the_optimizer_step_compile():
         torch.manual_seed(0)
         m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 2))
         # a ConfigDict, as the Runner passes it from the config file
-        ow = build_optim_wrapper(m, ConfigDict(optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.05),
-                                               paramwise_cfg=dict(norm_decay_mult=0.0)))
+        ow = build_optim_wrapper(m, ConfigDict(
+            optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.05),
+            paramwise_cfg=dict(norm_decay_mult=0.0)))
         return m, ow
     m_e, ow_e = make()
     m_c, ow_c = make()
@@ -117,25 +120,30 @@ def test_toy_model_trains_with_mmengine_compile(tmp_path, config):
     CPU cores, most of it dynamo tracing mmdet/mmseg code)."""
     from os import path as osp
 
-    from helpers import make_toy_sets
     from mmlinattn.apis import read_metrics, run_script
+
+    from helpers import make_toy_sets
     root = osp.dirname(osp.dirname(osp.abspath(__file__)))
     data = make_toy_sets(tmp_path / 'data', seed=2, size=64, train=8, val=2)
     det = 'coco' in config
-    opts = ['compile.backend=aot_eager', f'randomness.seed=0']
+    opts = ['compile.backend=aot_eager', 'randomness.seed=0']
     if det:
-        opts += [f'{k}.dataset.data_root={data}/toy_coco/' for k in ('train_dataloader', 'val_dataloader')]
+        opts += [f'{k}.dataset.data_root={data}/toy_coco/'
+                 for k in ('train_dataloader', 'val_dataloader')]
         opts += [f'val_evaluator.ann_file={data}/toy_coco/annotations/instances_val.json',
                  'train_cfg.max_epochs=1', 'train_cfg.val_interval=1',
                  'train_dataloader.dataset.indices=8']
-        if 'retinanet' in config:  # two iterations leave every score under 0.05: nothing to evaluate
+        # two iterations leave every score under 0.05: nothing to evaluate
+        if 'retinanet' in config:
             opts.append('model.test_cfg.score_thr=0.0')
     else:
-        opts += [f'{k}.dataset.data_root={data}/toy_ade' for k in ('train_dataloader', 'val_dataloader')]
+        opts += [f'{k}.dataset.data_root={data}/toy_ade'
+                 for k in ('train_dataloader', 'val_dataloader')]
         opts += ['train_cfg.max_iters=2', 'train_cfg.val_interval=2',
                  'default_hooks.checkpoint.interval=2']
     r = run_script(osp.join(root, 'tools/train.py'), [osp.join(root, config), '--work-dir',
-                   str(tmp_path / 'work'), '--cfg-options', *opts], cwd=root, show=False, check=False)
+                   str(tmp_path / 'work'), '--cfg-options', *opts], cwd=root, show=False,
+                   check=False)
     assert r.returncode == 0, r.stdout[-3000:]
     assert 'Model has been "compiled"' in r.stdout
     assert ('coco/bbox_mAP' if det else 'mIoU') in read_metrics(str(tmp_path / 'work'))

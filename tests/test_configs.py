@@ -1,5 +1,6 @@
-"""The config matrix (docs/design.md section 4): every cell builds; whole-model sizes match the papers;
-one training step and one prediction per (model family x backbone family) on CPU at <= 128 px."""
+"""The config matrix (docs/design.md section 4): every cell builds; whole-model sizes match the
+papers; one training step and one prediction per (model family x backbone family) on CPU at <= 128
+px."""
 import glob
 import os.path as osp
 
@@ -57,7 +58,8 @@ def test_config_builds(path):
     ckpt = cfg.model.backbone.init_cfg['checkpoint']
     assert ckpt.startswith('checkpoints/') and ckpt.endswith('.pth')
     # learning rates are for the sources' 8 GPUs x the per-GPU batch (16, or 8 at 1 image per GPU)
-    assert cfg.auto_scale_lr == dict(enable=True, base_batch_size=8 * cfg.train_dataloader.batch_size)
+    assert cfg.auto_scale_lr == dict(enable=True,
+                                     base_batch_size=8 * cfg.train_dataloader.batch_size)
 
 
 @pytest.mark.parametrize('path', TOY_CONFIGS, ids=lambda p: osp.basename(p))
@@ -84,7 +86,8 @@ PAPER_PARAMS = {
     'fpn_inline-pvt-m_80k_ade20k-512x512': 41, 'fpn_inline-pvt-l_80k_ade20k-512x512': 55,
     'upernet_mavit-t_160k_ade20k-512x512': 44, 'upernet_mavit-s_160k_ade20k-512x512': 55,
     'upernet_mavit-b_160k_ade20k-512x512': 77, 'upernet_mavit-l_160k_ade20k-512x512': 125,
-    'upernet_inline-swin-t_160k_ade20k-512x512': 61, 'upernet_inline-swin-s_160k_ade20k-512x512': 81,
+    'upernet_inline-swin-t_160k_ade20k-512x512': 61,
+    'upernet_inline-swin-s_160k_ade20k-512x512': 81,
     'upernet_inline-swin-b_160k_ade20k-512x512': 122,
 }
 
@@ -118,8 +121,8 @@ TINY_CHANNELS = {'MAViT': [64, 128, 256, 512]}
 
 def _det_batch(n=2, hw=(96, 128)):
     from mmdet.structures import DetDataSample
-    from mmengine.structures import InstanceData
     from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
     inputs, samples = [], []
     for i in range(n):
         img = torch.randint(0, 255, (3, *hw), dtype=torch.uint8)
@@ -137,8 +140,8 @@ def _det_batch(n=2, hw=(96, 128)):
 
 
 def _seg_batch(n=2, hw=(128, 128)):
-    from mmseg.structures import SegDataSample
     from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
     inputs, samples = [], []
     for i in range(n):
         s = SegDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw))

@@ -8,8 +8,15 @@ import torch
 from mmlinattn.models import InLinePVT, InLineSwin, MAViT
 from mmlinattn.models.layers import QKVOAttention, TokenAttention
 from mmlinattn.ops import apply_rope, mala_attention_reference, rope_angles, rope_sin_cos
-from mmlinattn.ops.cores import (CORES, Core, format_attn_type, get_core, parse_attn_type,
-                                 register_core, unregister_core)
+from mmlinattn.ops.cores import (
+    CORES,
+    Core,
+    format_attn_type,
+    get_core,
+    parse_attn_type,
+    register_core,
+    unregister_core,
+)
 
 
 def _qkv(n=24, d=8, seed=0):
@@ -19,8 +26,8 @@ def _qkv(n=24, d=8, seed=0):
 
 @pytest.mark.parametrize('name', list(CORES))
 def test_every_core_linear_equals_its_matrix_times_v(name):
-    """What the modules run (``core(q, k, v)``) is ``A @ v`` with the core's own explicit matrix, for
-    every entry of the table, with the RoPE tables passed the way the table says."""
+    """What the modules run (``core(q, k, v)``) is ``A @ v`` with the core's own explicit matrix,
+    for every entry of the table, with the RoPE tables passed the way the table says."""
     core = get_core(name)
     q, k, v = _qkv(n=24, d=8)
     rope = tuple(t.double() for t in rope_sin_cos((4, 6), rope_angles(8, dtype=torch.float64)))
@@ -67,7 +74,8 @@ def test_attn_type_letters_and_mixed_stages():
     got = parse_attn_type('MS(I2S)L', DEPTHS)
     assert got[2] == ['inline', 'inline'] + ['softmax'] * 4
     assert got[0] == ['mala'] * 2 and got[3] == ['linear'] * 2
-    assert parse_attn_type('II(I1L2S)S', DEPTHS)[2] == ['inline', 'linear', 'linear'] + ['softmax'] * 3
+    assert parse_attn_type('II(I1L2S)S', DEPTHS)[2] == \
+        ['inline', 'linear', 'linear'] + ['softmax'] * 3
     # a list: letters, names or one name per block
     assert parse_attn_type(['I', 'softmax', ['mala'] * 6, 'L'], DEPTHS)[1] == ['softmax'] * 2
     for cores in (parse_attn_type('MS(I2S)L', DEPTHS), parse_attn_type('IIIS', DEPTHS)):

@@ -1,10 +1,11 @@
 """ONNX export (mmlinattn.deploy, tools/deployment/export_onnx.py): the three T backbones with every
 attention core of the table, one whole segmentor and a dynamic export, each run with ONNX Runtime
-(CPU) against eager PyTorch in float32; the size rule of dynamic exports and the refusals name what to change.
+(CPU) against eager PyTorch in float32; the size rule of dynamic exports and the refusals name what
+to change.
 
 Parity criterion (the tool's): ``|onnx - eager| <= rtol * (|eager| + max|eager|)`` elementwise with
-rtol 1e-4, i.e. relative to each value and to the output's scale. Skipped if onnx / onnxruntime are not
-installed (``pip install -r requirements/deploy.txt``).
+rtol 1e-4, i.e. relative to each value and to the output's scale. Skipped if onnx / onnxruntime are
+not installed (``pip install -r requirements/deploy.txt``).
 """
 import os.path as osp
 
@@ -15,10 +16,10 @@ pytest.importorskip('onnx')
 pytest.importorskip('onnxscript')
 pytest.importorskip('onnxruntime')
 
+from mmlinattn import deploy as E  # noqa: E402
 from mmlinattn.apis import load_config  # noqa: E402
 from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
 from mmlinattn.ops.cores import CORES  # noqa: E402
-from mmlinattn import deploy as E  # noqa: E402
 from tools.deployment import export_onnx  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -69,9 +70,10 @@ class _Core(torch.nn.Module):
 
 @pytest.mark.parametrize('name', list(CORES))
 def test_core_exports_with_dynamic_tokens(name, tmp_path):
-    """Each core of the table alone, N dynamic: the linear attentions stream over N in chunks of 4096
-    tokens without autograd (eager, here), but not while torch.export traces, so one graph serves any
-    N; ONNX Runtime matches the chunked eager result at N below, across and above one chunk."""
+    """Each core of the table alone, N dynamic: the linear attentions stream over N in chunks of
+    4096 tokens without autograd (eager, here), but not while torch.export traces, so one graph
+    serves any N; ONNX Runtime matches the chunked eager result at N below, across and above one
+    chunk."""
     import onnxruntime as ort
     from torch.export import Dim
 
@@ -115,8 +117,8 @@ def test_t_backbone_with_every_core_matches_onnxruntime(family, tmp_path):
 
 
 def test_segmentor_matches_onnxruntime(tmp_path):
-    """The whole Semantic FPN with InLine-PVT-T, through the decode head and the resize to the input:
-    one output, the logits at the input size."""
+    """The whole Semantic FPN with InLine-PVT-T, through the decode head and the resize to the
+    input: one output, the logits at the input size."""
     cfg = load_config(osp.join(ROOT, 'configs/inline_pvt/fpn_inline-pvt-t_80k_ade20k-512x512.py'))
     torch.manual_seed(0)
     w = E.Exportable(E.build_model(cfg), 'model')
@@ -192,7 +194,8 @@ def test_cli_refusals(tmp_path, capsys):
     assert export_onnx.main([upernet, '--shape', '64', '64', '--part', 'neck', '--out', out]) == 2
     assert 'has no neck' in capsys.readouterr().err
     # the detector's neck (FPN with a stride-64 level): 2 x 64 px at least for a dynamic export
-    assert export_onnx.main([det, '--shape', '96', '128', '--part', 'neck', '--dynamic', '--out', out]) == 2
+    assert export_onnx.main([det, '--shape', '96', '128', '--part', 'neck', '--dynamic',
+                             '--out', out]) == 2
     assert 'largest feature stride (64)' in capsys.readouterr().err
     assert not osp.exists(out)
 
@@ -205,8 +208,8 @@ def test_dynamic_refused_where_the_head_fixes_the_size(config, what, tmp_path, c
     """mmseg's heads: UperNet's pyramid pooling and Semantic FPN's scale-factor upsampling keep the
     whole segmentor static; the refusal names the module and says to export per size."""
     out = str(tmp_path / 'x.onnx')
-    assert export_onnx.main([osp.join(ROOT, config), '--shape', '64', '64', '--part', 'model', '--dynamic',
-                   '--out', out]) == 2
+    assert export_onnx.main([osp.join(ROOT, config), '--shape', '64', '64', '--part', 'model',
+                             '--dynamic', '--out', out]) == 2
     err = capsys.readouterr().err
     assert 'cannot be exported with a dynamic height / width' in err and what in err
     assert 'decode_head.' in err and 'one file per input size' in err

@@ -1,5 +1,5 @@
-"""A short toy run learns (beats the untrained model), tools/test.py reproduces the metrics logged at
-the end of training, and the metrics reader finds both where mmengine writes them."""
+"""A short toy run learns (beats the untrained model), tools/test.py reproduces the metrics logged
+at the end of training, and the metrics reader finds both where mmengine writes them."""
 import ast
 import json
 import os.path as osp
@@ -26,7 +26,8 @@ def _write_run(work_dir, stamp, scalars=(), test=None):
     run = work_dir / stamp
     (run / 'vis_data').mkdir(parents=True)
     if scalars:
-        (run / 'vis_data' / 'scalars.json').write_text(''.join(json.dumps(r) + '\n' for r in scalars))
+        (run / 'vis_data' / 'scalars.json').write_text(
+            ''.join(json.dumps(r) + '\n' for r in scalars))
     if test is not None:
         (run / f'{stamp}.json').write_text(json.dumps(test))
 
@@ -34,13 +35,15 @@ def _write_run(work_dir, stamp, scalars=(), test=None):
 def test_read_metrics_takes_the_latest_runs_last_evaluation(tmp_path):
     train = dict(lr=1e-4, loss=1.5, data_time=0.1, time=0.5, epoch=1, iter=4, memory=10, step=4)
     _write_run(tmp_path, '20240101_120000', [train, dict(mIoU=10.0, aAcc=50.0, time=0.2, step=1)])
-    _write_run(tmp_path, '20240102_090000', [dict(train, loss=0.5), dict(mIoU=20.0, aAcc=60.0, step=1),
-                                             dict(train, loss=0.3), dict(mIoU=30.5, aAcc=70.0, step=2)])
+    _write_run(tmp_path, '20240102_090000',
+               [dict(train, loss=0.5), dict(mIoU=20.0, aAcc=60.0, step=1),
+                dict(train, loss=0.3), dict(mIoU=30.5, aAcc=70.0, step=2)])
     (tmp_path / 'not_a_run').mkdir()  # other folders (a test's own work dir, ...) are not runs
     assert read_metrics(str(tmp_path)) == dict(mIoU=30.5, aAcc=70.0)
     assert [r.get('mIoU') for r in read_scalars(str(tmp_path))] == [None, 20.0, None, 30.5]
 
-    _write_run(tmp_path, '20240103_080000', test={'coco/bbox_mAP': 0.25, 'data_time': 0.1, 'time': 0.3})
+    _write_run(tmp_path, '20240103_080000',
+               test={'coco/bbox_mAP': 0.25, 'data_time': 0.1, 'time': 0.3})
     assert read_metrics(str(tmp_path)) == {'coco/bbox_mAP': 0.25}  # a test run: its <stamp>.json
     # two DDP ranks wrote it, the shorter copy last: the first complete object counts
     path = tmp_path / '20240103_080000' / '20240103_080000.json'
@@ -57,7 +60,8 @@ def test_read_metrics_takes_the_latest_runs_last_evaluation(tmp_path):
 def test_short_training_beats_untrained_and_test_reproduces_metrics(tmp_path):
     data = tmp_path / 'toy_ade'
     toy.make_toy_ade(str(data), seed=7, train=24, val=6, size=128)
-    opts = [f'train_dataloader.dataset.data_root={data}', f'val_dataloader.dataset.data_root={data}',
+    opts = [f'train_dataloader.dataset.data_root={data}',
+            f'val_dataloader.dataset.data_root={data}',
             f'test_dataloader.dataset.data_root={data}', 'train_dataloader.batch_size=4',
             'train_cfg.max_iters=60', 'train_cfg.val_interval=60',
             'param_scheduler.1.end=60', 'default_hooks.checkpoint.interval=60']

@@ -1,5 +1,6 @@
-"""The fine-tune chain: a classifier trained with mmpretrain, saved in the authors' checkpoint layout,
-then used through ``init_cfg=dict(type='Pretrained', ...)`` by a detector and a segmentor."""
+"""The fine-tune chain: a classifier trained with mmpretrain, saved in the authors' checkpoint
+layout, then used through ``init_cfg=dict(type='Pretrained', ...)`` by a detector and a
+segmentor."""
 import os.path as osp
 
 import pytest
@@ -35,9 +36,10 @@ def test_classifier_saved_in_the_authors_layout(family, name):
 
 
 def test_finetune_chain_quick(tmp_path):
-    """tools/finetune_chain.py --quick: pretrain (a few images), save, fine-tune the toy Mask R-CNN and
-    Semantic FPN from the saved file. The fine-tuning configs it writes initialise the detector's and
-    the segmentor's backbones to exactly the classifier's trained backbone weights."""
+    """tools/finetune_chain.py --quick: pretrain (a few images), save, fine-tune the toy Mask R-CNN
+    and Semantic FPN from the saved file. The fine-tuning configs it writes initialise the
+    detector's and the segmentor's backbones to exactly the classifier's trained backbone
+    weights."""
     from mmlinattn.apis import load_config, model_registry
     from tools import finetune_chain
     from tools.misc import make_toy_datasets as toy
@@ -49,7 +51,8 @@ def test_finetune_chain_quick(tmp_path):
                                 '--work-dir', str(work), '--out', str(out)]) == 0
 
     with open(work / 'pretrain' / 'last_checkpoint') as f:
-        classifier = torch.load(f.read().strip(), map_location='cpu', weights_only=True)['state_dict']
+        classifier = torch.load(f.read().strip(), map_location='cpu',
+                                weights_only=True)['state_dict']
     trained = {k[len('backbone.'):]: v for k, v in classifier.items() if k.startswith('backbone.')}
     assert trained
     for task in ('det', 'seg'):
@@ -58,7 +61,8 @@ def test_finetune_chain_quick(tmp_path):
         model = model_registry(cfg).build(cfg.model)
         model.init_weights()
         own = model.backbone.state_dict()
-        # every trained backbone tensor arrives; only the detector's new output norms (if any) are new
+        # every trained backbone tensor arrives; only the detector's new output norms (if any) are
+        # new
         assert set(trained) <= set(own)
         for k, v in trained.items():
             assert torch.equal(own[k], v), f'{task}: backbone.{k} is not the pretrained value'

@@ -1,5 +1,6 @@
-"""The GPU report (tools/analysis_tools/gpu_report.py, ``make gpu-report``) on the CPU: its plan, its
-markdown, and its refusal without CUDA. The measurements themselves need a GPU and are not run here."""
+"""The GPU report (tools/analysis_tools/gpu_report.py, ``make gpu-report``) on the CPU: its plan,
+its markdown, and its refusal without CUDA. The measurements themselves need a GPU and are not run
+here."""
 import glob
 import json
 import os
@@ -38,7 +39,8 @@ def test_plan_covers_every_t_and_s_model_once_with_and_without_amp():
     assert len(keys) == len(set(keys))
     # mmdet's Swin-T and PVT-S in Mask R-CNN and UperNet, first; then T before S
     refs = [(G.model_kind(j.config), j.ref) for j in jobs if j.ref]
-    assert sorted(set(refs)) == sorted((k, r) for k in ('mask-rcnn', 'upernet') for r in ('Swin-T', 'PVT-S'))
+    assert sorted(set(refs)) == sorted((k, r) for k in ('mask-rcnn', 'upernet')
+                                       for r in ('Swin-T', 'PVT-S'))
     order = [j.arch if j.ref is None else 'R' for j in jobs]
     assert order == sorted(order, key='RTS'.index)
     assert G.estimate_s(jobs) <= 20 * 60, 'the plan no longer fits the 20-minute budget estimate'
@@ -50,34 +52,37 @@ def test_labels_name_the_reference_backbone():
 
 
 def _step(mem, seconds, backbone='MAViT', batch=2):
-    return dict(backbone=backbone, batch=batch, train_hw=[800, 1333], train_mem_mb=mem, train_s=seconds)
+    return dict(backbone=backbone, batch=batch, train_hw=[800, 1333], train_mem_mb=mem,
+                train_s=seconds)
 
 
 def test_markdown_tables():
     jobs = [G.Job('configs/mavit/mask-rcnn_mavit-t_fpn_1x_coco.py', None, 'T'),
             G.Job('configs/mavit/mask-rcnn_mavit-t_fpn_1x_coco.py', 'Swin-T', 'T'),
             G.Job('configs/mavit/fpn_mavit-s_80k_ade20k-512x512.py', None, 'S')]
-    swin = G.parse_worker('noise\nRESULT ' + json.dumps(dict(error='CUDA OOM', amp=False)) + '\nRESULT ' +
-                          json.dumps(dict(_step(6000.0, 0.4, 'Swin-T'), amp=True)) + '\n', 0)
+    swin = G.parse_worker('noise\nRESULT ' + json.dumps(dict(error='CUDA OOM', amp=False))
+                          + '\nRESULT ' + json.dumps(dict(_step(6000.0, 0.4, 'Swin-T'), amp=True))
+                          + '\n', 0)
     assert swin['fp32'] == dict(error='CUDA OOM') and swin['amp']['train_s'] == 0.4
     results = [dict(fp32=_step(8000.0, 0.5), amp=_step(5000.0, 0.25)), swin, None]
     md = G.format_training(jobs, results)
     lines = md.splitlines()
     assert len(lines) == 2 + 3
-    assert '| mask-rcnn_mavit-t_fpn_1x_coco | MAViT | 2 | 800x1333 | 8000 | 2.00 | 5000 | 4.00 | 0.62 | 2.00 |' \
-        in lines
-    assert 'error: CUDA OOM' in lines[3] and lines[3].startswith('| mask-rcnn_swin-t_fpn_1x_coco | Swin-T |')
+    assert ('| mask-rcnn_mavit-t_fpn_1x_coco | MAViT | 2 | 800x1333 | 8000 | 2.00 | 5000 | 4.00 '
+            '| 0.62 | 2.00 |') in lines
+    assert 'error: CUDA OOM' in lines[3]
+    assert lines[3].startswith('| mask-rcnn_swin-t_fpn_1x_coco | Swin-T |')
     assert lines[3].endswith('| 6000 | 2.50 | - | - |')
     assert 'not run (time budget)' in lines[4]
     # a worker that died or was stopped: both precisions say why
     assert G.parse_worker('', -9)['amp'] == dict(error='process killed (signal 9)')
     assert G.parse_worker('', None, 120)['fp32'] == dict(error='stopped after 120 s')
-    att = [dict(tokens=1024, inline_float16_err=1e-3, inline_bfloat16_err=8e-3, mala_float16_err=2e-3,
-                mala_bfloat16_err=9e-3, flash_fp16_ms=0.05, inline_fp16_ms=0.1, mala_fp16_ms=0.2,
-                inline_fp32_ms=0.2, mala_fp32_ms=0.4),
-           dict(tokens=2048, inline_float16_err=1e-3, inline_bfloat16_err=8e-3, mala_float16_err=2e-3,
-                mala_bfloat16_err=9e-3, flash_error='no kernel', inline_fp16_ms=0.1, mala_fp16_ms=0.2,
-                inline_fp32_ms=0.2, mala_fp32_ms=0.4)]
+    att = [dict(tokens=1024, inline_float16_err=1e-3, inline_bfloat16_err=8e-3,
+                mala_float16_err=2e-3, mala_bfloat16_err=9e-3, flash_fp16_ms=0.05,
+                inline_fp16_ms=0.1, mala_fp16_ms=0.2, inline_fp32_ms=0.2, mala_fp32_ms=0.4),
+           dict(tokens=2048, inline_float16_err=1e-3, inline_bfloat16_err=8e-3,
+                mala_float16_err=2e-3, mala_bfloat16_err=9e-3, flash_error='no kernel',
+                inline_fp16_ms=0.1, mala_fp16_ms=0.2, inline_fp32_ms=0.2, mala_fp32_ms=0.4)]
     table = G.format_attention(att).splitlines()
     assert table[2].endswith('| 0.200 | 0.400 | 2.00 | 4.00 |') and '| n/a |' in table[3]
     tests = G.parse_pytest('F.s\nFAILED tests/test_amp.py::test_x[mavit] - AssertionError\n'
@@ -85,7 +90,8 @@ def test_markdown_tables():
     assert tests['counts'] == {'failed': 1, 'passed': 2, 'skipped': 1}
     assert tests['failed'] == ['tests/test_amp.py::test_x[mavit]']
     report = G.report('GPU X', tests, att, jobs, results, 12.5)
-    assert report.startswith('# GPU report\n\nGPU X') and '`tests/test_amp.py::test_x[mavit]`' in report
+    assert report.startswith('# GPU report\n\nGPU X')
+    assert '`tests/test_amp.py::test_x[mavit]`' in report
     assert 'Wall time: 12.5 min.' in report
 
 

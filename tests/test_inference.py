@@ -3,7 +3,8 @@ our configs - every config type (Mask R-CNN, Cascade, RetinaNet, Semantic FPN, U
 backbone family - on an image path, a numpy array and a folder, with no registry-scope warning, and
 give what the model's own forward gives on the toolbox's test pipeline. Then tools/image_demo.py and
 the demo's pictures (mmlinattn.visualization). Checkpoints are made here from freshly built models
-(the smallest size of each config type); the test pipelines are resized to 128 px to keep it fast."""
+(the smallest size of each config type); the test pipelines are resized to 128 px to keep it
+fast."""
 import copy
 import glob
 import importlib
@@ -40,7 +41,8 @@ def scene(h, w, seed):
     img = rng.integers(60, 120, (h, w, 3), dtype=np.uint8)
     for _ in range(3):
         c = tuple(int(v) for v in rng.integers(0, 255, 3))
-        x, y, r = int(rng.integers(15, w - 15)), int(rng.integers(15, h - 15)), int(rng.integers(6, 14))
+        x, y = int(rng.integers(15, w - 15)), int(rng.integers(15, h - 15))
+        r = int(rng.integers(6, 14))
         if rng.random() < 0.5:
             cv2.circle(img, (x, y), r, c, -1)
         else:
@@ -215,9 +217,10 @@ def test_inferencer_scope_warning_cause():
     """The cause of the warning: mmengine's BaseInferencer looks up the collate function in the
     'function' registry under the inferencer's scope, and mmdet / mmseg define no such registry;
     importing mmlinattn adds their (empty) children, which fall back to mmengine's functions."""
-    import mmlinattn  # noqa: F401
     from mmengine.dataset import pseudo_collate
     from mmengine.registry import FUNCTIONS
+
+    import mmlinattn  # noqa: F401
     for scope in ('mmdet', 'mmseg'):
         assert not hasattr(importlib.import_module(scope + '.registry'), 'FUNCTIONS')
         assert scope in FUNCTIONS.children
@@ -249,7 +252,8 @@ def test_image_demo_writes_pictures_and_json(task, images, toy_checkpoints, tmp_
     folder, paths = images
     config, cfg, model, ckpt = toy_checkpoints[task]
     out = tmp_path / 'out'
-    assert image_demo(folder, osp.join(ROOT, config), ckpt, '--out-dir', out, '--score-thr', 0.05) == 0
+    assert image_demo(folder, osp.join(ROOT, config), ckpt, '--out-dir', out, '--score-thr',
+                      0.05) == 0
     assert 'picture(s) in' in capsys.readouterr().out
     for p in paths:
         name, stem = osp.basename(p), osp.splitext(osp.basename(p))[0]
@@ -297,7 +301,8 @@ def test_image_demo_bad_input(images, toy_checkpoints, tmp_path, capsys):
         capsys.readouterr()
         assert image_demo(*args, '--out-dir', out) == 2, message
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and message in err[0] and err[0].startswith('image_demo.py: error:'), err
+        assert len(err) == 1 and message in err[0], err
+        assert err[0].startswith('image_demo.py: error:'), err
         assert not out.exists(), message
         assert not [d for d in os.listdir(tmp_path) if d.startswith('.image_demo-')]
 

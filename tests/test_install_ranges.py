@@ -68,10 +68,13 @@ def test_ranges_hold_the_pinned_and_the_oldest_stack(monkeypatch):
         assert spec.contains(_lower_end(pinned[name])), f'{name} pin {pinned[name]} outside {spec}'
         if name != 'mmcv':   # one mmcv build serves both stacks
             assert Version(_lower_end(spec)) == Version(OLDEST[name]) or name == 'numpy', \
-                f'{name}: the range starts at {_lower_end(spec)}, the oldest tested is {OLDEST[name]}'
+                f'{name}: the range starts at {_lower_end(spec)}, ' \
+                f'the oldest tested is {OLDEST[name]}'
     # the OpenMMLab pins are exact, so `make test` installs one stack
-    for name in ('mmcv', 'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain', 'torch', 'torchvision'):
-        assert [s.operator for s in pinned[name]] == ['=='], f'constraints.txt: {name} {pinned[name]}'
+    for name in ('mmcv', 'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain', 'torch',
+                 'torchvision'):
+        assert [s.operator for s in pinned[name]] == ['=='], \
+            f'constraints.txt: {name} {pinned[name]}'
     # the compat environment's constraints are the oldest stack
     oldest = _pins('oldest.txt')
     assert {n: _lower_end(oldest[n]) for n in OLDEST} == OLDEST

@@ -79,7 +79,8 @@ def test_entries_are_well_formed():
         assert m['Name'] == osp.splitext(osp.basename(m['Config']))[0]
         # an entry sits in its family's metafile: the family folder, or a classifier of that family
         assert m['In Collection'] == COLLECTIONS[family]
-        assert m['Config'].startswith((f'configs/{family}/', 'configs/classification/')), m['Config']
+        assert m['Config'].startswith((f'configs/{family}/', 'configs/classification/')), \
+            m['Config']
         assert 'Weights' not in m, f'{m["Name"]}: no trained file exists, so no Weights'
         meta = m['Metadata']
         assert isinstance(meta['Parameters'], int) and isinstance(meta['FLOPs'], int)

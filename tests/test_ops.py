@@ -1,13 +1,26 @@
-"""The attention math: linear-time forms vs their quadratic references (docs/design.md section 1)."""
+"""The attention math: linear-time forms vs their quadratic references (docs/design.md section
+1)."""
 import pytest
 import torch
 
-from mmlinattn.ops import (dynamic_depthwise_conv3x3, dynamic_depthwise_conv3x3_reference,
-                           inline_attention, inline_attention_matrix, inline_attention_reference,
-                           linear_attention, linear_attention_matrix, linear_attention_reference,
-                           mala_attention, mala_attention_matrix, mala_attention_reference,
-                           rope_angles, rope_sin_cos, softmax_attention,
-                           softmax_attention_matrix, softmax_attention_reference)
+from mmlinattn.ops import (
+    dynamic_depthwise_conv3x3,
+    dynamic_depthwise_conv3x3_reference,
+    inline_attention,
+    inline_attention_matrix,
+    inline_attention_reference,
+    linear_attention,
+    linear_attention_matrix,
+    linear_attention_reference,
+    mala_attention,
+    mala_attention_matrix,
+    mala_attention_reference,
+    rope_angles,
+    rope_sin_cos,
+    softmax_attention,
+    softmax_attention_matrix,
+    softmax_attention_reference,
+)
 
 SHAPES = [(1, 1, 1, 1), (2, 3, 1, 8), (1, 2, 7, 1), (2, 1, 13, 4), (1, 4, 97, 16), (3, 2, 50, 32)]
 D64 = dict(dtype=torch.float64)
@@ -62,7 +75,8 @@ def test_mala_with_rope_equals_quadratic(hw, d):
 
 
 def test_mala_matches_paper_form():
-    """A_ij = beta_i phi(q_i) phi(k_j)^T - gamma_i with the paper's beta, gamma (phi absorbs s/N)."""
+    """A_ij = beta_i phi(q_i) phi(k_j)^T - gamma_i with the paper's beta, gamma (phi absorbs
+    s/N)."""
     q, k = rand((1, 1, 9, 4)), rand((1, 1, 9, 4))
     n, s = 9, 4 ** -0.5
     phq = (torch.nn.functional.elu(q) + 1) * (s / n) ** 0.5
@@ -154,7 +168,8 @@ def test_local_residual_equals_neighbourhood_sum():
     out = dynamic_depthwise_conv3x3(x, w)
     ref = dynamic_depthwise_conv3x3_reference(x, w)
     assert torch.allclose(out, ref, atol=1e-12)
-    # one pixel by hand: channel 3 of sample 1 at (0, 0) sees only the bottom-right 2x2 of its kernel
+    # one pixel by hand: channel 3 of sample 1 at (0, 0) sees only the bottom-right 2x2 of its
+    # kernel
     kern = w[1, 27:36].reshape(3, 3)
     manual = (kern[1:, 1:] * x[1, 3, :2, :2]).sum()
     assert torch.allclose(out[1, 3, 0, 0], manual)

@@ -2,8 +2,8 @@
 without any helper of ``mmlinattn.ops`` (kernels, RoPE, attention formulas, the local residual), and
 Swin's softmax blocks checked against mmdet's own ``SwinBlock`` given the same weights.
 
-Everything runs in float64 so that a wrong detail (a channel pairing, an angle, a LayerNorm epsilon, a
-mask) shows up far above rounding.
+Everything runs in float64 so that a wrong detail (a channel pairing, an angle, a LayerNorm epsilon,
+a mask) shows up far above rounding.
 """
 import math
 
@@ -88,7 +88,8 @@ def softmax_oracle(q, k, v, bias=None):
 
 def local_residual_oracle(mlp, x_tokens, v_map):
     """r = Conv1d(groups=h) -> GELU -> Conv1d(groups=h) on the mean token; channel c's 3x3 kernel is
-    r[9c:9c+9] (row-major); res[c, y, x] = sum_{dy,dx} W_c[dy+1, dx+1] v[c, y+dy, x+dx], zero padded."""
+    r[9c:9c+9] (row-major); res[c, y, x] = sum_{dy,dx} W_c[dy+1, dx+1] v[c, y+dy, x+dx], zero
+    padded."""
     def grouped_1x1(conv, t):  # t (B, Cin); explicit block-diagonal product
         g = conv.groups
         w, b = conv.weight[..., 0], conv.bias
@@ -213,7 +214,8 @@ def _mmdet_swin_block(ours, dim, nh, shift):
         src = next(p for p in mapping if k.startswith(p))
         state[mapping[src] + k[len(src):]] = v
     missing, unexpected = ref.load_state_dict(state, strict=False)
-    assert not unexpected and all('relative_position_index' in k for k in missing), (missing, unexpected)
+    assert not unexpected and all('relative_position_index' in k for k in missing), \
+        (missing, unexpected)
     return ref
 
 

@@ -1,4 +1,5 @@
-"""The pinned stack and its known pitfalls (docs/design.md, "The stack"), each handled on purpose."""
+"""The pinned stack and its known pitfalls (docs/design.md, "The stack"), each handled on
+purpose."""
 import io
 
 import pytest
@@ -44,6 +45,7 @@ def test_one_registration_three_scopes(scope):
 
     import torch.nn as nn
     from mmengine.registry import MODELS as ROOT
+
     import mmlinattn  # noqa: F401
 
     name = f'_DummyFor{scope}'
@@ -58,8 +60,9 @@ def test_one_registration_three_scopes(scope):
 def test_mmengine_history_buffer_checkpoints_load_weights_only():
     """torch >= 2.6 loads weights-only by default; mmengine's message hub pickles HistoryBuffers
     (and, unpatched, their bound methods via builtins.getattr)."""
-    import mmlinattn  # noqa: F401  (applies the fix)
     from mmengine.logging import HistoryBuffer
+
+    import mmlinattn  # noqa: F401  (applies the fix)
     buf = HistoryBuffer()
     for v in (1.0, 2.0, 4.0):
         buf.update(v)

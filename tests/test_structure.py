@@ -16,7 +16,8 @@ def _py_files(folder):
 
 def _imported_modules(path):
     """Every module name an ``import`` / ``from ... import`` in the file names, at any depth (inside
-    functions too), with the names a ``from`` takes (``from a import b`` gives ``a`` and ``a.b``)."""
+    functions too), with the names a ``from`` takes (``from a import b`` gives ``a`` and
+    ``a.b``)."""
     tree = ast.parse(open(path).read(), path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -29,8 +30,8 @@ def _imported_modules(path):
 
 
 def test_no_tool_imports_another_tool():
-    """A tool's helpers live in the library (mmlinattn.benchmarking, ...): a script imports neither a
-    sibling by its bare name (as when its folder is on sys.path) nor ``tools.*``."""
+    """A tool's helpers live in the library (mmlinattn.benchmarking, ...): a script imports neither
+    a sibling by its bare name (as when its folder is on sys.path) nor ``tools.*``."""
     tools = {osp.splitext(osp.basename(p))[0]: p for p in _py_files('tools')}
     bad = []
     for path in tools.values():
@@ -46,13 +47,14 @@ def test_conftest_patches_no_sys_path():
 
 
 def test_importing_the_library_loads_no_toolbox():
-    """``import mmlinattn.ops`` (and so ``import mmlinattn``, which it runs first) loads none of mmdet,
-    mmseg or mmpretrain: the math and the backbones need only torch, mmengine and mmcv. Read from a
-    fresh interpreter's ``sys.modules``."""
+    """``import mmlinattn.ops`` (and so ``import mmlinattn``, which it runs first) loads none of
+    mmdet, mmseg or mmpretrain: the math and the backbones need only torch, mmengine and mmcv. Read
+    from a fresh interpreter's ``sys.modules``."""
     import subprocess
     import sys
     code = ('import sys, mmlinattn.ops, mmlinattn; '
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'mmdet', 'mmseg', 'mmpretrain'}))")
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'mmdet', 'mmseg', "
+            "'mmpretrain'}))")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == '[]', out.stdout + out.stderr
 

@@ -1,7 +1,7 @@
 """Test-server submissions through tools/test.py, on toy data:
 
-* COCO test-dev: an image-info json (``images`` and ``categories`` only, made from the toy val json by
-  dropping its annotations, as COCO's ``image_info_test-dev2017.json``) with a ``CocoMetric``
+* COCO test-dev: an image-info json (``images`` and ``categories`` only, made from the toy val json
+  by dropping its annotations, as COCO's ``image_info_test-dev2017.json``) with a ``CocoMetric``
   ``format_only=True, outfile_prefix=...``: passes the pre-flight and writes ``PREFIX.bbox.json``;
 * the ADE20K test set: a split of images only, ``IoUMetric(format_only=True)`` with ``--out DIR``
   (mmseg's tool: ``output_dir``): one PNG per image, the model's classes + 1 (``reduce_zero_label``,
@@ -20,10 +20,11 @@ import pytest
 from mmengine.config import Config
 from PIL import Image
 
-from helpers import make_toy_sets
 from mmlinattn.apis import ConfigError, check_coco_annotations
-from test_inference import make_checkpoint, reference
 from tools import test as test_tool
+
+from helpers import make_toy_sets
+from test_inference import make_checkpoint, reference
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
@@ -52,7 +53,8 @@ TEST_DEV = '''
 data_root = {root!r}
 test_dataloader = dict(dataset=dict(
     data_root=data_root, ann_file='annotations/image_info_test.json', data_prefix=dict(img='val/'),
-    pipeline=[dict(type='LoadImageFromFile'), dict(type='Resize', scale=(128, 128), keep_ratio=True),
+    pipeline=[dict(type='LoadImageFromFile'),
+              dict(type='Resize', scale=(128, 128), keep_ratio=True),
               dict(type='PackDetInputs',
                    meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]))
 test_evaluator = dict(type='CocoMetric', metric='bbox', format_only={format_only},
@@ -114,7 +116,8 @@ def test_check_coco_annotations_image_info(root):
 ADE_TEST = '''
 test_dataloader = dict(dataset=dict(
     data_root={root!r}, data_prefix=dict(_delete_=True, img_path='images/test'),
-    pipeline=[dict(type='LoadImageFromFile'), dict(type='Resize', scale=(128, 128), keep_ratio=True),
+    pipeline=[dict(type='LoadImageFromFile'),
+              dict(type='Resize', scale=(128, 128), keep_ratio=True),
               dict(type='PackSegInputs')]))
 test_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'], format_only={format_only})
 '''

@@ -30,10 +30,11 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
-from helpers import make_toy_sets
 from mmlinattn.apis import read_metrics
-from test_inference import make_checkpoint
 from tools import test as test_tool
+
+from helpers import make_toy_sets
+from test_inference import make_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
@@ -135,7 +136,8 @@ def assert_same_metrics(up_dir, our_dir):
 
 
 def painted(folder, pattern):
-    return sorted(osp.basename(p) for p in glob.glob(osp.join(str(folder), pattern), recursive=True))
+    return sorted(osp.basename(p)
+                  for p in glob.glob(osp.join(str(folder), pattern), recursive=True))
 
 
 # --------------------------------------------------------------------------- detection

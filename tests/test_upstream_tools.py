@@ -1,5 +1,6 @@
 """mmdet's and mmseg's own analysis tools on our configs, run the way their users run them:
-``mim run mmdet|mmseg TOOL ...`` (openmim finds the script under ``site-packages/<pkg>/.mim/tools``).
+``mim run mmdet|mmseg TOOL ...`` (openmim finds the script under
+``site-packages/<pkg>/.mim/tools``).
 
 What needs nothing from us: our configs carry ``custom_imports=dict(imports=['mmlinattn'])`` and
 mmengine's ``Config.fromfile`` imports it while it reads the file, so the tools see our backbones
@@ -9,9 +10,9 @@ without an environment variable or a ``--cfg-options`` (which could not help any
 Two mmseg 1.2.2 tools fail on their own side; each failure is pinned by a test (so that the README's
 note goes stale loudly when upstream or a compat patch fixes it) and the workaround is tested:
 
-* ``browse_dataset`` crashes in ``SegLocalVisualizer._draw_sem_seg`` on any config: it builds its mask
-  with ``np.zeros_like`` of the tool's permuted (non-contiguous) image and OpenCV refuses to draw on
-  it (open-mmlab/mmsegmentation#3405);
+* ``browse_dataset`` crashes in ``SegLocalVisualizer._draw_sem_seg`` on any config: it builds its
+  mask with ``np.zeros_like`` of the tool's permuted (non-contiguous) image and OpenCV refuses to
+  draw on it (open-mmlab/mmsegmentation#3405);
 * ``confusion_matrix`` reads the classes from the dataset *class* (``dataset.METAINFO``), which is
   empty for ``BaseSegDataset``, the type of the toy and custom-dataset configs (``KeyError:
   'classes'``). With ``reduce_zero_label`` (ADE20K's layout, mmseg's own ADE20K configs too) it
@@ -33,16 +34,18 @@ import pytest
 from mmengine.config import Config
 from PIL import Image
 
-from helpers import make_toy_sets
 from tools import test as test_tool
 from tools import train as train_tool
+
+from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 MIM = shutil.which('mim', path=osp.dirname(sys.executable)) or shutil.which('mim')
 
-pytestmark = pytest.mark.skipif(MIM is None, reason='openmim (requirements/tests.txt) is not installed')
+pytestmark = pytest.mark.skipif(MIM is None,
+                                reason='openmim (requirements/tests.txt) is not installed')
 
 # the mmseg 1.2.2 failures documented in the README (see the module docstring)
 SEG_BROWSE_ERROR = 'Layout of the output array img is incompatible with cv::Mat'
@@ -65,7 +68,8 @@ def assert_ran(rc, out, pkg, script):
 
 
 def png_size(path):
-    """(width, height) from the PNG signature and IHDR chunk; fails on anything that is not a PNG."""
+    """(width, height) from the PNG signature and IHDR chunk; fails on anything that is not a
+    PNG."""
     with open(path, 'rb') as f:
         head = f.read(24)
     assert head[:8] == b'\x89PNG\r\n\x1a\n' and head[12:16] == b'IHDR', f'{path} is not a PNG'
@@ -91,8 +95,10 @@ def _data_roots(root, kind):
     if kind == 'det':
         d = f'{root}/data/toy_coco/'
         return ([f'{k}_dataloader.dataset.data_root={d}' for k in ('train', 'val', 'test')] +
-                [f'{k}_evaluator.ann_file={d}annotations/instances_val.json' for k in ('val', 'test')])
-    return [f'{k}_dataloader.dataset.data_root={root}/data/toy_ade' for k in ('train', 'val', 'test')]
+                [f'{k}_evaluator.ann_file={d}annotations/instances_val.json'
+                 for k in ('val', 'test')])
+    return [f'{k}_dataloader.dataset.data_root={root}/data/toy_ade'
+            for k in ('train', 'val', 'test')]
 
 
 @pytest.fixture(scope='module')
@@ -124,7 +130,8 @@ def seg_run(root):
 
 def scalars_json(work_dir):
     """mmengine's ``<timestamp>/vis_data/scalars.json`` of the run in ``work_dir``."""
-    (run,) = [d for d in os.listdir(work_dir) if osp.isdir(osp.join(work_dir, d)) and d[:8].isdigit()]
+    (run,) = [d for d in os.listdir(work_dir)
+              if osp.isdir(osp.join(work_dir, d)) and d[:8].isdigit()]
     return osp.join(work_dir, run, 'vis_data', 'scalars.json')
 
 
@@ -182,7 +189,8 @@ def test_mmdet_browse_dataset(root):
     assert_ran(rc, out, 'mmdet', 'analysis_tools/browse_dataset.py')
     with open(root / 'data/toy_coco/annotations/instances_train.json') as f:
         names = [im['file_name'] for im in json.load(f)['images']]
-    scale = Config.fromfile(DET_CFG).train_pipeline[2]['scale']  # Resize to 128, the toy images are 64
+    # Resize to 128, the toy images are 64
+    scale = Config.fromfile(DET_CFG).train_pipeline[2]['scale']
     _check_browsed(root / 'browse_det', root / 'data/toy_coco/train', names, tuple(scale))
 
 
@@ -227,7 +235,8 @@ def test_mmseg_analyze_logs(root, seg_run):
     """mmseg's analyze_logs (no ``plot_curve`` sub-command: the log comes first) on our segmentation
     log, loss and the validation's mIoU, to a PDF."""
     log = scalars_json(seg_run)
-    rc, out = mim(root, 'mmseg', 'analyze_logs', log, '--keys', 'loss', 'mIoU', '--out', 'curve_seg.pdf')
+    rc, out = mim(root, 'mmseg', 'analyze_logs', log, '--keys', 'loss', 'mIoU', '--out',
+                  'curve_seg.pdf')
     assert_ran(rc, out, 'mmseg', 'analysis_tools/analyze_logs.py')
     _check_plot(out, root / 'curve_seg.pdf', log, ('loss', 'mIoU'))
     data = (root / 'curve_seg.pdf').read_bytes()
@@ -292,7 +301,8 @@ def test_mmseg_confusion_matrix_with_the_workaround(root, seg_predictions, worka
     png = root / 'cm_seg/confusion_matrix.png'
     assert png_size(png) == (round(2 * n * 300), round(1.6 * n * 300))
     ann = root / 'data/toy_ade/annotations/validation'
-    present = set().union(*(np.unique(np.asarray(Image.open(ann / f))).tolist() for f in os.listdir(ann)))
+    present = set().union(*(np.unique(np.asarray(Image.open(ann / f))).tolist()
+                            for f in os.listdir(ann)))
     cells = full_cells(png, 'winter')  # the tool's default --color-theme
     assert len(cells) == len(present - {0})  # label 0 is the unlabelled rim (ignored)
     xs, ys = np.array(cells).T
@@ -301,17 +311,19 @@ def test_mmseg_confusion_matrix_with_the_workaround(root, seg_predictions, worka
 
 # --------------------------------------------------------------------------- print_config
 def test_mmdet_print_config(root):
-    """The whole config with our backbone, and ``--save-path`` dumps one that reads back the same."""
+    """The whole config with our backbone, and ``--save-path`` dumps one that reads back the
+    same."""
     rc, out = mim(root, 'mmdet', 'print_config', DET_CFG, '--save-path', 'printed/det.py')
     assert_ran(rc, out, 'mmdet', 'misc/print_config.py')
     backbone = Config.fromfile(DET_CFG).model.backbone
     assert f"type='{backbone.type}'" in out and f"arch='{backbone.arch}'" in out
-    assert Config.fromfile(str(root / 'printed/det.py')).model.backbone.to_dict() == backbone.to_dict()
+    printed = Config.fromfile(str(root / 'printed/det.py'))
+    assert printed.model.backbone.to_dict() == backbone.to_dict()
 
 
 def test_mmseg_print_config_graph(root):
-    """``--graph`` builds the model with mmseg's ``init_model``: our backbone is in the printed graph
-    (mmseg writes example.py and example-graph.txt into the working directory)."""
+    """``--graph`` builds the model with mmseg's ``init_model``: our backbone is in the printed
+    graph (mmseg writes example.py and example-graph.txt into the working directory)."""
     cwd = root / 'print_seg'
     cwd.mkdir()
     rc, out = mim(cwd, 'mmseg', 'print_config', SEG_CFG, '--graph')

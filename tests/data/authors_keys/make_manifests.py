@@ -1,9 +1,10 @@
 """Regenerate the manifests in this folder from the authors' own model definitions.
 
-    python tests/data/authors_keys/make_manifests.py --inline-repo PATH/TO/InLine --mala-repo PATH/TO/MALA
+    python tests/data/authors_keys/make_manifests.py \
+        --inline-repo PATH/TO/InLine --mala-repo PATH/TO/MALA
 
-PATH/TO/InLine is a clone of LeapLabTHU/InLine, PATH/TO/MALA a clone of qhfan/MALA (their model files
-need ``timm``, ``einops`` and ``fvcore``: ``pip install timm einops fvcore`` in a scratch
+PATH/TO/InLine is a clone of LeapLabTHU/InLine, PATH/TO/MALA a clone of qhfan/MALA (their model
+files need ``timm``, ``einops`` and ``fvcore``: ``pip install timm einops fvcore`` in a scratch
 environment). The script builds each released classifier from the authors' code with the arguments
 listed in README.md, and writes one JSON file per architecture:
 
@@ -31,9 +32,11 @@ SOURCES = {
     'inline_swin': ('inline_repo', 'models/inline_swin.py', {
         'tiny': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=96, depths=[2, 2, 6, 2],
                                     num_heads=[3, 6, 12, 24], attn_type='IIIS')),
-        'small': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=96, depths=[2, 2, 18, 2],
+        'small': ('InLineSwin',
+                  dict(img_size=224, window_size=56, embed_dim=96, depths=[2, 2, 18, 2],
                                      num_heads=[3, 6, 12, 24], attn_type='IISS')),
-        'base': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=128, depths=[2, 2, 18, 2],
+        'base': ('InLineSwin',
+                 dict(img_size=224, window_size=56, embed_dim=128, depths=[2, 2, 18, 2],
                                     num_heads=[4, 8, 16, 32], attn_type='IIMS2')),
     }),
     'inline_pvt': ('inline_repo', 'models/inline_pvt.py', {
@@ -65,11 +68,13 @@ def manifest(model, family: str, arch: str) -> dict:
             'num_params': sum(p.numel() for p in params.values()),
             'classification_prefixes': CLASSIFICATION_PREFIXES[family],
             'derived_buffers': derived,
-            'keys': [[k, list(v.shape), str(v.dtype).replace('torch.', '')] for k, v in state.items()]}
+            'keys': [[k, list(v.shape), str(v.dtype).replace('torch.', '')]
+                     for k, v in state.items()]}
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--inline-repo', required=True, help='a clone of LeapLabTHU/InLine')
     p.add_argument('--mala-repo', required=True, help='a clone of qhfan/MALA')
     p.add_argument('--out', default=HERE, help='where to write the JSON files (default: here)')
