@@ -1,17 +1,22 @@
-# The two entry commands (both install ./.venv on first use):
+# The entry commands (each installs ./.venv on first use):
 #   make demo   - the main job: toy data -> train a detector and a segmentor -> COCO AP / mIoU
-#   make test   - the test suite (what CI runs)
+#   make test   - the test suite (CI runs `make lint` and then this)
+#   make lint   - ruff (ruff.toml: pycodestyle, pyflakes, import order; lines up to 100 characters)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all test-compat bench gpu-report clean-venv
+.PHONY: install demo lint test test-all test-compat bench gpu-report clean-venv
 
 install:
 	@bash tools/install.sh
 
 demo: install
 	$(PY) tools/demo.py
+
+# The whole tree under ruff.toml (ruff pinned in requirements/tests.txt).
+lint: install
+	$(PY) -m ruff check .
 
 # Default suite: everything except tests marked `heavy` (large-arch forwards, long trainings).
 # pytest's exit code 5 ("no tests collected") is turned into a failure.
