@@ -1,7 +1,7 @@
 """What the benchmark tools share (tools/analysis_tools/benchmark*.py, gpu_report.py,
-from_scratch_study.py): timing and memory helpers, mmdet's reference backbones (Swin-T, PVT-S) defined
-once, the config matrix as it is on disk, synthetic detection / segmentation batches, and one measured
-training step + inference of a whole config (:func:`measure_one`).
+from_scratch_study.py): timing and memory helpers, mmdet's reference backbones (Swin-T, PVT-S)
+defined once, the config matrix as it is on disk, synthetic detection / segmentation batches, and
+one measured training step + inference of a whole config (:func:`measure_one`).
 
 Nothing here runs at import; the tools are thin command lines over it.
 """
@@ -20,7 +20,8 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 #: the config matrix: one folder of configs/ per family, in the family table's order
 CONFIG_DIRS = tuple(FAMILIES)
 # our backbone in a config name, e.g. "mavit-t"; the arch letters smallest first
-BACKBONE_IN_NAME = re.compile('(' + '|'.join(f.replace('_', '-') for f in FAMILIES) + r')-([tsmbl])')
+BACKBONE_IN_NAME = re.compile('(' + '|'.join(f.replace('_',
+                                                       '-') for f in FAMILIES) + r')-([tsmbl])')
 ARCH_ORDER = 'tsmbl'
 
 
@@ -64,15 +65,17 @@ def peak_memory(fn) -> int:
 #: the four stages). Swin-T and PVT-S have the sizes of InLine-Swin-T / InLine-PVT-S (the papers'
 #: baselines); PVT-T and ResNet-18 serve the from-scratch study.
 REFERENCE_BACKBONES = {
-    'Swin-T': ('mmdet.SwinTransformer', dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24],
-                                             window_size=7, drop_path_rate=0.2, convert_weights=False),
+    'Swin-T': ('mmdet.SwinTransformer',
+               dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], window_size=7,
+                    drop_path_rate=0.2, convert_weights=False),
                [96, 192, 384, 768]),
     'PVT-S': ('mmdet.PyramidVisionTransformer', dict(num_layers=[3, 4, 6, 3], drop_path_rate=0.1),
               [64, 128, 320, 512]),
     'PVT-T': ('mmdet.PyramidVisionTransformer', dict(num_layers=[2, 2, 2, 2], drop_path_rate=0.1),
               [64, 128, 320, 512]),
     'ResNet-18': ('mmdet.ResNet', dict(depth=18, num_stages=4, frozen_stages=-1,
-                                       norm_cfg=dict(type='BN', requires_grad=True), norm_eval=False,
+                                       norm_cfg=dict(type='BN',
+                                                     requires_grad=True), norm_eval=False,
                                        style='pytorch'),
                   [64, 128, 256, 512]),
 }
@@ -95,8 +98,8 @@ def build_reference(name: str, **overrides):
 
 
 def matrix_cells():
-    """The config matrix as it is on disk: {recipe: the smallest variant of each family that has it},
-    recipes in name order, families in folder order."""
+    """The config matrix as it is on disk: {recipe: the smallest variant of each family that has
+    it}, recipes in name order, families in folder order."""
     cells = {}
     for family in CONFIG_DIRS:
         folder = osp.join('configs', family)
@@ -154,10 +157,12 @@ def det_batch(n, hw, with_mask):
     g = torch.Generator().manual_seed(0)
     inputs, samples = [], []
     for _ in range(n):
-        s = DetDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw, scale_factor=(1., 1.),
+        s = DetDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw,
+                                        scale_factor=(1., 1.),
                                         batch_input_shape=hw))
         h, w = hw
-        boxes = torch.tensor([[0.1 * w, 0.1 * h, 0.4 * w, 0.5 * h], [0.5 * w, 0.3 * h, 0.9 * w, 0.9 * h],
+        boxes = torch.tensor([[0.1 * w, 0.1 * h, 0.4 * w, 0.5 * h],
+                              [0.5 * w, 0.3 * h, 0.9 * w, 0.9 * h],
                               [0.2 * w, 0.6 * h, 0.35 * w, 0.8 * h]])
         inst = InstanceData(bboxes=boxes, labels=torch.tensor([0, 5, 17]))
         if with_mask:
@@ -189,10 +194,11 @@ def _peak_rss_mb():
 
 
 def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None, compiled=False):
-    """The model of ``config`` (optionally with a reference backbone) built as the benchmarks time it,
-    with its optimizer: a namespace with ``model``, ``train_step()`` (forward + backward + optimizer
-    step on a synthetic batch at the training scale), ``infer()`` (predict on one image at the test
-    scale), ``n`` (images per training step), ``train_hw``, ``test_hw`` and ``params_m``."""
+    """The model of ``config`` (optionally with a reference backbone) built as the benchmarks time
+    it, with its optimizer: a namespace with ``model``, ``train_step()`` (forward + backward +
+    optimizer step on a synthetic batch at the training scale), ``infer()`` (predict on one image at
+    the test scale), ``n`` (images per training step), ``train_hw``, ``test_hw`` and
+    ``params_m``."""
     from types import SimpleNamespace
 
     from mmengine.config import Config
@@ -312,20 +318,22 @@ def cuda_attention_table(tokens, log=print, heads=4, head_dim=32, reps=10) -> li
         row = dict(tokens=n)
         with torch.no_grad():
             for name, core in cores.items():
-                fn = (lambda q, k, v, c=core: c(q, k, v))
+                fn = core
                 ref = fn(q, k, v)
                 scale = ref.abs().max().item()
                 row[f'{name}_fp32_ms'] = cuda_ms(lambda: fn(q, k, v))
                 for dt in (torch.float16, torch.bfloat16):
                     qh, kh, vh = q.to(dt), k.to(dt), v.to(dt)
                     out = fn(qh, kh, vh)
-                    row[f'{name}_{str(dt)[6:]}_err'] = (out.float() - ref).abs().max().item() / scale
+                    err = (out.float() - ref).abs().max().item()
+                    row[f'{name}_{str(dt)[6:]}_err'] = err / scale
                     if dt == torch.float16:
                         row[f'{name}_fp16_ms'] = cuda_ms(lambda: fn(qh, kh, vh))
             qh, kh, vh = q.half(), k.half(), v.half()
             try:
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    row['flash_fp16_ms'] = cuda_ms(lambda: F.scaled_dot_product_attention(qh, kh, vh))
+                    row['flash_fp16_ms'] = cuda_ms(lambda: F.scaled_dot_product_attention(qh, kh,
+                                                                                          vh))
             except RuntimeError as e:
                 row['flash_error'] = str(e).splitlines()[0][:120]
         log(f'attention N={n}: ' + ', '.join(f'{k} {v:.3g}' for k, v in row.items()

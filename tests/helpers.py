@@ -1,5 +1,5 @@
-"""Helpers shared by the tests: checkpoints laid out as the authors' releases, built from the authors'
-published key names and shapes (tests/data/authors_keys), never from our own modules."""
+"""Helpers shared by the tests: checkpoints laid out as the authors' releases, built from the
+authors' published key names and shapes (tests/data/authors_keys), never from our own modules."""
 import argparse
 import copy
 import json
@@ -82,7 +82,8 @@ def save_mala_style(path, state, ema_state=None):
 
 
 def save_authors_file(path, family: str, arch: str, seed: int = 0):
-    """Write an authors'-layout checkpoint of ``family``/``arch`` to ``path``; return its weights."""
+    """Write an authors'-layout checkpoint of ``family``/``arch`` to ``path``; return its
+    weights."""
     state = authors_state(family, arch, seed)
     if family == 'mavit':
         save_mala_style(path, state)
@@ -92,7 +93,8 @@ def save_authors_file(path, family: str, arch: str, seed: int = 0):
 
 
 def make_toy_sets(root, seed: int, size: int, train: int = 8, val: int = 4):
-    """The generated toy COCO and ADE20K-layout sets under ``root/toy_coco`` and ``root/toy_ade``."""
+    """The generated toy COCO and ADE20K-layout sets under ``root/toy_coco`` and
+    ``root/toy_ade``."""
     from tools.misc import make_toy_datasets as toy
     toy.make_toy_coco(str(root / 'toy_coco'), seed=seed, train=train, val=val, size=size)
     toy.make_toy_ade(str(root / 'toy_ade'), seed=seed, train=train, val=val, size=size)
@@ -102,13 +104,15 @@ def make_toy_sets(root, seed: int, size: int, train: int = 8, val: int = 4):
 def toy_seg_options(toy_data, *extra):
     """``--cfg-options`` of a short toy segmentation run on ``make_toy_sets`` data: every split's
     data root, no validation, batch 2, a log line per iteration, then ``extra``."""
-    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val', 'test')]
+    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val',
+                                                                             'test')]
     return data + ['train_cfg.val_interval=1000', 'train_dataloader.batch_size=2',
                    'default_hooks.logger.interval=1'] + list(extra)
 
 
 def read_last_checkpoint(work):
-    """The path a work dir's ``last_checkpoint`` file names (read here as plain text: the oracle)."""
+    """The path a work dir's ``last_checkpoint`` file names (read here as plain text: the
+    oracle)."""
     with open(osp.join(str(work), 'last_checkpoint')) as f:
         return f.read().strip()
 

@@ -1,12 +1,12 @@
 """Bad input gets one clear cause before any work starts (each case reproduces a user report on data
-the test makes): a checkpoint of another model, a truncated latest checkpoint, label maps out of range
-or of the wrong size, COCO records mmdet would drop, a neck that does not fit the backbone, backbone
-arguments out of range, and --cfg-options values that cannot apply.
+the test makes): a checkpoint of another model, a truncated latest checkpoint, label maps out of
+range or of the wrong size, COCO records mmdet would drop, a neck that does not fit the backbone,
+backbone arguments out of range, and --cfg-options values that cannot apply.
 
-The expected causes come from the definitions, not from our code: mmseg's ``reduce_zero_label`` maps a
-stored label v to v - 1 (0 to the ignore index 255); mmdet's ``filter_empty_gt`` drops every image
-without an annotation of the dataset's classes; MAViT-T/S stage channels are the papers' 64-128-256-512
-and 64-128-320-512.
+The expected causes come from the definitions, not from our code: mmseg's ``reduce_zero_label`` maps
+a stored label v to v - 1 (0 to the ignore index 255); mmdet's ``filter_empty_gt`` drops every image
+without an annotation of the dataset's classes; MAViT-T/S stage channels are the papers'
+64-128-256-512 and 64-128-320-512.
 """
 import json
 import logging
@@ -19,12 +19,12 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import make_toy_sets
-from mmlinattn.checkpoint import (CheckpointError, check_model_checkpoint,
-                                  latest_intact_checkpoint)
 from mmlinattn.apis import ConfigError, check_coco_annotations
+from mmlinattn.checkpoint import CheckpointError, check_model_checkpoint, latest_intact_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
+
+from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -53,7 +53,7 @@ def _det_args(root):
         [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}']
 
 
-# --------------------------------------------------------------------------- whole-model checkpoints
+# -------------------- whole-model checkpoints
 def _save_model_checkpoint(cfg_path, path):
     """A checkpoint as mmengine's Runner writes it, of the model the config builds."""
     from mmlinattn.apis import load_config, model_registry
@@ -83,7 +83,8 @@ def test_fitting_checkpoint_is_accepted_and_partial_load_only_warns(tmp_path, ca
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     good = tmp_path / 'good.pth'
     torch.save({'state_dict': model.state_dict()}, good)
-    assert check_model_checkpoint(model, str(good)) == dict(mismatched=[], unexpected=[], missing=[])
+    assert check_model_checkpoint(model, str(good)) == dict(mismatched=[], unexpected=[],
+                                                            missing=[])
     other = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 5))  # another class count
     bad = tmp_path / 'other_classes.pth'
     torch.save({'state_dict': other.state_dict()}, bad)
@@ -96,7 +97,8 @@ def test_fitting_checkpoint_is_accepted_and_partial_load_only_warns(tmp_path, ca
 
 
 def _write_ckpt(path, value):
-    torch.save({'meta': {'iter': value}, 'state_dict': {'w': torch.full((64,), float(value))}}, path)
+    torch.save({'meta': {'iter': value}, 'state_dict': {'w': torch.full((64,), float(value))}},
+               path)
 
 
 def test_truncated_latest_checkpoint_no_longer_blocks_resume(tmp_path, caplog):
@@ -131,7 +133,7 @@ def test_resume_picks_the_intact_checkpoint_in_the_tool(toy_data, tmp_path):
     assert cfg.resume is True and cfg.load_from == str(work / 'iter_2.pth')
 
 
-# --------------------------------------------------------------------------- segmentation labels
+# -------------------- segmentation labels
 def _set_label(path, value, box=(slice(0, 4), slice(0, 4))):
     lab = np.array(Image.open(path))
     lab[box] = value
@@ -182,7 +184,7 @@ def test_segmentation_set_with_no_image(toy_data, tmp_path):
         train_tool.build_cfg(args)
 
 
-# --------------------------------------------------------------------------- COCO
+# -------------------- COCO
 def _rewrite(path, edit):
     data = json.loads(path.read_text())
     edit(data)
@@ -218,7 +220,7 @@ def test_coco_with_no_image_is_an_error(tmp_path):
         check_coco_annotations(str(path))
 
 
-# --------------------------------------------------------------------------- model assembly
+# -------------------- model assembly
 def test_neck_channels_not_matching_the_backbone_name_both_keys(toy_data, tmp_path):
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
                                   *_seg_args(toy_data / 'toy_ade'),
@@ -254,7 +256,7 @@ def test_backbone_arguments_out_of_range_stop_before_work(toy_data, tmp_path, op
         train_tool.build_cfg(args)
 
 
-# --------------------------------------------------------------------------- --cfg-options
+# -------------------- --cfg-options
 def test_cfg_option_value_of_the_wrong_type_names_key_and_value(tmp_path):
     args = train_tool.parse_args([SEG_CFG, '--cfg-options', 'train_cfg.max_iters=abc'])
     with pytest.raises(ConfigError, match=r"train_cfg\.max_iters='abc': expected a number "
@@ -275,8 +277,10 @@ def test_cfg_option_typo_that_the_class_rejects_stops_before_work():
     before training; the checkpoint hook's extra keys only at the first save, inside
     Runner.save_checkpoint)."""
     from mmlinattn.apis import load_config
-    with pytest.raises(ConfigError, match=r'train_cfg\.max_itres: train_cfg builds IterBasedTrainLoop, '
-                                          r'which takes no .max_itres.; did you mean train_cfg\.max_iters\?'):
+    with pytest.raises(ConfigError, match=r'train_cfg\.max_itres: train_cfg builds '
+                       r'IterBasedTrainLoop, '
+                                          r'which takes no .max_itres.; '
+                                          r'did you mean train_cfg\.max_iters\?'):
         load_config(SEG_CFG, {'train_cfg.max_itres': 3})
     with pytest.raises(ConfigError, match=r'builds CheckpointHook, which takes no .intervall.; did '
                                           r'you mean default_hooks\.checkpoint\.interval\?'):

@@ -1,13 +1,14 @@
-"""Your own dataset (docs/custom_dataset.md): the guide's example configs train and evaluate on a set
-the test writes, and a head's ``num_classes`` that disagrees with the dataset's classes stops before
-any model is built.
+"""Your own dataset (docs/custom_dataset.md): the guide's example configs train and evaluate on a
+set the test writes, and a head's ``num_classes`` that disagrees with the dataset's classes stops
+before any model is built.
 
-The set: 5 classes, non-square images of mixed sizes, as a COCO-format instance set (polygons) and an
-ADE20K-layout segmentation set whose label 0 is a class (``reduce_zero_label=False``). The configs run
-are the files in configs/custom/, the very ones the guide shows (``test_guide_shows_the_tested_configs``
-checks that every config block of the guide is a verbatim excerpt of the file it links), with
-``--cfg-options`` that a user would pass to try them on a small machine: the data root, a smaller
-image scale, 2 iterations, no workers, no ImageNet file (``init_cfg=None``).
+The set: 5 classes, non-square images of mixed sizes, as a COCO-format instance set (polygons) and
+an ADE20K-layout segmentation set whose label 0 is a class (``reduce_zero_label=False``). The
+configs run are the files in configs/custom/, the very ones the guide shows
+(``test_guide_shows_the_tested_configs`` checks that every config block of the guide is a verbatim
+excerpt of the file it links), with ``--cfg-options`` that a user would pass to try them on a small
+machine: the data root, a smaller image scale, 2 iterations, no workers, no ImageNet file
+(``init_cfg=None``).
 
 The class-count expectations come from the toolboxes' definitions, not from our code: mmdet's heads
 (RetinaNet's sigmoid head, Mask R-CNN's box and mask heads, each of Cascade's box heads) and mmseg's
@@ -40,7 +41,8 @@ LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
 # --------------------------------------------------------------------------- the set
 def _scene(rng, w, h):
-    """An image with 2-3 axis-aligned shapes of distinct classes: (image, [(class, x0, y0, x1, y1)])."""
+    """An image with 2-3 axis-aligned shapes of distinct classes: (image, [(class, x0, y0, x1,
+    y1)])."""
     img = Image.fromarray((rng.random((h, w, 3)) * 60 + 90).astype(np.uint8))
     draw = ImageDraw.Draw(img)
     objs = []
@@ -57,7 +59,8 @@ def _write_sets(root, seed=3):
     coco, seg = root / 'my_coco', root / 'my_seg'
     os.makedirs(coco / 'annotations')
     ann_id = 1
-    for split, sizes, seg_split in (('train', TRAIN_SIZES, 'training'), ('val', VAL_SIZES, 'validation')):
+    for split, sizes, seg_split in (('train', TRAIN_SIZES, 'training'),
+                                    ('val', VAL_SIZES, 'validation')):
         os.makedirs(coco / split)
         os.makedirs(seg / 'images' / seg_split)
         os.makedirs(seg / 'annotations' / seg_split)
@@ -134,7 +137,8 @@ def _small_args(name):
     for k in LOADERS:
         args += [f'{k}.num_workers=0', f'{k}.persistent_workers=False']
     if 'coco' in name:
-        resize = ('train_dataloader.dataset.pipeline.2.scales=[(128,80),(128,96)]' if name == CASCADE
+        resize = ('train_dataloader.dataset.pipeline.2.scales=[(128,80),(128,96)]'
+                  if name == CASCADE
                   else 'train_dataloader.dataset.pipeline.2.scale=(128,96)')
         args += [resize, 'val_dataloader.dataset.pipeline.1.scale=(128,96)',
                  'test_dataloader.dataset.pipeline.1.scale=(128,96)',
@@ -142,7 +146,8 @@ def _small_args(name):
         if name == RETINANET:  # after 2 iterations no sigmoid score reaches 0.05: keep every box
             args.append('model.test_cfg.score_thr=0.0')
         else:  # fewer proposals and sampled RoIs: the RoI heads dominate a CPU step at this size
-            args += ['model.train_cfg.rpn_proposal.max_per_img=100', 'model.test_cfg.rpn.max_per_img=30']
+            args += ['model.train_cfg.rpn_proposal.max_per_img=100',
+                     'model.test_cfg.rpn.max_per_img=30']
             stages = ['.0', '.1', '.2'] if name == CASCADE else ['']
             args += [f'model.train_cfg.rcnn{s}.sampler.num=32' for s in stages]
     else:
@@ -155,12 +160,13 @@ def _small_args(name):
     return args
 
 
-# measured on the 2-core machine (another job beside it): Cascade 82 s, Mask R-CNN 55 s, UperNet 53 s
-# (marked heavy: `make test-all` runs them, `make test` keeps the suite near 20 minutes), Semantic FPN
-# 38 s, RetinaNet 33 s
+# measured on the 2-core machine (another job beside it): Cascade 82 s, Mask R-CNN 55 s, UperNet 53
+# s (marked heavy: `make test-all` runs them, `make test` keeps the suite near 20 minutes), Semantic
+# FPN 38 s, RetinaNet 33 s
 _SLOW = pytest.mark.heavy
 RUNS = [
-    pytest.param(MASK_RCNN, ('coco/bbox_mAP', 'coco/segm_mAP'), id='mask-rcnn-mavit-t', marks=_SLOW),
+    pytest.param(MASK_RCNN, ('coco/bbox_mAP', 'coco/segm_mAP'), id='mask-rcnn-mavit-t',
+                 marks=_SLOW),
     pytest.param(RETINANET, ('coco/bbox_mAP',), id='retinanet-inline-pvt-t'),
     pytest.param(SEM_FPN, ('mIoU',), id='semantic-fpn-inline-pvt-t'),
     pytest.param(UPERNET, ('mIoU',), id='upernet-mavit-t', marks=_SLOW),

@@ -9,8 +9,9 @@ import os.path as osp
 
 import pytest
 
-from helpers import make_toy_sets
 from tools import train as train_tool
+
+from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -42,7 +43,8 @@ def train(cfg, root, tmp_path, capsys, *extra):
     else:
         options += ['train_cfg.max_iters=2', 'train_cfg.val_interval=1000']
     capsys.readouterr()
-    rc = train_tool.main([cfg, '--work-dir', str(work), '--cfg-options', 'train_dataloader.batch_size=2',
+    rc = train_tool.main([cfg, '--work-dir', str(work), '--cfg-options',
+                          'train_dataloader.batch_size=2',
                           *options, *extra])
     err = capsys.readouterr().err.strip().splitlines()
     # the tool's message, from its first line on (mmengine's logger may have written before it)
@@ -82,7 +84,8 @@ def test_truncated_image_is_named_at_its_first_use(workers, toy, tmp_path, capsy
     and the message names it, also when a data loader worker hit it."""
     folder = toy / 'toy_ade/images/training'
     for name in os.listdir(folder):  # every image: the first batch meets one
-        truncate(folder / name, keep=0.8)  # the header reads (the pre-flight's check), the pixels not
+        # the header reads (the pre-flight's check), the pixels not
+        truncate(folder / name, keep=0.8)
     rc, err, _ = train(SEG_CFG, toy, tmp_path, capsys, f'train_dataloader.num_workers={workers}')
     assert rc == 2, err[-20:]
     assert len(err) == 1 and err[0].startswith('tools/train.py: error: train_dataloader.dataset '
@@ -109,11 +112,13 @@ def test_other_pipeline_errors_pass_through_unchanged(toy):
                              data_prefix=dict(img_path='images/training',
                                               seg_map_path='annotations/training'),
                              img_suffix='.jpg', seg_map_suffix='.png',
-                             pipeline=[dict(type='LoadImageFromFile'), dict(type='_BrokenForTest')]))
+                             pipeline=[dict(type='LoadImageFromFile'),
+                                       dict(type='_BrokenForTest')]))
     with pytest.raises(ValueError, match='a bug in a transform'):
         ds[0]
     truncate(ds.get_data_info(0)['img_path'], keep=0.8)
-    with pytest.raises(DataFileError, match=r'train_dataloader.dataset \(BaseSegDataset, sample 0\): '
+    with pytest.raises(DataFileError, match=r'train_dataloader.dataset \(BaseSegDataset, sample '
+                       r'0\): '
                                             r'cannot read the image .* image file is truncated'):
         ds[0]
 
@@ -122,7 +127,8 @@ def test_data_file_error_from_a_worker_reads_as_its_own_message():
     from mmlinattn.datafaults import DataFileError
     text = ('Caught DataFileError in DataLoader worker process 0.\nOriginal Traceback (most recent '
             'call last):\n  File "x.py", line 1, in f\nmmlinattn.datafaults.DataFileError: '
-            'train_dataloader.dataset (X, sample 3): cannot read the image a.jpg: OSError: broken\n')
+            'train_dataloader.dataset (X, sample 3): cannot read the image a.jpg: '
+            'OSError: broken\n')
     assert str(DataFileError(text)) == ('train_dataloader.dataset (X, sample 3): cannot read the '
                                         'image a.jpg: OSError: broken')
     assert str(DataFileError('plain')) == 'plain'

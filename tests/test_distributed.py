@@ -3,8 +3,8 @@
 tools/dist_test.sh gives the same predictions and metrics as the single-process tools/test.py.
 
 Each case is a shipped config as it is (SyncBN, output norms, paramwise rules, heads), with only the
-data swapped to the generated toy sets at small size (and the heads' class count to theirs), the loop
-shortened and no pretrained file.
+data swapped to the generated toy sets at small size (and the heads' class count to theirs), the
+loop shortened and no pretrained file.
 """
 import os
 import os.path as osp
@@ -152,7 +152,8 @@ def test_ddp_train_resume_and_test(family, shipped, full, toy_data, tmp_path):
     first = 'epoch_1.pth' if det else 'iter_2.pth'
     assert (work / first).exists(), os.listdir(work)
     ck = torch.load(work / first, map_location='cpu', weights_only=True)
-    assert not any(k.startswith('module.') for k in ck['state_dict'])  # saved unwrapped, from rank 0
+    # saved unwrapped, from rank 0
+    assert not any(k.startswith('module.') for k in ck['state_dict'])
     if not full:
         return
 
@@ -160,7 +161,8 @@ def test_ddp_train_resume_and_test(family, shipped, full, toy_data, tmp_path):
                                                      'default_hooks.checkpoint.interval=3']
     out = _run(['bash', 'tools/dist_train.sh', cfg_path, '2', '--work-dir', str(work), '--resume',
                 '--cfg-options', *longer], env=dict(PORT=str(_free_port())))
-    assert re.search(r'resumed epoch: 1, iter: \d+' if det else r'resumed epoch: 0, iter: 2', out), \
+    assert re.search(r'resumed epoch: 1, iter: \d+' if det else r'resumed epoch: 0, iter: 2',
+                     out), \
         out[-3000:]
     last = work / ('epoch_2.pth' if det else 'iter_3.pth')
     assert last.exists(), os.listdir(work)

@@ -16,10 +16,17 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from helpers import (assert_resumed_from, make_toy_sets, read_last_checkpoint, resume_capture,
-                     signal_after_iter, toy_seg_options)
 from tools import test as test_tool
 from tools import train as train_tool
+
+from helpers import (
+    assert_resumed_from,
+    make_toy_sets,
+    read_last_checkpoint,
+    resume_capture,
+    signal_after_iter,
+    toy_seg_options,
+)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -39,9 +46,9 @@ def _iter_files(work):
 
 # ------------------------------------------------------- 1. a checkpoint without dataset_meta
 def _build(cfg):
-    from mmengine.registry import init_default_scope
-
     import importlib
+
+    from mmengine.registry import init_default_scope
     init_default_scope(cfg.default_scope)
     registry = importlib.import_module(cfg.default_scope + '.registry')
     torch.manual_seed(0)
@@ -98,9 +105,9 @@ def test_image_demo_seg_checkpoint_without_dataset_meta_uses_the_configs_classes
 
 @pytest.mark.parametrize('with_meta', [False, True])
 def test_det_inferencer_classes_from_the_config_when_the_checkpoint_has_none(tmp_path, with_meta):
-    """DetInferencer with a checkpoint without dataset_meta: the toy COCO's three classes and palette
-    (the config's metainfo), not COCO's 80; one warning. A checkpoint with dataset_meta keeps its
-    own, with no warning."""
+    """DetInferencer with a checkpoint without dataset_meta: the toy COCO's three classes and
+    palette (the config's metainfo), not COCO's 80; one warning. A checkpoint with dataset_meta
+    keeps its own, with no warning."""
     from mmlinattn.visualization import build_inferencer
     cfg = Config.fromfile(DET_CFG)
     want = cfg.test_dataloader.dataset.metainfo
@@ -144,7 +151,8 @@ def test_ctrl_c_saves_the_finished_iteration_and_exits(toy_data, tmp_path):
     lines += proc.stdout.readlines()
     rc = proc.wait(timeout=120)
     out = ''.join(lines)
-    assert rc == 128 + signal.SIGINT, out[-3000:]  # the shell's code for a program stopped by Ctrl-C
+    # the shell's code for a program stopped by Ctrl-C
+    assert rc == 128 + signal.SIGINT, out[-3000:]
     assert 'Traceback' not in out and 'KeyboardInterrupt' not in out, out[-3000:]
     n = max(int(m) for m in re.findall(r'Iter\(train\) \[\s*(\d+)/200\]', out))
     assert n < 200 and f'received: finished iteration {n}' in out, out[-2000:]
@@ -322,7 +330,8 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
 
     with pytest.raises(Preempted, match='finished iteration 3'):
         run('edges_epoch_preempted', False, signal_after_iter(3))
-    assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_1.pth', 'iter_3.pth']
+    assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_1.pth',
+                                                                         'iter_3.pth']
     assert read_last_checkpoint(work) == str(work / 'iter_3.pth')
     run('edges_epoch_resumed', True)
     assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_2.pth']

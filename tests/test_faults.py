@@ -11,8 +11,9 @@ from mmlinattn.apis import ConfigError, ToolFailed, check_coco_annotations, run_
 from mmlinattn.checkpoint import CheckpointError, read_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
-from helpers import assert_resumed_from, make_toy_sets, resume_capture
 from tools.misc import make_toy_datasets as toy
+
+from helpers import assert_resumed_from, make_toy_sets, resume_capture
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -32,7 +33,7 @@ def _det_overrides(root):
             f'test_evaluator.ann_file={root}/toy_coco/annotations/instances_val.json']
 
 
-# --------------------------------------------------------------------------- dataset paths
+# -------------------- dataset paths
 def test_missing_dataset_root_is_named_with_its_config_key(tmp_path, capsys):
     rc = train_tool.main([SEG_CFG, '--work-dir', str(tmp_path),
                           '--cfg-options', 'train_dataloader.dataset.data_root=/nonexistent/ade'])
@@ -50,7 +51,7 @@ def test_missing_annotation_file_is_named(toy_data, tmp_path):
         train_tool.build_cfg(args)
 
 
-# --------------------------------------------------------------------------- a tool that fails
+# -------------------- a tool that fails
 def test_failing_tool_run_names_command_exit_code_and_the_end_of_its_output(tmp_path, capsys):
     script = tmp_path / 'tool.py'
     script.write_text('import sys\n'
@@ -75,7 +76,7 @@ def test_failing_tool_run_names_command_exit_code_and_the_end_of_its_output(tmp_
     assert r.returncode == 1 and r.stdout.splitlines()[-1] == 'tool: error: the data is missing'
 
 
-# --------------------------------------------------------------------------- malformed COCO
+# -------------------- malformed COCO
 def _coco(tmp_path, data, name='ann.json', raw=None):
     path = tmp_path / name
     path.write_text(raw if raw is not None else json.dumps(data))
@@ -119,9 +120,10 @@ def test_annotation_without_bbox_is_an_error(tmp_path):
         check_coco_annotations(_coco(tmp_path, data))
 
 
-# --------------------------------------------------------------------------- images
+# -------------------- images
 @pytest.mark.parametrize('kind,reason', [('missing', 'file not found'),
-                                         ('corrupt', 'UnidentifiedImageError: cannot identify image file')])
+                                         ('corrupt',
+                                          'UnidentifiedImageError: cannot identify image file')])
 def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
     import shutil
 
@@ -140,19 +142,23 @@ def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
     ds_cfg = cfg.train_dataloader.dataset
     ds_cfg.data_root = str(root) + '/'
     ds = DATASETS.build(ds_cfg)
-    idx = next(i for i in range(len(ds)) if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
+    idx = next(i for i in range(len(ds))
+               if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
     # mmcv's LoadImageFromFile raises FileNotFoundError for a missing file and "failed to load
     # image" otherwise; import mmlinattn turns both into one message with the dataset key and reason
     from mmlinattn.datafaults import DataFileError
-    with pytest.raises(DataFileError, match=r'train_dataloader\.dataset \(CocoDataset, sample \d+\): '
-                                            r'cannot read the image .*train_00000\.jpg: ' + reason) as e:
+    with pytest.raises(DataFileError, match=r'train_dataloader\.dataset \(CocoDataset, sample '
+                       r'\d+\): '
+                                            r'cannot read the image .*train_00000\.jpg: '
+                                            + reason) as e:
         ds.prepare_data(idx)
     assert isinstance(e.value.__cause__, FileNotFoundError if kind == 'missing' else AssertionError)
 
 
-# --------------------------------------------------------------------------- checkpoints
+# -------------------- checkpoints
 def test_test_tool_missing_checkpoint(toy_data, tmp_path, capsys):
-    rc = test_tool.main([DET_CFG, str(tmp_path / 'nope.pth'), '--cfg-options'] + _det_overrides(toy_data))
+    rc = test_tool.main([DET_CFG, str(tmp_path / 'nope.pth'),
+                         '--cfg-options'] + _det_overrides(toy_data))
     assert rc == 2 and 'nope.pth' in capsys.readouterr().err
 
 
@@ -177,7 +183,7 @@ def test_not_a_checkpoint(tmp_path):
         read_checkpoint(str(path))
 
 
-# --------------------------------------------------------------------------- sizes
+# -------------------- sizes
 @pytest.mark.parametrize('hw', [(16, 16), (8, 24), (31, 9)])
 def test_tiny_inputs_work(hw):
     from mmlinattn.models import InLinePVT, InLineSwin, MAViT
@@ -189,7 +195,7 @@ def test_tiny_inputs_work(hw):
         assert all(torch.isfinite(o).all() and min(o.shape[-2:]) >= 1 for o in outs)
 
 
-# --------------------------------------------------------------------------- low precision
+# -------------------- low precision
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 def test_mala_training_with_vanishing_normaliser_stays_finite(dtype):
     """50 steps of an all-MALA MAViT under autocast on inputs that drive phi(q), phi(k) and the
@@ -226,7 +232,7 @@ def test_mala_training_with_vanishing_normaliser_stays_finite(dtype):
         opt.step()
 
 
-# --------------------------------------------------------------------------- dataset generation
+# -------------------- dataset generation
 def _tree_hash(root):
     h = hashlib.sha256()
     for dirpath, _, files in sorted(os.walk(root)):
@@ -261,7 +267,7 @@ def test_interrupted_generation_rerun_is_complete_and_identical(tmp_path, monkey
     assert _tree_hash(target) == _tree_hash(clean)
 
 
-# --------------------------------------------------------------------------- interrupted save, resume
+# -------------------- interrupted save, resume
 @pytest.mark.slow
 def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(toy_data, tmp_path,
                                                                               monkeypatch):
@@ -272,12 +278,14 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
     from mmengine.runner import Runner
 
     work = tmp_path / 'work'
-    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val', 'test')]
+    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val',
+                                                                             'test')]
     common = data + ['train_cfg.val_interval=1000', 'default_hooks.checkpoint.interval=2',
                      'default_hooks.checkpoint.max_keep_ckpts=100', 'train_dataloader.batch_size=2']
 
     def cfg_for(name, *extra):
-        args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), *extra, '--cfg-options'] + common)
+        args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), *extra,
+                                      '--cfg-options'] + common)
         cfg = train_tool.build_cfg(args)
         cfg.experiment_name = name  # two runners in one process: distinct logger names
         return cfg

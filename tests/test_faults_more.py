@@ -1,7 +1,7 @@
 """Training faults that must stop clearly and lose nothing: a diverging run, a checkpoint
 write failing while CheckpointHook rotates, a preempted job (SIGTERM to a real training process), a
-config whose _base_ is missing. Each on data the test makes (a few iterations of the toy Semantic FPN,
-MAViT-T)."""
+config whose _base_ is missing. Each on data the test makes (a few iterations of the toy Semantic
+FPN, MAViT-T)."""
 import errno
 import os
 import os.path as osp
@@ -14,11 +14,17 @@ import time
 import pytest
 import torch
 
-from helpers import (assert_resumed_from, make_toy_sets, read_last_checkpoint, resume_capture,
-                     toy_seg_options)
 from mmlinattn.checkpoint import latest_intact_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
+
+from helpers import (
+    assert_resumed_from,
+    make_toy_sets,
+    read_last_checkpoint,
+    resume_capture,
+    toy_seg_options,
+)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -34,7 +40,8 @@ def toy_data(tmp_path_factory):
 def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(toy_data, tmp_path, capsys):
     work = tmp_path / 'work'
     rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *toy_seg_options(
-        toy_data, 'optim_wrapper.optimizer.lr=1000.0', 'param_scheduler=[]', 'train_cfg.max_iters=6',
+        toy_data, 'optim_wrapper.optimizer.lr=1000.0', 'param_scheduler=[]',
+        'train_cfg.max_iters=6',
         'default_hooks.checkpoint.interval=1', 'default_hooks.checkpoint.max_keep_ckpts=100',
         'experiment_name=nan_run')])
     err = capsys.readouterr().err
@@ -65,7 +72,8 @@ def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(toy_data, t
     if ckpt is None:
         from mmlinattn.apis import load_config, model_registry
         cfg = load_config(SEG_CFG)
-        ckpt = {'meta': {'iter': 1}, 'state_dict': model_registry(cfg).build(cfg.model).state_dict()}
+        state = model_registry(cfg).build(cfg.model).state_dict()
+        ckpt = {'meta': {'iter': 1}, 'state_dict': state}
     key = 'decode_head.conv_seg.weight'
     ckpt['state_dict'][key] = torch.full_like(ckpt['state_dict'][key], float('nan'))
     bad = tmp_path / 'diverged.pth'
@@ -100,7 +108,8 @@ def test_disk_full_during_rotation_keeps_the_last_good_checkpoint(toy_data, tmp_
     work = tmp_path / 'work'
     rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *toy_seg_options(
         toy_data, 'train_cfg.max_iters=3', 'default_hooks.checkpoint.interval=1',
-        'default_hooks.checkpoint.max_keep_ckpts=1', 'default_hooks.checkpoint.save_optimizer=False',
+        'default_hooks.checkpoint.max_keep_ckpts=1',
+        'default_hooks.checkpoint.save_optimizer=False',
         'experiment_name=disk_full')])
     err = capsys.readouterr().err
     assert rc == 2
@@ -112,7 +121,8 @@ def test_disk_full_during_rotation_keeps_the_last_good_checkpoint(toy_data, tmp_
     files = os.listdir(work)
     assert 'iter_1.pth' in files and 'iter_2.pth' not in files, files
     assert not [f for f in files if '.tmp' in f], files
-    assert osp.isfile(read_last_checkpoint(work)) and read_last_checkpoint(work).endswith('iter_1.pth')
+    last = read_last_checkpoint(work)
+    assert osp.isfile(last) and last.endswith('iter_1.pth')
     assert latest_intact_checkpoint(str(work)).endswith('iter_1.pth')
 
 
@@ -124,7 +134,8 @@ def test_sigterm_saves_the_finished_iteration_and_resume_continues_there(toy_dat
     opts = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=1000')
     cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
            '--cfg-options', *opts, 'train_cfg.max_iters=200']
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED='1'))
     lines, deadline = [], time.time() + 240
     for line in proc.stdout:  # wait for a logged iteration, then preempt the job
@@ -170,7 +181,8 @@ def test_missing_base_file_is_named_with_both_paths(tmp_path, capsys):
     with pytest.raises(ConfigError) as e:
         load_config(str(outer))
     msg = str(e.value)
-    assert msg.startswith(f'{tmp_path / "inner.py"}: _base_ entry ' + "'./no_such_base.py' not found")
+    assert msg.startswith(f'{tmp_path / "inner.py"}: _base_ entry ' + "'./no_such_base.py' not "
+                          "found")
     assert str(tmp_path / 'no_such_base.py') in msg
     rc = train_tool.main([str(outer), '--work-dir', str(tmp_path / 'w')])
     assert rc == 2 and 'no_such_base.py' in capsys.readouterr().err

@@ -1,9 +1,9 @@
 """Tools run in subprocesses, and the metrics mmengine records for them.
 
-tools/demo.py, tools/finetune_chain.py, tools/analysis_tools/from_scratch_study.py and the tests start
-tools/train.py and tools/test.py as a user does, each in its own process (mmengine's logger,
-visualizer and message hub are process-wide), with :func:`run_script`. The metrics are then read from
-what mmengine writes into the work dir, not from the log text (:func:`read_metrics`):
+tools/demo.py, tools/finetune_chain.py, tools/analysis_tools/from_scratch_study.py and the tests
+start tools/train.py and tools/test.py as a user does, each in its own process (mmengine's logger,
+visualizer and message hub are process-wide), with :func:`run_script`. The metrics are then read
+from what mmengine writes into the work dir, not from the log text (:func:`read_metrics`):
 
 - a training run: the LoggerHook passes every training log and every validation result to the
   visualizer, whose ``LocalVisBackend`` appends them, one JSON object per line, to
@@ -82,7 +82,8 @@ def run_script(script: str, args: Sequence = (), *, cwd: str = None, log: str = 
         returncode = proc.wait()
     if check and returncode != 0:
         where = f' (full log: {log})' if log else ''
-        raise ToolFailed(f'{shown}\nfailed with exit code {returncode}; the end of its output{where}:\n'
+        raise ToolFailed(f'{shown}\nfailed with exit code {returncode}; the end of its '
+                         f'output{where}:\n'
                          + ''.join(lines[-tail:]), returncode)
     return subprocess.CompletedProcess(cmd, returncode, ''.join(lines))
 
@@ -97,8 +98,8 @@ def _last_run(work_dir: str) -> str:
 
 
 def read_scalars(work_dir: str) -> List[dict]:
-    """Every record of the latest run's ``vis_data/scalars.json`` in ``work_dir``, in order (training
-    logs and validation results; an empty list if the run logged none)."""
+    """Every record of the latest run's ``vis_data/scalars.json`` in ``work_dir``, in order
+    (training logs and validation results; an empty list if the run logged none)."""
     path = osp.join(_last_run(work_dir), 'vis_data', 'scalars.json')
     if not osp.isfile(path):
         return []
@@ -126,11 +127,11 @@ def check_work_dir(work_dir: str) -> None:
     Runner, which would create it and fail with an ``OSError`` traceback).
 
     The nearest part of the path that exists must be a directory (not a file: ``ENOTDIR``), and a
-    folder must be creatable in it (the work dir itself when it exists); that probe folder is removed
-    at once. A read-only file system (``EROFS``), missing permissions (``EACCES``, ``EPERM``; root
-    passes most permission bits, not a read-only file system) or a full disk all give a
-    :class:`ConfigError` (exit code 2 in the tools) naming the work dir, the folder tried and the
-    reason.
+    folder must be creatable in it (the work dir itself when it exists); that probe folder is
+    removed at once. A read-only file system (``EROFS``), missing permissions (``EACCES``,
+    ``EPERM``; root passes most permission bits, not a read-only file system) or a full disk all
+    give a :class:`ConfigError` (exit code 2 in the tools) naming the work dir, the folder tried and
+    the reason.
     """
     from .config import ConfigError
     path = osp.abspath(work_dir)

@@ -14,15 +14,17 @@ What a core supports decides how the modules call it:
 
 * ``kernels``: the feature maps phi it accepts (the first is its default); ``()``: none;
 * ``rope``: ``'none'`` (the 2-D RoPE tables are not used), ``'inside'`` (the function takes
-  ``rope=(sin, cos)`` and applies it itself, e.g. MALA rotates only its numerator) or ``'qk'`` (q and k
-  are rotated before the call);
+  ``rope=(sin, cos)`` and applies it itself, e.g. MALA rotates only its numerator) or ``'qk'`` (q
+  and k are rotated before the call);
 * ``scaled``: the function takes ``scale`` (d^-1/2 by default);
 * ``bias``: it takes an additive ``attn_bias`` (Swin's relative position bias and shift mask), so
   window blocks can run it;
-* ``windowed``: an InLine-Swin block runs it in Swin's shifted windows with the relative position bias
+* ``windowed``: an InLine-Swin block runs it in Swin's shifted windows with the relative position
+bias
   (needs ``bias``); the other cores run over the whole map;
 * ``reduced_kv``: a PVT block may shorten its keys/values by spatial reduction (``sr_ratio``);
-* ``options``: further keyword switches it takes (e.g. MALA's ``beta``/``gamma``); a module's options
+* ``options``: further keyword switches it takes (e.g. MALA's ``beta``/``gamma``); a module's
+options
   that a core does not take are not passed to it (one ``attn_cfg`` serves every stage);
 * ``local_residual``: whether InLine's local attention residual is on by default in token modules;
 * ``title``, ``description``: how error messages and the analysis tools name it.
@@ -34,9 +36,16 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .attention import (inline_attention, inline_attention_matrix, linear_attention,
-                        linear_attention_matrix, mala_attention, mala_attention_matrix,
-                        softmax_attention, softmax_attention_matrix)
+from .attention import (
+    inline_attention,
+    inline_attention_matrix,
+    linear_attention,
+    linear_attention_matrix,
+    mala_attention,
+    mala_attention_matrix,
+    softmax_attention,
+    softmax_attention_matrix,
+)
 from .kernels import apply_rope, get_kernel
 
 Tensor = torch.Tensor
@@ -64,13 +73,16 @@ class Core:
 
     def __post_init__(self):
         if not re.fullmatch(r'[A-Z]', self.letter):
-            raise ValueError(f'core {self.name!r}: the letter must be one capital A-Z, got {self.letter!r}')
+            raise ValueError(f'core {self.name!r}: the letter must be one capital A-Z, got '
+                             f'{self.letter!r}')
         if self.rope not in ROPE_MODES:
-            raise ValueError(f'core {self.name!r}: rope must be one of {ROPE_MODES}, got {self.rope!r}')
+            raise ValueError(f'core {self.name!r}: rope must be one of {ROPE_MODES}, got '
+                             f'{self.rope!r}')
         for k in self.kernels:
             get_kernel(k)
         if self.windowed and not self.bias:
-            raise ValueError(f'core {self.name!r}: windowed blocks add a relative position bias, so a '
+            raise ValueError(f'core {self.name!r}: windowed blocks add a relative position bias, '
+                             f'so a '
                              'windowed core must take one (bias=True)')
 
     def kwargs(self, scale: Optional[float] = None, kernel: Optional[str] = None, rope=None,
@@ -90,7 +102,8 @@ class Core:
         if self.bias:
             kw['attn_bias'] = attn_bias
         elif attn_bias is not None:
-            raise ValueError(f'the {self.name} core takes no attention bias (window blocks need one)')
+            raise ValueError(f'the {self.name} core takes no attention bias (window blocks need '
+                             f'one)')
         kw.update({k: v for k, v in options.items() if k in self.options})
         return kw
 
@@ -178,8 +191,10 @@ def _mixed_stage(body: str, depth: int, letters: Dict[str, str], where: str) -> 
     """``I2S`` -> 2 blocks of I, then S for the rest of the stage (``depth`` blocks)."""
     runs = _RUN.findall(body)
     if not runs or ''.join(a + n for a, n in runs) != body:
-        raise ValueError(f'{where}: cannot read the mixed stage ({body}); write runs of a letter and '
-                         'a block count, the last count may be left out: e.g. (I2S) = 2 blocks of I, '
+        raise ValueError(f'{where}: cannot read the mixed stage ({body}); write runs of a letter '
+                         f'and '
+                         'a block count, the last count may be left out: '
+                         'e.g. (I2S) = 2 blocks of I, '
                          'then S')
     blocks: List[str] = []
     for j, (letter, count) in enumerate(runs):
@@ -187,18 +202,21 @@ def _mixed_stage(body: str, depth: int, letters: Dict[str, str], where: str) -> 
             raise ValueError(f'{where}: unknown attention letter {letter!r} in ({body}); valid: '
                              f'{_letters_help(letters)}')
         if not count and j != len(runs) - 1:
-            raise ValueError(f'{where}: only the last run of ({body}) may leave out its block count')
+            raise ValueError(f'{where}: only the last run of ({body}) may leave out its block '
+                             f'count')
         n = int(count) if count else depth - len(blocks)
         blocks += [letters[letter]] * n
     if len(blocks) != depth:
-        raise ValueError(f'{where}: the mixed stage ({body}) has {len(blocks)} blocks but the stage '
+        raise ValueError(f'{where}: the mixed stage ({body}) has {len(blocks)} blocks but the '
+                         f'stage '
                          f'has {depth}')
     return blocks
 
 
 def _legacy_swin(attn_type: str, n: int) -> Optional[str]:
     """InLine-Swin's old spelling ``'IIMS2'`` (``M`` = mixed stage whose first k blocks are InLine,
-    the rest softmax, k trailing) in today's syntax, or None if ``attn_type`` is not that spelling."""
+    the rest softmax, k trailing) in today's syntax, or None if ``attn_type`` is not that
+    spelling."""
     m = _LEGACY_MIXED.match(attn_type)
     if not m or len(m.group(1)) != n or 'M' not in m.group(1):
         return None
@@ -212,7 +230,8 @@ def parse_attn_type(attn_type, depths: Sequence[int], owner: str = 'backbone',
 
     ``attn_type`` is either
 
-    * a string with one entry per stage: a core's letter (the whole stage runs it) or a mixed stage in
+    * a string with one entry per stage: a core's letter (the whole stage runs it) or a mixed stage
+    in
       parentheses, runs of a letter and a block count where the last count may be left out -
       ``'II(I2S)S'`` is InLine in stages 1-2, two InLine blocks then softmax in stage 3, softmax in
       stage 4; or
@@ -229,7 +248,8 @@ def parse_attn_type(attn_type, depths: Sequence[int], owner: str = 'backbone',
         if legacy_mixed:
             new = _legacy_swin(attn_type, n)
             if new is not None:
-                warnings.warn(f'{owner}: attn_type={attn_type!r} is the old spelling of a mixed stage '
+                warnings.warn(f'{owner}: attn_type={attn_type!r} is the old spelling of a mixed '
+                              f'stage '
                               f'(M followed by a block count); write {new!r} (M now means MALA)',
                               FutureWarning, stacklevel=3)
                 attn_type = new
@@ -237,15 +257,18 @@ def parse_attn_type(attn_type, depths: Sequence[int], owner: str = 'backbone',
         for group, letter, other in _STAGE_TOKEN.findall(attn_type):
             if other:
                 raise ValueError(f'{owner}: cannot read {other!r} in attn_type {attn_type!r}: one '
-                                 f'letter per stage from {_letters_help(letters)}, or a mixed stage '
+                                 f'letter per stage from {_letters_help(letters)}, '
+                                 'or a mixed stage '
                                  'in parentheses such as (I2S)')
             specs.append(('mixed', group) if letter == '' else letter)
     elif isinstance(attn_type, (list, tuple)):
         specs = list(attn_type)
     else:
-        raise TypeError(f'{owner}: attn_type must be a str or a list, got {type(attn_type).__name__}')
+        raise TypeError(f'{owner}: attn_type must be a str or a list, got '
+                        f'{type(attn_type).__name__}')
     if len(specs) != n:
-        raise ValueError(f'{owner}: attn_type {attn_type!r} needs one entry per stage ({n} stages); '
+        raise ValueError(f'{owner}: attn_type {attn_type!r} needs one entry per stage ({n} '
+                         f'stages); '
                          f'letters: ' + ', '.join(f'{k}={v}' for k, v in letters.items()) +
                          '; a mixed stage in parentheses, e.g. (I2S)')
     out = []
@@ -270,7 +293,8 @@ def parse_attn_type(attn_type, depths: Sequence[int], owner: str = 'backbone',
 
 
 def format_attn_type(cores: Sequence[Sequence[str]]) -> str:
-    """The shortest string :func:`parse_attn_type` reads back into ``cores`` (per stage, per block)."""
+    """The shortest string :func:`parse_attn_type` reads back into ``cores`` (per stage, per
+    block)."""
     by_name = {c.name: c.letter for c in CORES.values()}
     out = []
     for blocks in cores:

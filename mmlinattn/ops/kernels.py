@@ -50,8 +50,8 @@ def rope_angles(head_dim: int, theta: float = 10000.0, device=None,
     """Per-pair rotation frequencies of MAViT's 2-D RoPE, shape (head_dim // 2,).
 
     ``1 / theta ** linspace(0, 1, head_dim // 4)``, each entry repeated twice, so that channel pairs
-    (2i, 2i+1) rotate together. The first half of the channels rotates with the row index, the second
-    half with the column index.
+    (2i, 2i+1) rotate together. The first half of the channels rotates with the row index, the
+    second half with the column index.
     """
     if head_dim % 4 != 0:
         raise ValueError(f'2-D RoPE needs a head dim divisible by 4, got {head_dim}')

@@ -8,8 +8,8 @@ Tensor = torch.Tensor
 def dynamic_depthwise_conv3x3(x: Tensor, weight: Tensor) -> Tensor:
     """Depthwise 3x3 convolution of ``x`` (B, C, H, W) with one kernel per sample and channel.
 
-    ``weight`` is (B, C, 3, 3) or (B, 9C) laid out channel-major (``weight[b, 9c:9c+9]`` is channel c's
-    kernel, row-major), zero padding 1. Implemented as one grouped conv with ``groups = B*C``.
+    ``weight`` is (B, C, 3, 3) or (B, 9C) laid out channel-major (``weight[b, 9c:9c+9]`` is channel
+    c's kernel, row-major), zero padding 1. Implemented as one grouped conv with ``groups = B*C``.
     """
     b, c, h, w = x.shape
     weight = weight.reshape(b * c, 1, 3, 3).to(x.dtype)

@@ -2,7 +2,8 @@
 input size and per-GPU batch: time and peak memory, one progress line per config.
 
     python tools/analysis_tools/benchmark_step.py CONFIG [CONFIG ...]
-    python tools/analysis_tools/benchmark_step.py --matrix --references --out docs/benchmarks/step_cost
+    python tools/analysis_tools/benchmark_step.py --matrix --references \
+        --out docs/benchmarks/step_cost
     python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 512 1024
     python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 2048 --no-train
     python tools/analysis_tools/benchmark_step.py CONFIG --with-references --size 512 --compile
@@ -14,22 +15,23 @@ input size and per-GPU batch: time and peak memory, one progress line per config
   (detection: 1333x800 with a few boxes and masks; segmentation: the crop, 512x512), after
   ``--warmup`` untimed steps;
 * inference = ``predict`` on one image at the test scale, after one untimed call;
-* memory: on CUDA the peak allocated by torch (train and inference separately); on the CPU the growth
+* memory: on CUDA the peak allocated by torch (train and inference separately); on the CPU the
+growth
   of the process's peak resident memory over its size after building the model (each config runs
   in its own process, so peaks do not leak between configs).
 
 ``--matrix`` takes the smallest variant of every cell of the config matrix; ``--references`` adds,
-for each model family, the same detector / segmentor with mmdet's Swin-T and PVT-S backbones (only the
-backbone and the neck / head input channels changed); ``--with-references`` does the same for the given
-configs. ``--size H[xW] [H[xW] ...]`` trains and tests at these input sizes instead of the config's
-scale, every model at every size in one run (a resolution sweep; the ratios compare models at the same
-size). ``--no-train`` times inference only (for sizes whose training step does not fit in memory).
-``--compile`` wraps the backbone in ``torch.compile`` (inductor) before timing; the untimed warm-up
-calls compile it (at least one for each of training and inference), so the timed step runs the
-compiled code. Only the backbone is compiled: it is the part that differs between the compared models,
-and the detectors' heads have data-dependent shapes that recompile on every batch. ``--amp`` runs
-both under autocast (fp16 on CUDA, bf16 on the CPU) with AmpOptimWrapper on CUDA. SyncBN is reverted
-to BN (one process).
+for each model family, the same detector / segmentor with mmdet's Swin-T and PVT-S backbones (only
+the backbone and the neck / head input channels changed); ``--with-references`` does the same for
+the given configs. ``--size H[xW] [H[xW] ...]`` trains and tests at these input sizes instead of the
+config's scale, every model at every size in one run (a resolution sweep; the ratios compare models
+at the same size). ``--no-train`` times inference only (for sizes whose training step does not fit
+in memory). ``--compile`` wraps the backbone in ``torch.compile`` (inductor) before timing; the
+untimed warm-up calls compile it (at least one for each of training and inference), so the timed
+step runs the compiled code. Only the backbone is compiled: it is the part that differs between the
+compared models, and the detectors' heads have data-dependent shapes that recompile on every batch.
+``--amp`` runs both under autocast (fp16 on CUDA, bf16 on the CPU) with AmpOptimWrapper on CUDA.
+SyncBN is reverted to BN (one process).
 
 ``--profile`` runs one warm training step of each model under ``torch.profiler`` instead, and prints
 where its forward and backward time and its saved-for-backward memory go, by part (backbone stages,
@@ -42,9 +44,16 @@ import os.path as osp
 import sys
 import time
 
-from mmlinattn.benchmarking import (REFERENCES, ROOT, matrix_configs, measure_one, recipe_name,
-                                    reference_jobs)
+from mmlinattn.benchmarking import (
+    REFERENCES,
+    ROOT,
+    matrix_configs,
+    measure_one,
+    recipe_name,
+    reference_jobs,
+)
 from mmlinattn.profiling import profile_step, summary_table
+
 
 def run_job(config, ref, args, size=None):
     """One config at one size in a fresh process (clean peak memory); returns its result dict."""
@@ -67,7 +76,8 @@ def run_job(config, ref, args, size=None):
     r = run_script(osp.abspath(__file__), cmd, cwd=ROOT, show=False, check=False)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith('RESULT ')]
     if r.returncode != 0 or not lines:
-        failed = dict(config=osp.basename(config)[:-3], backbone=ref or '?', size=size and list(size))
+        failed = dict(config=osp.basename(config)[:-3], backbone=ref or '?',
+                      size=size and list(size))
         if r.returncode < 0:  # killed by a signal, most often SIGKILL from the kernel's OOM killer
             return dict(failed, error=f'process killed (signal {-r.returncode}), out of memory?')
         last = r.stdout.strip().splitlines()[-1:] or ['?']
@@ -87,8 +97,10 @@ def table(rows):
     """Markdown: time / memory per config, and the reference backbones' time over ours in the same
     detector / segmentor at the same size (> 1: ours is faster)."""
     sized = any(r.get('size') for r in rows)
-    head = ('| config | ' + ('size | ' if sized else '') + 'backbone | params (M) | batch | train step (s) | '
-            'inference (s) | train peak (MB) | Swin-T / this: train, infer | PVT-S / this: train, infer |')
+    head = ('| config | ' + ('size | ' if sized else '') + 'backbone | params (M) | batch | train '
+            'step (s) | '
+            'inference (s) | train peak (MB) | Swin-T / this: train, infer | '
+            'PVT-S / this: train, infer |')
     out = [head, '|' + '---|' * (10 if sized else 9)]
     refs = {(recipe_name(r['config']), r['backbone'], _size(r)): r for r in rows
             if r.get('backbone') in REFERENCES and 'error' not in r}
@@ -104,34 +116,43 @@ def table(rows):
             if b is None or r['backbone'] in REFERENCES:
                 ratios.append('')
             else:
-                ratios.append(f"{_ratio(b['train_s'], r['train_s'])} / {_ratio(b['infer_s'], r['infer_s'])}")
-        name = recipe_name(r['config']).format(r['backbone'].lower()) if r['backbone'] in REFERENCES \
+                ratios.append(f"{_ratio(b['train_s'], r['train_s'])} / "
+                              f"{_ratio(b['infer_s'], r['infer_s'])}")
+        is_ref = r['backbone'] in REFERENCES
+        name = recipe_name(r['config']).format(r['backbone'].lower()) if is_ref \
             else r['config']
         trained = r['train_s'] is not None  # inference-only rows (--no-train) have no batch
-        train, mem, batch = (r['train_s'], r['train_mem_mb'], r['batch']) if trained else ('-', '-', '-')
+        train, mem, batch = (r['train_s'], r['train_mem_mb'], r['batch']) if trained else ('-', '-',
+                                                                                           '-')
         out.append(f"| {name} | {size}{r['backbone']} | {r['params_m']} | {batch} | {train} | "
                    f"{r['infer_s']} | {mem} | {ratios[0]} | {ratios[1]} |")
     return '\n'.join(out)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('configs', nargs='*', help='config files')
-    p.add_argument('--matrix', action='store_true', help='the smallest variant of every matrix cell')
+    p.add_argument('--matrix', action='store_true', help='the smallest variant of every matrix '
+                   'cell')
     p.add_argument('--references', action='store_true',
                    help="also each model family with mmdet's Swin-T and PVT-S backbones")
     p.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
-    p.add_argument('--amp', action='store_true', help='autocast (fp16 on CUDA with AmpOptimWrapper, bf16 on CPU)')
-    p.add_argument('--batch', type=int, help='images per step (default: the config\'s per-GPU batch)')
+    p.add_argument('--amp', action='store_true', help='autocast (fp16 on CUDA with '
+                   'AmpOptimWrapper, bf16 on CPU)')
+    p.add_argument('--batch', type=int, help='images per step (default: the config\'s per-GPU '
+                   'batch)')
     p.add_argument('--warmup', type=int, default=1, help='untimed training steps first')
-    p.add_argument('--size', type=lambda v: tuple(int(x) for x in (v.split('x') * 2)[:2]), nargs='+',
+    p.add_argument('--size', type=lambda v: tuple(int(x) for x in (v.split('x') * 2)[:2]),
+                   nargs='+',
                    help='H or HxW, one or more: train and test at these input sizes instead of the '
                         'config\'s scale (every model at every size)')
     p.add_argument('--no-train', action='store_true', help='time inference only')
     p.add_argument('--compile', action='store_true',
                    help='torch.compile (inductor) the backbone; the warm-up calls compile it')
     p.add_argument('--with-references', action='store_true',
-                   help="also run each given config's detector / segmentor with mmdet's Swin-T and PVT-S")
+                   help="also run each given config's detector / segmentor with mmdet's "
+                        "Swin-T and PVT-S")
     p.add_argument('--profile', action='store_true',
                    help='profile one warm training step by model part instead of timing')
     p.add_argument('--out', help='write OUT.json and OUT.md')
@@ -172,12 +193,14 @@ def main(argv=None):
         t0 = time.time()
         r = run_job(config, ref, args, size)
         rows.append(r)
-        what = osp.basename(config)[:-3] + (f' [{ref}]' if ref else '') + (f' at {size[0]}x{size[1]}' if size else '')
+        what = osp.basename(config)[:-3] + (f' [{ref}]' if ref else '')
+        what += f' at {size[0]}x{size[1]}' if size else ''
         if 'error' in r:
             print(f'[{i}/{len(runs)}] {what}: ERROR {r["error"]}', flush=True)
         elif args.profile:
             print(f'[{i}/{len(runs)}] {what}: forward {r["forward_s"]:.2f} s, backward '
-                  f'{r["backward_s"]:.2f} s, saved {r["saved_mb"]:.0f} MB ({time.time() - t0:.0f} s)',
+                  f'{r["backward_s"]:.2f} s, saved {r["saved_mb"]:.0f} MB '
+                  f'({time.time() - t0:.0f} s)',
                   flush=True)
         else:
             train = ('' if r['train_s'] is None else

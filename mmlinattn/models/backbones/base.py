@@ -58,16 +58,20 @@ class LinAttnBackbone(BaseModule):
         self.arch_name = arch['name']
         self.depths = list(arch['depths'])
         n = self.num_stages = len(self.depths)
-        out_indices = tuple(out_indices) if isinstance(out_indices, (list, tuple)) else (out_indices,)
+        out_indices = tuple(out_indices) if isinstance(out_indices,
+                                                       (list, tuple)) else (out_indices,)
         if not out_indices:
             raise ValueError(f'{owner}: out_indices is empty; choose stages from {list(range(n))}, '
                              'e.g. (0, 1, 2, 3)')
         bad = [i for i in out_indices if not isinstance(i, int) or not 0 <= i < n]
-        if bad or len(set(out_indices)) != len(out_indices) or list(out_indices) != sorted(out_indices):
-            raise ValueError(f'{owner}: out_indices {out_indices} must be distinct, increasing stage '
+        if bad or len(set(out_indices)) != len(out_indices) or \
+                list(out_indices) != sorted(out_indices):
+            raise ValueError(f'{owner}: out_indices {out_indices} must be distinct, increasing '
+                             f'stage '
                              f'indices from {list(range(n))}')
         if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= n:
-            raise ValueError(f'{owner}: frozen_stages={frozen_stages!r} must be an int from -1 (nothing '
+            raise ValueError(f'{owner}: frozen_stages={frozen_stages!r} must be an int from -1 '
+                             f'(nothing '
                              f'frozen), 0 (the stem) ... {n} (every stage)')
         rate = arch.get('drop_path_rate', 0.1) if drop_path_rate is None else drop_path_rate
         if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
@@ -96,14 +100,15 @@ class LinAttnBackbone(BaseModule):
 
     # ------------------------------------------------------------------ forward
     def forward_stem(self, x: torch.Tensor):
-        """The image -> stage 0's input. The identity here: a family whose first stage starts with its
-        own patch embedding (InLine-PVT) has no stem."""
+        """The image -> stage 0's input. The identity here: a family whose first stage starts with
+        its own patch embedding (InLine-PVT) has no stem."""
         return x
 
     def run_stage(self, i: int, x, downsample: bool):
-        """Stage ``i`` on its input ``x`` -> ``(output, next_input)``: its (B, C, H, W) map, and what
-        stage ``i + 1`` takes (after the stage's own downsampling when ``downsample``; the stage skips
-        it otherwise). The default runs ``self.layers[i]``, a stage module that owns its downsampling."""
+        """Stage ``i`` on its input ``x`` -> ``(output, next_input)``: its (B, C, H, W) map, and
+        what stage ``i + 1`` takes (after the stage's own downsampling when ``downsample``; the
+        stage skips it otherwise). The default runs ``self.layers[i]``, a stage module that owns its
+        downsampling."""
         return self.layers[i](x, downsample=downsample)
 
     def forward(self, x: torch.Tensor) -> tuple:
@@ -124,9 +129,10 @@ class LinAttnBackbone(BaseModule):
     def _output(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """Stage i's (B, C, H, W) output through its output norm, if any, in contiguous NCHW memory.
 
-        The maps come out of token layouts by a permute, i.e. with channels-last strides; convolutions
-        keep that layout, and mmcv's C++ RoIAlign reads its input as plain NCHW memory without checking
-        the strides - the RoI heads of a detector then see scrambled features (they do not learn).
+        The maps come out of token layouts by a permute, i.e. with channels-last strides;
+        convolutions keep that layout, and mmcv's C++ RoIAlign reads its input as plain NCHW memory
+        without checking the strides - the RoI heads of a detector then see scrambled features (they
+        do not learn).
         """
         x = getattr(self, self.out_norm_name)[i](x) if self.out_norm else x
         return x.contiguous()
@@ -144,7 +150,8 @@ class LinAttnBackbone(BaseModule):
             key = aliases.get(key, key) if len(key) == 1 else key
             if key not in cls.arch_zoo:
                 raise ValueError(f'{cls.__name__}: unknown arch {arch!r}; choose one of '
-                                 f'{sorted(cls.arch_zoo)} or pass a dict with keys {list(cls.arch_keys)}')
+                                 f'{sorted(cls.arch_zoo)} or pass a dict with keys '
+                                 f'{list(cls.arch_keys)}')
             out = dict(cls.arch_zoo[key])
             out['name'] = key
             return out
@@ -191,11 +198,11 @@ class LinAttnBackbone(BaseModule):
         """Load the authors' classification checkpoint (or our own backbone weights) through the
         family's :attr:`authors_layout` filter.
 
-        Raises :class:`mmlinattn.checkpoint.CheckpointError` naming the path and the first mismatched
-        keys when the file does not fit this architecture. Returns the load report (``loaded``,
-        ``dropped``, ``ignored``, ``new`` key lists). The reading, key mapping and fitting are
-        :func:`mmlinattn.checkpoint.fitting.fit_backbone_checkpoint`, which the training pre-flight
-        runs with ``check_only=True``.
+        Raises :class:`mmlinattn.checkpoint.CheckpointError` naming the path and the first
+        mismatched keys when the file does not fit this architecture. Returns the load report
+        (``loaded``, ``dropped``, ``ignored``, ``new`` key lists). The reading, key mapping and
+        fitting are :func:`mmlinattn.checkpoint.fitting.fit_backbone_checkpoint`, which the training
+        pre-flight runs with ``check_only=True``.
         """
         # the model's state has to be initialised for keys the checkpoint does not carry
         self.apply(self._default_init)
