@@ -240,6 +240,48 @@ def test_chunked_inference_path_equals_reference(monkeypatch, grad):
         assert torch.equal(q, q0)
 
 
+def test_eager_kernels_match_torchs_own_exp_and_elu():
+    """The eager inference path computes exp as exp2 (faster on CPU) and ELU + 1 in scratch
+    buffers: torch.exp and F.elu are the oracle, in float64 and to float32 rounding."""
+    import torch.nn.functional as F
+
+    from mmlinattn.ops.kernels import KERNELS, elu_plus_one, elu_plus_one_into, exp_
+    x64 = torch.cat([torch.linspace(-80, 20, 20001, **D64), rand((1000,), 5.0)])
+    for dtype, rtol in ((torch.float64, 1e-13), (torch.float32, 5e-6)):
+        x = x64.to(dtype)
+        x64 = x.double()  # the oracle sees the same (rounded) inputs
+        assert torch.allclose(exp_(x.clone(), 0.2), torch.exp(0.2 * x64).to(dtype), rtol=rtol,
+                              atol=0)
+        with torch.inference_mode():
+            x0 = x.clone()
+            outs = [elu_plus_one(x), KERNELS['exp'](x),
+                    elu_plus_one_into(x, torch.empty_like(x), torch.empty_like(x))]
+            assert torch.equal(x, x0)  # the input is left alone
+        ref = torch.where(x64 > 0, x64 + 1, torch.exp(x64))  # the definition of ELU + 1
+        assert torch.allclose(ref, F.elu(x64) + 1, rtol=0, atol=1e-14)
+        for out in (outs[0], outs[2]):
+            assert torch.allclose(out, ref.to(dtype), rtol=rtol, atol=0)
+        assert torch.allclose(outs[1], torch.exp(0.2 * x64).to(dtype), rtol=rtol, atol=0)
+
+
+def test_mala_eager_inference_runs_two_products():
+    """Without autograd, MALA's eager forward runs exactly two batched products, K'^T V and
+    Q' [kv] (z = phi(q) . w is a multiply and a row sum, not a one-column GEMM); a jit trace
+    (what the FLOP counter sees) keeps z as a product."""
+    q, k, v = (torch.randn(1, 2, 64, 8) for _ in range(3))
+
+    def products(fn):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            fn()
+        return sum(e.name in ('aten::bmm', 'aten::mm', 'aten::baddbmm')
+                   for e in prof.events())
+    with torch.inference_mode():
+        assert products(lambda: mala_attention(q, k, v)) == 2
+    graph = torch.jit.trace(lambda a, b, c: mala_attention(a, b, c), (q, k, v),
+                           check_trace=False).graph
+    assert sum(n.kind() == 'aten::matmul' for n in graph.nodes()) == 3
+
+
 def _sdpa_kernels(fn):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         fn()
