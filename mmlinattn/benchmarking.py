@@ -52,11 +52,13 @@ def peak_memory(fn) -> int:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as prof:
         fn()
-    events = sorted((e for e in prof.events() if e.cpu_memory_usage),
+    # an event's cpu_memory_usage includes what the ops it calls allocate, so a sum of those counts
+    # one allocation once per enclosing op: walk the self (exclusive) figures in time order instead
+    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage),
                     key=lambda e: e.time_range.start)
     cur = peak = 0
     for e in events:
-        cur += e.cpu_memory_usage
+        cur += e.self_cpu_memory_usage
         peak = max(peak, cur)
     return peak
 
