@@ -254,3 +254,28 @@ def summary_table(results: List[dict]) -> str:
     out.append('| optimizer step (wall ms) | ' +
                ' | '.join(f"{r['optimizer_s'] * 1e3:.0f}" for r in results) + ' |')
     return '\n'.join(out)
+
+
+# ops that move no data (views, allocations, no-op casts) and RoPE's pair shuffle, not counted
+_NOT_PASSES = frozenset(f'aten::{n}' for n in (
+    'alias', 'transpose', 't', 'reshape', 'view', '_unsafe_view', 'slice', 'select', 'as_strided',
+    'unsqueeze', 'squeeze', 'expand', 'flatten', 'unflatten', 'unbind', 'detach', 'to', 'empty',
+    'empty_like', 'new_empty', 'empty_strided', 'stack'))
+
+
+def count_passes(fn, n: int, d: int) -> List[str]:
+    """The passes over (n x d) memory of one call of ``fn()``: the outermost aten ops (top level,
+    or directly under a range that is not an aten op: an autograd node of the backward, a custom
+    Function's forward) with an input whose last two dims are (n, d) or, transposed, (d, n); views,
+    allocations and ops on (n x 1) tensors are not passes. Pick n and d unlike every other size of
+    the call. Returns the op names in call order."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        fn()
+
+    def counted(e) -> bool:
+        top = e.cpu_parent is None or not e.cpu_parent.name.startswith('aten::')
+        return (top and e.name.startswith('aten::') and e.name not in _NOT_PASSES
+                and any(isinstance(s, list) and len(s) >= 2 and s[-2:] in ([n, d], [d, n])
+                        for s in e.input_shapes))
+    return [e.name for e in sorted(prof.events(), key=lambda e: e.time_range.start) if counted(e)]

@@ -29,3 +29,21 @@ def test_peak_memory_follows_frees():
         return s + b.sum()
     assert _close(peak_memory(two_alive), MB4 + MB4 // 2)
     assert _close(peak_memory(one_after_another), MB4)
+
+
+def test_count_passes_counts_the_floor_by_its_definition():
+    """The floor is two products forward (K^T V, Q (K^T V)) and four gradient products backward;
+    an elementwise op on (N x d) is a pass, one on (N x 1) and a view are not."""
+    from mmlinattn.profiling import count_passes
+    n, d = 37, 6
+    q, k, v = (torch.randn(1, 2, n, d, requires_grad=True) for _ in range(3))
+    g = torch.randn(1, 2, n, d)
+
+    def floor():
+        return torch.matmul(q, torch.matmul(k.transpose(-2, -1), v))
+    with torch.no_grad():
+        assert len(count_passes(floor, n, d)) == 2
+        x = q.detach()
+        assert count_passes(lambda: (x.transpose(-2, -1).exp() + 1).sum(-2, keepdim=True).exp(),
+                            n, d) == ['aten::exp', 'aten::add', 'aten::sum']
+    assert len(count_passes(lambda: torch.autograd.grad(floor(), (q, k, v), g), n, d)) == 6

@@ -20,6 +20,10 @@ every linear-time core next to the floor's forward + backward (the two products 
 gradient products), and the peak memory of the step; softmax is left out.
 
     python tools/analysis_tools/benchmark_attention.py --train --repeats 3
+
+``--passes`` prints, instead of timing, how many passes over (N x d) memory every linear-time core
+makes in the inference forward and in forward + backward (:func:`mmlinattn.profiling.count_passes`
+at a small N): the figure that does not depend on the CPU.
 """
 import argparse
 import contextlib
@@ -35,6 +39,7 @@ import torch  # noqa: E402
 
 from mmlinattn.benchmarking import peak_memory, timeit  # noqa: E402
 from mmlinattn.ops import CORES  # noqa: E402
+from mmlinattn.profiling import count_passes  # noqa: E402
 
 
 def gemm_gflops(n=2048):
@@ -77,8 +82,12 @@ def main():
                    help='also time the linear-time cores compiled')
     p.add_argument('--train', action='store_true',
                    help='time forward + backward (grads of q, k, v) of the linear-time cores')
+    p.add_argument('--passes', action='store_true',
+                   help='count passes over (N x d) memory per core instead of timing')
     p.add_argument('--out', default='work_dirs/benchmark_attention')
     args = p.parse_args()
+    if args.passes:
+        return print_passes(args.heads, args.head_dim)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -148,6 +157,23 @@ def main():
         print(f'\nplot: {osp.join(args.out, stem + ".png")}')
     except ImportError:
         print('matplotlib not installed: no plot')
+
+
+def print_passes(h: int, d: int, n: int = 97):
+    """Passes over (n x d) memory per linear-time core (n unlike any other size of the call)."""
+    q, k, v = (torch.randn(1, h, n, d, requires_grad=True) for _ in range(3))
+
+    def floor():
+        return torch.matmul(q, torch.matmul(k.transpose(-2, -1), v))
+    ops = dict(floor=floor, **{c: f for c, f in core_ops(q, k, v).items() if c != 'softmax'})
+    print(f'passes over (N x d) memory, h={h} d={d}: inference forward | forward + backward')
+    for name, fn in ops.items():
+        with torch.inference_mode():
+            inference = count_passes(fn, n, d)
+        step = train_step(fn, (q, k, v))
+        step()  # the first call makes the upstream gradient
+        train = count_passes(step, n, d)
+        print(f'{name:>10} | {len(inference):3d} | {len(train):3d}   {" ".join(inference)}')
 
 
 def train_step(fn, inputs):
