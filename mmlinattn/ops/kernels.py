@@ -37,10 +37,11 @@ def exp_(t: Tensor, scale: float = 1.0) -> Tensor:
 
 
 def _exp(x: Tensor) -> Tensor:
-    # the InLine paper's exp kernel (temperature 0.2, as in the authors' ablation code)
-    if torch.is_grad_enabled() and x.requires_grad:
-        return torch.exp(0.2 * x)
-    return exp_(x.clone(), 0.2)
+    # the InLine paper's exp kernel (temperature 0.2, as in the authors' ablation code); eager
+    # calls without autograd take exp2 (see exp_), traced ones keep the plain expression
+    if eager() and not (torch.is_grad_enabled() and x.requires_grad):
+        return torch.mul(x, 0.2 * _LOG2E).exp2_()
+    return torch.exp(0.2 * x)
 
 
 def elu_plus_one(x: Tensor) -> Tensor:
