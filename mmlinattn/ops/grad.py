@@ -110,7 +110,7 @@ def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, ep
     """MALA's output, its states (kv, w = s mean(phi(K))^T, mean(V)) and, if ``keep_z``, z."""
     n = q.shape[-2]
     inplace = not torch.is_grad_enabled()
-    if inplace and eager():
+    if inplace and eager() and n > 0:
         return _mala_forward_eager(q, k, v, s, rope, eps, beta, gamma, min(step, n), keep_z)
     kv, sum_k, sum_v = key_pass(k, v, elu_plus_one, step, rope)
     mean_v = sum_v / n
@@ -195,7 +195,8 @@ def _mala_forward_eager(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTab
 
 
 def _elu1(x: Tensor, out: Optional[Tensor] = None):
-    """phi(x) = ELU(x) + 1 = relu(x) + e and its slope phi'(x) = e = exp(min(x, 0)), four passes."""
+    """phi(x) = ELU(x) + 1 = relu(x) + e and its slope phi'(x) = e = exp(min(x, 0)): five passes,
+    the exp as :func:`~.kernels.exp_`."""
     e = exp_(x.clamp(max=0))
     return torch.add(x.relu(), e, out=out), e
 
