@@ -35,7 +35,7 @@ from typing import Optional, Tuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from .kernels import eager, elu_plus_one, elu_plus_one_into, exp_, get_kernel, rotate_pairs
+from .kernels import eager, elu_plus_one, elu_plus_one_scratch, exp_, get_kernel, rotate_pairs
 
 Tensor = torch.Tensor
 RopeTables = Optional[Tuple[Tensor, Tensor]]
@@ -110,16 +110,17 @@ def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, ep
     """MALA's output, its states (kv, w = s mean(phi(K))^T, mean(V)) and, if ``keep_z``, z."""
     n = q.shape[-2]
     inplace = not torch.is_grad_enabled()
-    if inplace and eager() and n > 0:
-        return _mala_forward_eager(q, k, v, s, rope, eps, beta, gamma, min(step, n), keep_z)
-    kv, sum_k, sum_v = key_pass(k, v, elu_plus_one, step, rope)
+    # eager calls without autograd write phi into two scratch buffers reused for every chunk of
+    # keys and queries (its exp as exp2, kernels.exp_); traced ones keep the plain expression
+    phi = elu_plus_one_scratch(q, min(step, n)) if inplace and eager() else elu_plus_one
+    kv, sum_k, sum_v = key_pass(k, v, phi, step, rope)
     mean_v = sum_v / n
     kv = kv * (s / n)
     zvec = sum_k.transpose(-2, -1) * (s / n)  # s mean(phi(K))^T, (d x 1)
     zs = []
 
     def chunk(qc, i):
-        phq = elu_plus_one(qc)
+        phq = phi(qc)
         # z from the un-rotated phi(q), in its own (d x 1) product: measured faster than one
         # GEMM over the concatenated [kv | zvec] (d+1 columns), eager and compiled
         z = torch.matmul(phq, zvec)
@@ -139,59 +140,6 @@ def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, ep
     out = query_pass(q, step, v.shape[-1], chunk)
     z = (zs[0] if len(zs) == 1 else torch.cat(zs, dim=-2)) if keep_z else None
     return out, kv, zvec, mean_v, z
-
-
-def _mala_forward_eager(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, eps: float,
-                        beta: bool, gamma: bool, c: int, keep_z: bool):
-    """:func:`mala_forward` without autograd, in eager mode: the same math in fewer passes.
-
-    phi is written into two chunk buffers reused for every chunk of keys and queries (no fresh
-    allocation per op), ``z = phi(q) . w`` is a multiply and a row sum (on CPU a batched GEMV with
-    one column costs as much as the d-column GEMM beside it), and a single chunk's product is
-    written straight into the result. Traced, compiled and exported calls keep the plain path (a
-    GEMV the FLOP counter sees, and what exporters and inductor expect).
-    """
-    *lead, n, d = q.shape
-    buf, tmp = q.new_empty(*lead, c, d), q.new_empty(*lead, c, d)
-    rbuf = q.new_empty(*lead, c, d) if rope is not None else None
-
-    def head(t: Tensor, m: int) -> Tensor:  # the first m tokens of a buffer, contiguous
-        return t if m == c else t.view(-1)[:t[..., 0, 0].numel() * m * d].view(*lead, m, d)
-
-    def phi(x: Tensor, m: int, i: int):
-        p = elu_plus_one_into(x, head(buf, m), head(tmp, m))
-        r = p if rope is None else _rotate(p, rope[0][i:i + m], rope[1][i:i + m],
-                                             out=head(rbuf, m))
-        return p, r
-    kv = sum_k = sum_v = None
-    for i in range(0, n, c):
-        m = min(c, n - i)
-        vc = v[..., i:i + m, :]
-        pk, pkr = phi(k[..., i:i + m, :], m, i)
-        sk, sv = pk.sum(dim=-2, keepdim=True), vc.sum(dim=-2, keepdim=True)
-        kvc = torch.matmul(pkr.transpose(-2, -1), vc)
-        if kv is None:
-            kv, sum_k, sum_v = kvc, sk, sv
-        else:
-            kv, sum_k, sum_v = kv.add_(kvc), sum_k.add_(sk), sum_v.add_(sv)
-    mean_v, kv = sum_v.div_(n), kv.mul_(s / n)
-    zrow = sum_k.mul_(s / n)  # s mean(phi(K)), (1 x d)
-    out = q.new_empty(*lead, n, v.shape[-1])
-    zs = []
-    for i in range(0, n, c):
-        m = min(c, n - i)
-        pq, pqr = phi(q[..., i:i + m, :], m, i)
-        z = torch.mul(pq, zrow, out=head(tmp, m)).sum(dim=-1, keepdim=True)
-        if keep_z:
-            zs.append(z)
-        num = (torch.matmul(pqr, kv, out=out) if m == n
-               else out[..., i:i + m, :].copy_(torch.matmul(pqr, kv)))
-        if beta:
-            num.mul_(z.add(eps).reciprocal_().add_(1.0))
-        if gamma:
-            num.addcmul_(z, mean_v, value=-1.0)
-    z = (zs[0] if len(zs) == 1 else torch.cat(zs, dim=-2)) if keep_z else None
-    return out, kv, zrow.transpose(-2, -1), mean_v, z
 
 
 def _elu1(x: Tensor, out: Optional[Tensor] = None):

@@ -62,6 +62,23 @@ def elu_plus_one_into(x: Tensor, out: Tensor, tmp: Tensor) -> Tensor:
     return exp_(torch.clamp(x, max=0, out=out)).add_(torch.clamp(x, min=0, out=tmp))
 
 
+def elu_plus_one_scratch(like: Tensor, tokens: int) -> Callable[[Tensor], Tensor]:
+    """:func:`elu_plus_one_into` over two scratch buffers allocated once, for chunks of at most
+    ``tokens`` tokens of tensors shaped like ``like`` (..., N, d). Every call's result overwrites
+    the last one's: use it before the next call."""
+    *lead, _, d = like.shape
+    buf, tmp = like.new_empty(*lead, tokens, d), like.new_empty(*lead, tokens, d)
+    per_token = buf[..., 0, 0].numel() * d
+
+    def head(t: Tensor, m: int) -> Tensor:  # the first m tokens of a buffer, contiguous
+        return t if m == tokens else t.view(-1)[:per_token * m].view(*lead, m, d)
+
+    def phi(x: Tensor) -> Tensor:
+        m = x.shape[-2]
+        return elu_plus_one_into(x, head(buf, m), head(tmp, m))
+    return phi
+
+
 KERNELS: Dict[str, Callable[[Tensor], Tensor]] = {
     'identity': _identity,
     'relu': F.relu,
