@@ -19,13 +19,11 @@ What a core supports decides how the modules call it:
 * ``scaled``: the function takes ``scale`` (d^-1/2 by default);
 * ``bias``: it takes an additive ``attn_bias`` (Swin's relative position bias and shift mask), so
   window blocks can run it;
-* ``windowed``: an InLine-Swin block runs it in Swin's shifted windows with the relative position
-bias
-  (needs ``bias``); the other cores run over the whole map;
+* ``windowed``: an InLine-Swin block runs it in Swin's shifted windows with the relative
+  position bias (needs ``bias``); the other cores run over the whole map;
 * ``reduced_kv``: a PVT block may shorten its keys/values by spatial reduction (``sr_ratio``);
 * ``options``: further keyword switches it takes (e.g. MALA's ``beta``/``gamma``); a module's
-options
-  that a core does not take are not passed to it (one ``attn_cfg`` serves every stage);
+  options that a core does not take are not passed to it (one ``attn_cfg`` serves every stage);
 * ``local_residual``: whether InLine's local attention residual is on by default in token modules;
 * ``title``, ``description``: how error messages and the analysis tools name it.
 """
@@ -82,8 +80,7 @@ class Core:
             get_kernel(k)
         if self.windowed and not self.bias:
             raise ValueError(f'core {self.name!r}: windowed blocks add a relative position bias, '
-                             f'so a '
-                             'windowed core must take one (bias=True)')
+                             'so a windowed core must take one (bias=True)')
 
     def kwargs(self, scale: Optional[float] = None, kernel: Optional[str] = None, rope=None,
                attn_bias: Optional[Tensor] = None, **options) -> dict:
@@ -192,10 +189,8 @@ def _mixed_stage(body: str, depth: int, letters: Dict[str, str], where: str) -> 
     runs = _RUN.findall(body)
     if not runs or ''.join(a + n for a, n in runs) != body:
         raise ValueError(f'{where}: cannot read the mixed stage ({body}); write runs of a letter '
-                         f'and '
-                         'a block count, the last count may be left out: '
-                         'e.g. (I2S) = 2 blocks of I, '
-                         'then S')
+                         'and a block count, the last count may be left out: '
+                         'e.g. (I2S) = 2 blocks of I, then S')
     blocks: List[str] = []
     for j, (letter, count) in enumerate(runs):
         if letter not in letters:
@@ -203,13 +198,12 @@ def _mixed_stage(body: str, depth: int, letters: Dict[str, str], where: str) -> 
                              f'{_letters_help(letters)}')
         if not count and j != len(runs) - 1:
             raise ValueError(f'{where}: only the last run of ({body}) may leave out its block '
-                             f'count')
+                             'count')
         n = int(count) if count else depth - len(blocks)
         blocks += [letters[letter]] * n
     if len(blocks) != depth:
         raise ValueError(f'{where}: the mixed stage ({body}) has {len(blocks)} blocks but the '
-                         f'stage '
-                         f'has {depth}')
+                         f'stage has {depth}')
     return blocks
 
 
@@ -249,17 +243,16 @@ def parse_attn_type(attn_type, depths: Sequence[int], owner: str = 'backbone',
             new = _legacy_swin(attn_type, n)
             if new is not None:
                 warnings.warn(f'{owner}: attn_type={attn_type!r} is the old spelling of a mixed '
-                              f'stage '
-                              f'(M followed by a block count); write {new!r} (M now means MALA)',
+                              f'stage (M followed by a block count); write {new!r} (M now means '
+                              'MALA)',
                               FutureWarning, stacklevel=3)
                 attn_type = new
         specs: list = []
         for group, letter, other in _STAGE_TOKEN.findall(attn_type):
             if other:
                 raise ValueError(f'{owner}: cannot read {other!r} in attn_type {attn_type!r}: one '
-                                 f'letter per stage from {_letters_help(letters)}, '
-                                 'or a mixed stage '
-                                 'in parentheses such as (I2S)')
+                                 f'letter per stage from {_letters_help(letters)}, or a mixed '
+                                 'stage in parentheses such as (I2S)')
             specs.append(('mixed', group) if letter == '' else letter)
     elif isinstance(attn_type, (list, tuple)):
         specs = list(attn_type)
@@ -268,8 +261,7 @@ def parse_attn_type(attn_type, depths: Sequence[int], owner: str = 'backbone',
                         f'{type(attn_type).__name__}')
     if len(specs) != n:
         raise ValueError(f'{owner}: attn_type {attn_type!r} needs one entry per stage ({n} '
-                         f'stages); '
-                         f'letters: ' + ', '.join(f'{k}={v}' for k, v in letters.items()) +
+                         'stages); letters: ' + ', '.join(f'{k}={v}' for k, v in letters.items()) +
                          '; a mixed stage in parentheses, e.g. (I2S)')
     out = []
     for i, spec in enumerate(specs):

@@ -58,8 +58,9 @@ class LinAttnBackbone(BaseModule):
         self.arch_name = arch['name']
         self.depths = list(arch['depths'])
         n = self.num_stages = len(self.depths)
-        out_indices = tuple(out_indices) if isinstance(out_indices,
-                                                       (list, tuple)) else (out_indices,)
+        if not isinstance(out_indices, (list, tuple)):
+            out_indices = (out_indices,)
+        out_indices = tuple(out_indices)
         if not out_indices:
             raise ValueError(f'{owner}: out_indices is empty; choose stages from {list(range(n))}, '
                              'e.g. (0, 1, 2, 3)')
@@ -67,12 +68,10 @@ class LinAttnBackbone(BaseModule):
         if bad or len(set(out_indices)) != len(out_indices) or \
                 list(out_indices) != sorted(out_indices):
             raise ValueError(f'{owner}: out_indices {out_indices} must be distinct, increasing '
-                             f'stage '
-                             f'indices from {list(range(n))}')
+                             f'stage indices from {list(range(n))}')
         if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= n:
             raise ValueError(f'{owner}: frozen_stages={frozen_stages!r} must be an int from -1 '
-                             f'(nothing '
-                             f'frozen), 0 (the stem) ... {n} (every stage)')
+                             f'(nothing frozen), 0 (the stem) ... {n} (every stage)')
         rate = arch.get('drop_path_rate', 0.1) if drop_path_rate is None else drop_path_rate
         if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             raise ValueError(f'{owner}: drop_path_rate={rate!r} must lie in [0, 1)')
