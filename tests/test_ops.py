@@ -324,3 +324,42 @@ def test_window_softmax_layout_keeps_the_math(with_mask):
         bias = bias[None] + torch.randn(4, 1, 9, 9, dtype=torch.float64)
     want = torch.softmax(q @ k.transpose(-2, -1) * 8 ** -0.5 + bias, -1) @ v
     torch.testing.assert_close(softmax_attention(q, k, v, attn_bias=bias), want)
+
+
+@pytest.mark.parametrize('nq,nk', [(30, 12), (12, 30)])
+@pytest.mark.parametrize('grad', [False, True])
+@pytest.mark.parametrize('chunk', [7, 4096])
+def test_keys_and_queries_of_different_lengths(monkeypatch, nq, nk, grad, chunk):
+    """The linear-time cores take keys / values of another length than the queries (the shape
+    check allows it): the means run over the keys, as in the quadratic matrices, on every path
+    (autograd Functions, chunked in-place inference with its scratch buffers)."""
+    from mmlinattn.ops import attention
+    monkeypatch.setattr(attention, 'CHUNK_TOKENS', chunk)
+    d = 8
+    q = rand((2, 3, nq, d)).requires_grad_(grad)
+    k, v = rand((2, 3, nk, d)).requires_grad_(grad), rand((2, 3, nk, 5)).requires_grad_(grad)
+    cases = [(inline_attention, inline_attention_reference, dict(kernel=kern))
+             for kern in ('identity', 'elu', 'exp')]
+    cases += [(mala_attention, mala_attention_reference, dict(beta=b, gamma=g))
+              for b, g in ((True, True), (False, True), (True, False))]
+    cases += [(linear_attention, linear_attention_reference, dict(kernel='elu'))]
+    for fn, ref, kw in cases:
+        out = fn(q, k, v, **kw)
+        want = ref(q, k, v, **kw)
+        assert out.shape == (2, 3, nq, 5)
+        torch.testing.assert_close(out, want, rtol=1e-9, atol=1e-10, msg=f'{fn.__name__} {kw}')
+        if grad:
+            g = torch.randn_like(want)
+            got = torch.autograd.grad(out, (q, k, v), g)
+            exp = torch.autograd.grad(want, (q, k, v), g)
+            for a, b in zip(got, exp):
+                torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9,
+                                           msg=f'{fn.__name__} {kw} grad')
+
+
+def test_mala_rope_needs_queries_and_keys_at_the_same_positions():
+    rope = rope_sin_cos((3, 4), rope_angles(8, dtype=torch.float64))
+    q, k, v = rand((1, 2, 12, 8)), rand((1, 2, 6, 8)), rand((1, 2, 6, 8))
+    for fn in (mala_attention, mala_attention_reference):
+        with pytest.raises(ValueError, match='q has 12 tokens and k 6'):
+            fn(q, k, v, rope=rope)

@@ -47,6 +47,13 @@ def _check_qkv(q: Tensor, k: Tensor, v: Optional[Tensor] = None) -> None:
                          f'{tuple(k.shape)}')
 
 
+def _check_rope(q: Tensor, k: Tensor, rope: RopeTables) -> None:
+    """One (N, d) pair of RoPE tables rotates queries and keys of the same positions."""
+    if rope is not None and q.shape[-2] != k.shape[-2]:
+        raise ValueError(f'RoPE tables rotate queries and keys at the same positions: q has '
+                         f'{q.shape[-2]} tokens and k {k.shape[-2]}')
+
+
 def _batch_flat(*tensors: Tensor):
     """Extra leading dims (e.g. Swin's windows) folded into B, for the shape checks."""
     return [t.flatten(0, -4) if t.dim() > 4 else t for t in tensors]
@@ -72,13 +79,13 @@ def _needs_grad(*tensors: Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _step(n: int, *tensors: Tensor) -> int:
-    """Chunk length along N: the whole sequence with autograd, and while ``torch.export`` (and so
-    ``torch.onnx.export``) traces, where the loop would unroll at the example's N and compare a
-    symbolic N with the chunk size (no dynamic height / width); else :data:`CHUNK_TOKENS`. The math
-    is the same either way."""
-    if _needs_grad(*tensors) or torch.compiler.is_exporting():
-        return n
+def _step(q: Tensor, k: Tensor, v: Tensor) -> int:
+    """Chunk length along N (of the queries and of the keys, which may differ): the whole
+    sequence with autograd, and while ``torch.export`` (and so ``torch.onnx.export``) traces, where
+    the loop would unroll at the example's N and compare a symbolic N with the chunk size (no
+    dynamic height / width); else :data:`CHUNK_TOKENS`. The math is the same either way."""
+    if _needs_grad(q, k, v) or torch.compiler.is_exporting():
+        return max(q.shape[-2], k.shape[-2])
     return CHUNK_TOKENS
 
 
@@ -110,7 +117,7 @@ def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
         if _use_function(q, k, v):
             out = InlineAttentionFunction.apply(q, k, v, kernel, s, CHUNK_TOKENS)
         else:
-            out = inline_forward(q, k, v, phi, s, _step(q.shape[-2], q, k, v))[0]
+            out = inline_forward(q, k, v, phi, s, _step(q, k, v))[0]
         return out.to(out_dtype)
 
 
@@ -143,6 +150,7 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
     ablations (beta = 1, gamma = 0).
     """
     _check_qkv(q, k, v)
+    _check_rope(q, k, rope)
     s = _scale(q, scale)
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
@@ -154,7 +162,7 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
             out = MalaAttentionFunction.apply(q, k, v, sin, cos, s, eps, beta, gamma,
                                               CHUNK_TOKENS)
         else:
-            step = _step(q.shape[-2], q, k, v)
+            step = _step(q, k, v)
             out = mala_forward(q, k, v, s, rope, eps, beta, gamma, step)[0]
         return out.to(out_dtype)
 
@@ -164,6 +172,7 @@ def mala_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,
                           gamma: bool = True) -> Tensor:
     """A_ij = beta_i (s/N) phi~(q_i).phi~(k_j) - z_i / N (docs/design.md 1.2)."""
     _check_qkv(q, k)
+    _check_rope(q, k, rope)
     s = _scale(q, scale)
     n = k.shape[-2]
     phq, phk = elu_plus_one(q), elu_plus_one(k)
@@ -193,8 +202,7 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'relu',
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
         q, k, v = _float32(q, k, v)
-        n = q.shape[-2]
-        step = _step(n, q, k, v)
+        step = _step(q, k, v)
         kv, sum_k, _ = key_pass(k, v, phi, step)
         state = torch.cat([kv, sum_k.transpose(-2, -1)], dim=-1)
 

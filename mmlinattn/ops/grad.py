@@ -5,10 +5,10 @@ copies, num, ...) and replays an elementwise pass per op. The autograd Functions
 and the small states only, recompute phi and the rotation in the backward, and form the gradients
 as batched products of the (N x d) tensors with (d x d) / (d x 1) states.
 
-Notation per (batch, head): P = phi(Q), K' = phi(K) (N x d), V (N x dv), G = dL/dout (N x dv),
-c = s / N, 1 the column of N ones; R the per-token RoPE rotation ``x cos + rot(x) sin``, whose
-adjoint is ``R^T y = y cos - rot(y sin)`` (``rot`` is a quarter turn of each channel pair, so
-``rot^T = -rot``).
+Notation per (batch, head): P = phi(Q), K' = phi(K), V, G = dL/dout, c = s / N with N the keys'
+count (the queries' may differ), 1 a column of ones; R the per-token RoPE rotation
+``x cos + rot(x) sin``, whose adjoint is ``R^T y = y cos - rot(y sin)`` (``rot`` is a quarter turn
+of each channel pair, so ``rot^T = -rot``).
 
 InLine, forward ``out = P S + 1 m`` with ``m = 1^T V / N`` and
 ``S = c (K'^T V - (1^T K')^T m)``. Backward::
@@ -90,8 +90,10 @@ def _bmm(a: Tensor, w: Tensor, bias: Optional[Tensor] = None, alpha: float = 1.0
 
 
 def inline_forward(q: Tensor, k: Tensor, v: Tensor, phi, s: float, step: int):
-    """InLine's output and its states (state S, mean(V), sum phi(K))."""
-    b, h, n, d = q.shape
+    """InLine's output and its states (state S, mean(V), sum phi(K)). N is the keys' count
+    (the means run over the keys; the queries may be as many or not)."""
+    b, h, _, d = q.shape
+    n = k.shape[-2]
     kv, sum_k, sum_v = key_pass(k, v, phi, step)
     mean_v = sum_v / n
     # state = (s/N) phi(K)^T V - s mean(phi(K))^T mean(V)   (d x dv)
@@ -107,12 +109,14 @@ def inline_forward(q: Tensor, k: Tensor, v: Tensor, phi, s: float, step: int):
 
 def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, eps: float,
                  beta: bool, gamma: bool, step: int, keep_z: bool = False):
-    """MALA's output, its states (kv, w = s mean(phi(K))^T, mean(V)) and, if ``keep_z``, z."""
-    n = q.shape[-2]
+    """MALA's output, its states (kv, w = s mean(phi(K))^T, mean(V)) and, if ``keep_z``, z.
+    N is the keys' count (the means run over the keys)."""
+    n = k.shape[-2]
     inplace = not torch.is_grad_enabled()
     # eager calls without autograd write phi into two scratch buffers reused for every chunk of
     # keys and queries (its exp as exp2, kernels.exp_); traced ones keep the plain expression
-    phi = elu_plus_one_scratch(q, min(step, n)) if inplace and eager() else elu_plus_one
+    longest = max(n, q.shape[-2])
+    phi = elu_plus_one_scratch(q, min(step, longest)) if inplace and eager() else elu_plus_one
     kv, sum_k, sum_v = key_pass(k, v, phi, step, rope)
     mean_v = sum_v / n
     kv = kv * (s / n)
@@ -173,7 +177,7 @@ _DPHI_SCALE = {'exp': 0.2}
 def inline_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, state: Tensor, mean_v: Tensor,
                     sum_k: Tensor, kernel: str, s: float):
     f = _DPHI_SCALE.get(kernel, 1.0)
-    n = q.shape[-2]
+    n = k.shape[-2]
     c = s / n
     pq, slope = _phi_and_slope(kernel, q)
     ds = torch.matmul(pq.transpose(-2, -1), g)                      # d x dv
@@ -200,7 +204,7 @@ def mala_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, kv: Tensor, zvec: 
     A = [P | -z / b] (phi(q) written into A's first d columns), B = [b * G | dz], then
     A^T B = [[dkv, dw], [dm, .]] and dP = B [kv^T ; w^T] (without RoPE: two GEMMs for five
     products)."""
-    n, d, dv = q.shape[-2], q.shape[-1], v.shape[-1]
+    n, d, dv = k.shape[-2], q.shape[-1], v.shape[-1]
     c = s / n
     buf_a = q.new_empty(q.shape[:-1] + (d + 1,))
     pq, slope = _elu1(q, out=buf_a[..., :d])
