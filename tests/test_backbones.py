@@ -479,3 +479,19 @@ def test_large_arch_forward(cls, arch):
     outs = m(torch.randn(1, 3, 160, 224))
     assert [o.shape[1] for o in outs] == m.num_features
     sum(o.mean() for o in outs).backward()
+
+
+@pytest.mark.parametrize('cls', [InLineSwin, InLinePVT, MAViT])
+def test_custom_arch_with_any_stage_widths(cls):
+    """A custom arch dict may give any width per stage (not only doubling ones): every family
+    builds, runs forward and backward, and returns the widths the dict lists; per-stage lists of
+    the wrong length are refused by name at construction."""
+    widths = [32, 64, 96, 128]  # stage 3 is not twice stage 2 (Swin's merging would give 128)
+    arch = dict(embed_dims=widths, depths=[1, 1, 1, 1], num_heads=[1, 2, 3, 4], mlp_ratio=4)
+    m = cls(arch=arch)
+    outs = m(torch.randn(1, 3, 64, 96))
+    assert [o.shape[1] for o in outs] == widths == m.num_features
+    assert [tuple(o.shape[-2:]) for o in outs] == [(16, 24), (8, 12), (4, 6), (2, 3)]
+    sum(o.mean() for o in outs).backward()
+    with pytest.raises(ValueError, match=r'num_heads=\[1, 2, 3\] has 3 entries .* 4 stages'):
+        cls(arch=dict(arch, num_heads=[1, 2, 3]))

@@ -161,6 +161,12 @@ class LinAttnBackbone(BaseModule):
                                  f'(needs {list(cls.arch_keys)})')
             out = dict(arch)
             out.setdefault('name', 'custom')
+            n = len(out['depths'])
+            for key, val in out.items():  # per-stage lists: one entry per stage of depths
+                if key != 'depths' and isinstance(val, (list, tuple)) and len(val) != n:
+                    raise ValueError(f'{cls.__name__}: custom arch: {key}={list(val)} has '
+                                     f'{len(val)} entries but depths={list(out["depths"])} '
+                                     f'has {n} stages')
             return out
         raise TypeError(f'{cls.__name__}: arch must be a str or a dict, got {type(arch).__name__}')
 

@@ -141,19 +141,20 @@ class SwinBlock(nn.Module):
 
 
 class PatchMerging(nn.Module):
-    """2x2 neighbourhood concat (timm order x00, x10, x01, x11) -> LN(4C) -> Linear(4C, 2C).
+    """2x2 neighbourhood concat (timm order x00, x10, x01, x11) -> LN(4C) -> Linear(4C, C').
 
     Odd maps are zero-padded at the bottom/right first.
 
     Args:
         dim (int): input channels C.
         norm_cfg (dict): the norm over the 4C concatenation.
+        out_dim (int | None): output channels C', the next stage's width (``None``: 2C, Swin's).
     """
 
-    def __init__(self, dim: int, norm_cfg: dict = SWIN_NORM):
+    def __init__(self, dim: int, norm_cfg: dict = SWIN_NORM, out_dim: Optional[int] = None):
         super().__init__()
         self.norm = build_norm_layer(norm_cfg, 4 * dim)[1]
-        self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+        self.reduction = nn.Linear(4 * dim, out_dim or 2 * dim, bias=False)
 
     def forward(self, x, hw):
         b, n, c = x.shape
@@ -179,13 +180,15 @@ class SwinStage(nn.Module):
         attn_cfg (dict | None): :class:`TokenAttention` options.
         norm_cfg (dict): norms of the blocks and of the patch merging.
         with_cp (bool): activation checkpointing of each block while training.
+        out_dim (int | None): the patch merging's output width, the next stage's (``None``: twice
+            ``dim``, as in every Swin arch).
     """
 
     def __init__(self, dim: int, depth: int, num_heads: int, cores: Sequence[str],
                  dprs: Sequence[float], downsample: bool, window_size: int = 7,
                  mlp_ratio: float = 4., inline_window: Optional[int] = None,
                  attn_cfg: Optional[dict] = None, norm_cfg: dict = SWIN_NORM,
-                 with_cp: bool = False):
+                 with_cp: bool = False, out_dim: Optional[int] = None):
         super().__init__()
         self.with_cp = with_cp
         self.blocks = nn.ModuleList([
@@ -194,7 +197,7 @@ class SwinStage(nn.Module):
                       drop_path=dprs[i], inline_window=inline_window, attn_cfg=attn_cfg,
                       norm_cfg=norm_cfg)
             for i in range(depth)])
-        self.downsample = PatchMerging(dim, norm_cfg) if downsample else None
+        self.downsample = PatchMerging(dim, norm_cfg, out_dim) if downsample else None
 
     def forward(self, x: Tuple[torch.Tensor, Tuple[int, int]], downsample: bool = True):
         """``(tokens, hw)``: (B, N, C) tokens of an ``hw`` map -> ``(output, next stage's input)``:
@@ -278,7 +281,8 @@ class InLineSwin(LinAttnBackbone):
         self.patch_embed = PatchEmbed(in_channels, dims[0], patch_size, pad=True, norm_cfg=norm_cfg)
         self.layers = nn.ModuleList([
             SwinStage(dims[i], self.depths[i], heads[i], cores[i], self.dpr[i], i < n - 1,
-                      window_size, mlp_ratio, inline_window, attn_cfg, norm_cfg, with_cp)
+                      window_size, mlp_ratio, inline_window, attn_cfg, norm_cfg, with_cp,
+                      out_dim=dims[i + 1] if i < n - 1 else None)
             for i in range(n)])
         self._build_out_norms(out_norm, norm_cfg)
         self._freeze_stages()
