@@ -495,3 +495,17 @@ def test_custom_arch_with_any_stage_widths(cls):
     sum(o.mean() for o in outs).backward()
     with pytest.raises(ValueError, match=r'num_heads=\[1, 2, 3\] has 3 entries .* 4 stages'):
         cls(arch=dict(arch, num_heads=[1, 2, 3]))
+
+
+@pytest.mark.parametrize('cls,key,module,sets', [
+    (MAViT, 'local_residual', 'QKVOAttention', 'core'),  # an InLine token-module option
+    (InLinePVT, 'beta', 'TokenAttention', 'sr_ratio'),   # MALA's switch goes in core_options
+    (InLineSwin, 'num_heads', 'TokenAttention', 'num_heads'),
+])
+def test_attn_cfg_key_the_attention_module_does_not_take(cls, key, module, sets):
+    """A wrong ``attn_cfg`` key stops the build with the backbone, the key, the module and the keys
+    it takes (was a bare TypeError from the module's __init__, or 'multiple values')."""
+    with pytest.raises(ValueError, match=rf"{cls.__name__}: attn_cfg \['{key}'\] .*{module}.*"
+                                         rf"'kernel'.*'core_options'.*sets \[.*'{sets}'"):
+        cls(arch='tiny', attn_cfg={key: 1})
+    cls(arch='tiny', attn_cfg=dict(kernel='elu', core_options={}))  # the module's own keys build

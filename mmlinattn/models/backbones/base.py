@@ -1,6 +1,7 @@
 """What the three backbone families share: arch tables, argument checks, the drop-path schedule,
 output norms, init / pretrained loading, freezing."""
 import copy
+import inspect
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
@@ -45,6 +46,23 @@ class LinAttnBackbone(BaseModule):
         return parse_attn_type(spec, self.depths, type(self).__name__)
 
     # ------------------------------------------------------------------ construction
+    def _check_attn_cfg(self, attn_cfg: Optional[dict], module: type,
+                        owned: Sequence[str] = ('dim', 'num_heads', 'core')) -> None:
+        """``attn_cfg`` holds options of the attention ``module`` that the backbone does not set
+        itself (``owned``); anything else is named with the keys it may hold."""
+        if attn_cfg is None:
+            return
+        owner = type(self).__name__
+        if not isinstance(attn_cfg, dict):
+            raise TypeError(f'{owner}: attn_cfg must be a dict, got {type(attn_cfg).__name__}')
+        valid = [p for p in inspect.signature(module.__init__).parameters
+                 if p not in ('self', *owned)]
+        bad = [k for k in attn_cfg if k not in valid]
+        if bad:
+            raise ValueError(f'{owner}: attn_cfg {bad} are not options of its attention module '
+                             f'({module.__name__}); it takes {valid} (the backbone sets '
+                             f'{list(owned)} itself)')
+
     def _setup(self, arch, out_indices: Sequence[int], frozen_stages: int, norm_eval: bool,
                with_cp: bool, drop_path_rate: Optional[float]) -> dict:
         """Resolve ``arch`` and check / store the arguments every family takes.

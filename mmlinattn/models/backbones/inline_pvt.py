@@ -151,6 +151,8 @@ class InLinePVT(LinAttnBackbone):
                              f'{list(self.init_schemes)}')
         self.init_scheme = init_scheme
         arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
+        self._check_attn_cfg(attn_cfg, TokenAttention,
+                             ('dim', 'num_heads', 'core', 'qkv_layout', 'sr_ratio'))
         self._set_dims(arch['embed_dims'])
         dims, depths, n = self.embed_dims, self.depths, self.num_stages
         heads = list(arch['num_heads'])

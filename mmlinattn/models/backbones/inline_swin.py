@@ -272,6 +272,7 @@ class InLineSwin(LinAttnBackbone):
                  norm_cfg: dict = SWIN_NORM, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
+        self._check_attn_cfg(attn_cfg, TokenAttention, ('dim', 'num_heads', 'core', 'qkv_layout'))
         heads, n = list(arch['num_heads']), self.num_stages
         self._set_dims(self.stage_channels(arch))
         dims = self.embed_dims

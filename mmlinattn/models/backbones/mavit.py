@@ -243,6 +243,7 @@ class MAViT(LinAttnBackbone):
                           FutureWarning, stacklevel=2)
             mlp_ratio = ffn_ratio
         arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
+        self._check_attn_cfg(attn_cfg, QKVOAttention)
         self._set_dims(arch['embed_dims'])
         dims, depths, n = self.embed_dims, self.depths, self.num_stages
         heads = list(arch['num_heads'])
