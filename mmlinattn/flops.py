@@ -207,6 +207,37 @@ def model_flops(config, shape: Optional[Sequence[int]] = None, convention='all')
     return params, flops, skipped, shape
 
 
+def dataset_flops(config, num_images: int, convention='all'):
+    """(parameters, mean FLOPs, ops not counted, the (H, W) of every image) of the whole model of
+    ``config`` over the first ``num_images`` images of its validation set, each at the size its
+    test pipeline and data preprocessor give it (batch 1), as mmdet's ``get_flops.py
+    --num-images`` counts."""
+    import copy
+
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
+    model, cfg = build_model(config)
+    init_default_scope(cfg.get('default_scope', 'mmdet'))
+    loader_cfg = copy.deepcopy(cfg.val_dataloader)
+    loader_cfg.update(batch_size=1, num_workers=0, persistent_workers=False)
+    loader = Runner.build_dataloader(loader_cfg)
+    params = sum(p.numel() for p in model.parameters())
+    total, shapes, skipped = 0, [], {}
+    with torch.no_grad():
+        for batch in loader:
+            if len(shapes) == num_images:
+                break
+            x = model.data_preprocessor(batch, False)['inputs']
+            flops, seen = count(WholeModel(model, _convention(convention)), (x,), convention)
+            total += flops
+            shapes.append(tuple(x.shape[-2:]))
+            for k, v in seen.items():
+                skipped[k] = skipped.get(k, 0) + v
+    if not shapes:
+        raise ValueError(f'{getattr(config, "filename", config)}: the validation set has no image')
+    return params, total // len(shapes), skipped, shapes
+
+
 def zoo_configs(families: Sequence[str] = tuple(FAMILY_CONVENTION)) -> list:
     """Every config of the zoo folders ``configs/<family>/``, sorted, as paths from the repository
     root."""

@@ -181,3 +181,35 @@ def test_cli_counts_a_config_whole(capsys):
                     '--shape', '64', '64'])
     out = capsys.readouterr().out
     assert re.search(r'@ 64x64: params [\d.]+ M, FLOPs [\d.]+ G \(whole model', out), out
+
+
+def test_cli_shape_one_value_is_a_square_and_cfg_options_apply(capsys):
+    """mmseg's ``--shape S`` (one value: S x S) and ``--cfg-options`` of every OpenMMLab tool."""
+    from tools.analysis_tools import get_flops
+    cfg = osp.join(ROOT, 'configs/toy/mask-rcnn_inline-pvt-t_fpn_toy-coco.py')
+    get_flops.main([cfg, '--shape', '64'])
+    square = capsys.readouterr().out
+    assert '@ 64x64:' in square
+    get_flops.main([cfg, '--shape', '64', '64'])
+    assert capsys.readouterr().out == square
+    # the small backbone through --cfg-options: the InLine paper's Tab. 5 gives InLine-PVT-T 12.0 M
+    # and InLine-PVT-S 21.6 M parameters (same widths, so the neck and heads do not change)
+    get_flops.main([cfg, '--shape', '64', '--cfg-options', 'model.backbone.arch=small'])
+    small = capsys.readouterr().out
+    params = [float(re.search(r'params ([\d.]+) M', o).group(1)) for o in (square, small)]
+    assert abs((params[1] - params[0]) - (21.6 - 12.0)) < 0.2, params
+
+
+def test_cli_bad_cfg_option_and_missing_dataset_are_named(tmp_path, capsys):
+    from tools.analysis_tools import get_flops
+    cfg = osp.join(ROOT, 'configs/toy/mask-rcnn_inline-pvt-t_fpn_toy-coco.py')
+    with pytest.raises(SystemExit) as e:
+        get_flops.main([cfg, '--cfg-options', 'model.backbone.arhc=small'])
+    assert e.value.code == 2 and 'model.backbone.arhc' in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        get_flops.main([cfg, '--num-images', '2', '--cfg-options',
+                        f'val_dataloader.dataset.data_root={tmp_path}/none'])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and 'val_dataloader.dataset.data_root' in err and 'none' in err
+    with pytest.raises(SystemExit):
+        get_flops.main([cfg, '--shape', '64', '64', '64'])

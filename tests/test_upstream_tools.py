@@ -25,6 +25,7 @@ Each ``mim run`` is a fresh process (~10 s of imports on a 2-core machine).
 import json
 import os
 import os.path as osp
+import re
 import shutil
 import subprocess
 import sys
@@ -333,3 +334,25 @@ def test_mmseg_print_config_graph(root):
     graph = (cwd / 'example-graph.txt').read_text()
     assert graph.startswith('EncoderDecoder(') and f'(backbone): {backbone.type}(' in graph
     assert Config.fromfile(str(cwd / 'example.py')).model.backbone.to_dict() == backbone.to_dict()
+
+
+# --------------------------------------------------------------------------- get_flops
+def test_get_flops_num_images_reads_the_images_mmdets_tool_reads(root, monkeypatch, capsys):
+    """``--num-images`` and ``--cfg-options``, mmdet's flags, in our get_flops.py: the same
+    validation images at the same input size and the same parameter count as mmdet's own tool on
+    the same config (the FLOPs differ by design: ours count the attention products and the RoI
+    heads on 1000 boxes, docs/benchmarks.md section 3)."""
+    args = [DET_CFG, '--num-images', '2', '--cfg-options', 'model.backbone.drop_path_rate=0.0']
+    rc, out = mim(root, 'mmdet', 'get_flops', *args)
+    assert_ran(rc, out, 'mmdet', 'analysis_tools/get_flops.py')
+    theirs_shape = re.search(r'Input shape: (\(\d+, \d+\))', out).group(1)
+    theirs_params = float(re.search(r'Params: ([\d.]+)M', out).group(1))
+    from tools.analysis_tools import get_flops
+    monkeypatch.chdir(root)
+    assert get_flops.main(args) == 0
+    ours = capsys.readouterr().out
+    m = re.search(r'over 2 validation image\(s\), input sizes \(H, W\) (.+): params ([\d.]+) M, '
+                  r'mean FLOPs ([\d.]+) G', ours)
+    assert m, ours
+    assert m.group(1) == theirs_shape
+    assert abs(float(m.group(2)) - theirs_params) < 0.006

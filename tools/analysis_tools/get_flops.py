@@ -2,13 +2,18 @@
 
     python tools/analysis_tools/get_flops.py configs/mavit/mask-rcnn_mavit-t_fpn_1x_coco.py
     python tools/analysis_tools/get_flops.py CONFIG --shape 512 512 --convention mala
+    python tools/analysis_tools/get_flops.py CONFIG --num-images 100   # mean over the val set
+    python tools/analysis_tools/get_flops.py CONFIG --cfg-options model.backbone.arch=small
     python tools/analysis_tools/get_flops.py --backbone InLineSwin tiny --shape 512 512
     python tools/analysis_tools/get_flops.py --all-backbones     # backbones at 224 vs the papers
     python tools/analysis_tools/get_flops.py --zoo [--json OUT]  # every zoo config vs the papers
 
 A config is counted whole (RoI heads included) on one image of the paper's size (COCO 1280x800,
-ADE20K 2048x512) unless --shape H W is given. The counting rules and the papers' conventions are in
-mmlinattn.flops (and docs/benchmarks.md section 3).
+ADE20K 2048x512) unless --shape H [W] is given (one value: a square, as mmseg's tool reads it), or
+averaged over the first N images of its validation set at their pipeline sizes with --num-images N
+(mmdet's flag; the dataset must be on disk). --cfg-options overrides the config as in every tool.
+The counting rules and the papers' conventions are in mmlinattn.flops (and docs/benchmarks.md
+section 3).
 """
 import argparse
 import json
@@ -20,6 +25,7 @@ from mmengine.logging import MMLogger
 
 import mmlinattn  # noqa: F401
 from mmlinattn import flops as F
+from mmlinattn.apis import CfgOptionsAction, ConfigError, load_config, preflight
 
 
 def _pct(x):
@@ -61,14 +67,24 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('config', nargs='?')
     p.add_argument('--backbone', nargs=2, metavar=('TYPE', 'ARCH'))
-    p.add_argument('--shape', nargs=2, type=int, metavar=('H', 'W'))
+    p.add_argument('--shape', nargs='+', type=int, metavar='H [W]',
+                   help='input size; one value: square (default: the paper\'s size)')
+    p.add_argument('--num-images', type=int, metavar='N',
+                   help='mean over the first N images of the validation set, each at its test '
+                        'pipeline size (as mmdet\'s get_flops.py)')
+    p.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction,
+                   help='override config settings, key=value')
     p.add_argument('--convention', choices=sorted(F.CONVENTIONS), default='all',
                    help='what is counted (mmlinattn.flops.CONVENTIONS); default: everything')
     p.add_argument('--all-backbones', action='store_true')
     p.add_argument('--zoo', action='store_true')
     p.add_argument('--json', metavar='OUT', help='with --zoo: also write the rows as JSON')
     args = p.parse_args(argv)
-    shape = tuple(args.shape) if args.shape else None
+    if args.shape and len(args.shape) > 2:
+        p.error(f'--shape takes H or H W, got {len(args.shape)} values')
+    if args.num_images is not None and (args.num_images < 1 or args.shape):
+        p.error('--num-images takes N >= 1 and no --shape (each image has its own size)')
+    shape = (tuple(args.shape) * 2)[:2] if args.shape else None
     if args.all_backbones:
         all_backbones()
         return 0
@@ -82,23 +98,42 @@ def main(argv=None):
         print(f'{name}-{arch} @ {shape}: params {params / 1e6:.2f} M, FLOPs {flops / 1e9:.2f} G '
               f'({args.convention})')
     elif args.config:
-        params, flops, skipped, shape = F.model_flops(args.config, shape, args.convention)
+        try:
+            cfg = load_config(args.config, args.cfg_options)
+            if args.num_images:
+                preflight(cfg, ('val_dataloader',))
+        except ConfigError as e:
+            p.exit(2, f'{p.prog}: error: {e}\n')
         name = osp.splitext(osp.basename(args.config))[0]
+        if args.num_images:
+            params, flops, skipped, shapes = F.dataset_flops(cfg, args.num_images, args.convention)
+            sizes = sorted(set(shapes))
+            print(f'{name} over {len(shapes)} validation image(s), input sizes (H, W) '
+                  f'{", ".join(map(str, sizes[:5]))}{" ..." if len(sizes) > 5 else ""}: params '
+                  f'{params / 1e6:.2f} M, mean FLOPs {flops / 1e9:.1f} G (whole model, convention '
+                  f'{args.convention!r})')
+            print_skipped(skipped)
+            return 0
+        params, flops, skipped, shape = F.model_flops(cfg, shape, args.convention)
         print(f'{name} @ {shape[1]}x{shape[0]}: params {params / 1e6:.2f} M, '
               f'FLOPs {flops / 1e9:.1f} G (whole model, convention {args.convention!r})')
         paper = F.PAPER_GFLOPS.get(name)
-        if paper is not None and args.shape is None:
+        if paper is not None and args.shape is None and not args.cfg_options:
             conv = F.paper_convention(args.config)
-            pf = F.model_flops(args.config, shape, conv)[1] / 1e9 if conv != args.convention \
+            pf = F.model_flops(cfg, shape, conv)[1] / 1e9 if conv != args.convention \
                 else flops / 1e9
             print(f'paper: {paper} G; ours under its convention {conv!r}: {pf:.1f} G '
                   f'({_pct((pf - paper) / paper)})')
     else:
         p.error('give a config, --backbone TYPE ARCH, --all-backbones or --zoo')
+    print_skipped(skipped)
+    return 0
+
+
+def print_skipped(skipped):
     if skipped:
         print('ops not counted (elementwise, as fvcore): ' +
               ', '.join(f'{k} x{v}' for k, v in sorted(skipped.items())))
-    return 0
 
 
 if __name__ == '__main__':
