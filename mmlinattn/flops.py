@@ -89,8 +89,8 @@ PAPER_BACKBONE_GFLOPS = {
 CORE_MATMULS = ('aten::matmul', 'aten::bmm', 'aten::baddbmm', 'aten::einsum')
 BACKBONE_CONVENTION = {'InLineSwin': 'inline', 'InLinePVT': 'inline', 'MAViT': 'mala'}
 BACKBONES = {cls.__name__: cls for cls in FAMILIES.values()}
-#: the papers' whole-model input sizes (H, W) by task
-PAPER_SIZES = {'mmdet': (800, 1280), 'mmseg': (512, 2048)}
+#: the papers' whole-model input sizes (H, W) by task (ImageNet classification: 224)
+PAPER_SIZES = {'mmdet': (800, 1280), 'mmseg': (512, 2048), 'mmpretrain': (224, 224)}
 
 
 def _shape(v):
@@ -164,6 +164,8 @@ class WholeModel(nn.Module):
         m = self.model
         if hasattr(m, 'decode_head'):                      # segmentor: mmseg's tensor forward
             return m.decode_head(m.extract_feat(x))
+        if not hasattr(m, 'bbox_head') and not hasattr(m, 'roi_head'):  # mmpretrain classifier
+            return m(x, mode='tensor')
         feats = m.extract_feat(x)
         if not hasattr(m, 'rpn_head'):                     # one-stage detector
             return m.bbox_head(feats)

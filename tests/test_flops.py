@@ -213,3 +213,20 @@ def test_cli_bad_cfg_option_and_missing_dataset_are_named(tmp_path, capsys):
     assert e.value.code == 2 and 'val_dataloader.dataset.data_root' in err and 'none' in err
     with pytest.raises(SystemExit):
         get_flops.main([cfg, '--shape', '64', '64', '64'])
+
+
+@pytest.mark.parametrize('config,convention,paper_params,paper_gflops', [
+    ('inline-pvt-t_in1k', 'inline', 12.0, 2.0),  # InLine paper, Tab. 5
+    ('mavit-t_in1k', 'mala', 16, 2.5),            # MALA paper, Tab. 2
+])
+def test_cli_counts_a_classification_config(capsys, config, convention, paper_params,
+                                            paper_gflops):
+    """mmpretrain configs (were a KeyError): the whole classifier at 224, head included, as the
+    papers' ImageNet tables count it."""
+    from tools.analysis_tools import get_flops
+    get_flops.main([osp.join(ROOT, 'configs/classification', config + '.py'),
+                    '--convention', convention])
+    m = re.search(r'@ 224x224: params ([\d.]+) M, FLOPs ([\d.]+) G', capsys.readouterr().out)
+    params, gflops = float(m.group(1)), float(m.group(2))
+    assert abs(params - paper_params) / paper_params < 0.05
+    assert abs(gflops - paper_gflops) / paper_gflops < 0.05
