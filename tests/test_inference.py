@@ -278,6 +278,62 @@ def test_image_demo_writes_pictures_and_json(task, images, toy_checkpoints, tmp_
     assert not [d for d in os.listdir(tmp_path) if d.startswith('.image_demo-')]
 
 
+@pytest.mark.parametrize('task', ['det', 'seg'])
+def test_image_demo_takes_mmdets_and_mmsegs_demo_flags(task, images, toy_checkpoints, tmp_path,
+                                                      capsys, monkeypatch):
+    """mmdet's demo form (IMAGE CONFIG --weights CKPT, --pred-score-thr, --batch-size,
+    --no-save-vis, --no-save-pred, --print-result, --show) and mmseg's (--out-file, --opacity,
+    --with-labels), each with its effect; the predictions are still the model's own (checked
+    against its forward on the toolbox's test pipeline)."""
+    import mmcv
+    from mmengine.visualization import Visualizer
+    folder, paths = images
+    config, cfg, model, ckpt = toy_checkpoints[task]
+    config = osp.join(ROOT, config)
+    shown = []
+    monkeypatch.setattr(Visualizer, 'show', lambda self, *a, **k: shown.append(a[0].shape))
+    out = tmp_path / 'a'
+    assert image_demo(folder, config, '--weights', ckpt, '--pred-score-thr', 0.05,
+                      '--batch-size', 2, '--no-save-vis', '--print-result', '--show',
+                      '--out-dir', out) == 0
+    printed = capsys.readouterr().out
+    assert not (out / 'vis').exists() and len(shown) == len(paths)
+    for p in paths:
+        stem = osp.splitext(osp.basename(p))[0]
+        with open(out / 'preds' / f'{stem}.json') as f:
+            pred = json.load(f)
+        want = reference(cfg, model, p)
+        if task == 'det':
+            np.testing.assert_allclose(pred['scores'], want.pred_instances.scores.numpy(),
+                                       rtol=1e-5, atol=1e-6)
+        else:
+            label = mmcv.imread(str(out / 'preds' / pred['label_map']), flag='unchanged')
+            np.testing.assert_array_equal(label, want.pred_sem_seg.data[0].numpy())
+    assert ('scores' if task == 'det' else '"pixels"') in printed
+    # one image, its picture at --out-file, nothing else kept but vis/
+    pictures = []
+    for opacity in (['--opacity', 0.2], ['--opacity', 1.0]):
+        out_file = tmp_path / f'one{opacity[1]}.png'
+        out = tmp_path / f'b{opacity[1]}'
+        extra = opacity + ['--with-labels'] if task == 'seg' else []
+        assert image_demo(paths[0], config, ckpt, '--out-file', out_file, '--no-save-pred',
+                          '--out-dir', out, *extra) == 0
+        assert not (out / 'preds').exists()
+        drawn = mmcv.imread(str(out_file))
+        np.testing.assert_array_equal(drawn, mmcv.imread(str(out / 'vis' / osp.basename(paths[0]))))
+        assert drawn.shape[:2] == mmcv.imread(paths[0]).shape[:2]
+        pictures.append(drawn)
+    if task == 'seg':  # the overlay's opacity reaches the drawing
+        assert np.abs(pictures[0].astype(int) - pictures[1].astype(int)).mean() > 1
+    for bad in (['--weights', tmp_path / 'other.pth'], ['--opacity', 1.5]):
+        with pytest.raises(SystemExit):
+            image_demo(paths[0], config, ckpt, *bad)
+    with pytest.raises(SystemExit):
+        image_demo(paths[0], config)  # no checkpoint
+    assert image_demo(folder, config, ckpt, '--out-file', tmp_path / 'x.png') == 2
+    assert '--out-file takes one image' in capsys.readouterr().err
+
+
 def test_image_demo_bad_input(images, toy_checkpoints, tmp_path, capsys):
     """Each bad input: one message naming it, exit code 2, nothing written."""
     folder, paths = images

@@ -2,7 +2,13 @@
 predictions.
 
     python tools/image_demo.py IMAGE CONFIG CHECKPOINT [--out-dir outputs] [--score-thr 0.3]
-                               [--device cpu]
+                               [--device cpu] [--batch-size 1] [--no-save-vis] [--no-save-pred]
+                               [--print-result] [--show [--wait-time S]] [--out-file FILE]
+                               [--opacity A] [--with-labels]
+
+mmdet's and mmseg's demo flags work too: ``IMAGE CONFIG --weights CHECKPOINT`` and
+``--pred-score-thr`` (mmdet's ``demo/image_demo.py``), ``--out-file``, ``--opacity`` and
+``--with-labels`` (mmseg's; the class names are drawn either way here).
 
 IMAGE is an image file or a folder of images. The config's ``default_scope`` picks the inferencer:
 mmdet's ``DetInferencer`` for detection configs (Mask R-CNN, Cascade, RetinaNet), mmseg's
@@ -18,7 +24,9 @@ mmdet's ``DetInferencer`` for detection configs (Mask R-CNN, Cascade, RetinaNet)
 Bad input (an image path that does not exist, a file that is not a readable image, a folder with no
 image, a config of another toolbox, a checkpoint that is missing, unreadable or of another model)
 stops with one message naming it, exit code 2, before anything is written; the results are moved
-into OUT only once every image has been processed.
+into OUT only once every image has been processed. ``--no-save-vis`` / ``--no-save-pred`` leave out
+vis/ / preds/, ``--print-result`` prints the predictions, ``--out-file`` (one image) also writes its
+picture to FILE, ``--show`` opens each picture in a window (needs a display).
 """
 import argparse
 import json
@@ -71,39 +79,60 @@ def image_list(path):
     return files
 
 
-def seg_predictions(samples, files, classes, pred_dir):
-    """Our JSON (and the label map PNG) for each segmentation prediction."""
+def seg_predictions(samples, files, classes, pred_dir=None):
+    """Our JSON record (and, into ``pred_dir``, the label map PNG) of each segmentation
+    prediction."""
     import numpy as np
     from PIL import Image
-    os.makedirs(pred_dir, exist_ok=True)
+    records = []
     for sample, path in zip(samples, files):
         stem = osp.splitext(osp.basename(path))[0]
         label = sample.pred_sem_seg.data[0].cpu().numpy().astype(np.uint8)
-        Image.fromarray(label).save(osp.join(pred_dir, stem + '.png'))
         ids, counts = np.unique(label, return_counts=True)
-        record = dict(img_path=path, classes=list(classes), height=int(label.shape[0]),
-                      width=int(label.shape[1]),
-                      pixels={classes[i]: int(c) for i, c in zip(ids, counts)},
-                      label_map=stem + '.png')
-        with open(osp.join(pred_dir, stem + '.json'), 'w') as f:
-            json.dump(record, f, indent=1)
+        records.append(dict(img_path=path, classes=list(classes), height=int(label.shape[0]),
+                            width=int(label.shape[1]),
+                            pixels={classes[i]: int(c) for i, c in zip(ids, counts)},
+                            label_map=stem + '.png'))
+        if pred_dir:
+            os.makedirs(pred_dir, exist_ok=True)
+            Image.fromarray(label).save(osp.join(pred_dir, stem + '.png'))
+            with open(osp.join(pred_dir, stem + '.json'), 'w') as f:
+                json.dump(records[-1], f, indent=1)
+    return records
 
 
-def run(files, inferencer, scope, out_dir, score_thr):
-    """Everything is written into ``out_dir``/vis and ``out_dir``/preds."""
+def same_size_groups(files):
+    """``files`` grouped by image size (each group in the given order)."""
+    import mmcv
+    groups = {}
+    for f in files:
+        groups.setdefault(mmcv.imread(f).shape[:2], []).append(f)
+    return list(groups.values())
+
+
+def run(files, inferencer, scope, out_dir, args):
+    """Everything is written into ``out_dir``/vis and ``out_dir``/preds (each unless
+    ``--no-save-vis`` / ``--no-save-pred``; vis/ is drawn for ``--out-file`` either way and left
+    behind by the caller)."""
+    draw = not args.no_save_vis or args.out_file
+    shown = dict(show=args.show, wait_time=args.wait_time, batch_size=args.batch_size)
     if scope == 'mmdet':
-        inferencer(files, out_dir=out_dir, no_save_pred=False, pred_score_thr=score_thr)
-    else:
-        samples = predict_to(inferencer, files, out_dir)
-        seg_predictions(samples, files, inferencer.model.dataset_meta['classes'],
-                        osp.join(out_dir, 'preds'))
-
-
-def predict_to(inferencer, files, out_dir):
-    """mmseg: the data samples, with the drawings saved under ``out_dir/vis`` on the way."""
-    out = inferencer(files, return_datasamples=True, out_dir=out_dir, img_out_dir='vis',
-                     pred_out_dir='')
-    return out if isinstance(out, list) else [out]
+        inferencer(files, out_dir=out_dir, no_save_pred=args.no_save_pred, no_save_vis=not draw,
+                   pred_score_thr=args.score_thr, print_result=args.print_result, **shown)
+        return
+    extra = {} if args.opacity is None else dict(opacity=args.opacity)
+    by_file = {}
+    # mmseg's data preprocessor batches images of one size only at test time: one call per size
+    for group in ([files] if args.batch_size == 1 else same_size_groups(files)):
+        out = inferencer(group, return_datasamples=True, out_dir=out_dir if draw else '',
+                         img_out_dir='vis', pred_out_dir='', with_labels=True, **extra, **shown)
+        by_file.update(zip(group, out if isinstance(out, list) else [out]))
+    samples = [by_file[f] for f in files]
+    records = seg_predictions(samples, files, inferencer.model.dataset_meta['classes'],
+                              None if args.no_save_pred else osp.join(out_dir, 'preds'))
+    if args.print_result:
+        for record in records:
+            print(json.dumps(record))
 
 
 def move_into(src, dst):
@@ -123,15 +152,37 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('image', help='an image file or a folder of images')
     p.add_argument('config', help='a detection (mmdet) or segmentation (mmseg) config')
-    p.add_argument('checkpoint', help="the trained model's checkpoint")
+    p.add_argument('checkpoint', nargs='?', help="the trained model's checkpoint")
+    p.add_argument('--weights', help="the checkpoint, as mmdet's demo names it")
     p.add_argument('--out-dir', default='outputs',
                    help='where vis/ and preds/ go (default: outputs)')
-    p.add_argument('--score-thr', type=float, default=0.3,
+    p.add_argument('--score-thr', '--pred-score-thr', dest='score_thr', type=float, default=0.3,
                    help='detection: boxes drawn from this score')
     p.add_argument('--device', default='cpu')
+    p.add_argument('--batch-size', type=int, default=1, help='images per forward')
+    p.add_argument('--no-save-vis', action='store_true', help='no vis/ pictures')
+    p.add_argument('--no-save-pred', action='store_true', help='no preds/ files')
+    p.add_argument('--print-result', action='store_true', help='print the predictions')
+    p.add_argument('--show', action='store_true', help='show each picture (needs a display)')
+    p.add_argument('--wait-time', type=float, default=0, help='--show: seconds per picture')
+    p.add_argument('--out-file', help='one image: write its picture to this file too')
+    p.add_argument('--opacity', type=float, help='segmentation: opacity of the class overlay')
+    p.add_argument('--with-labels', action='store_true',
+                   help='segmentation: class names on the picture (drawn anyway here)')
     args = p.parse_args(argv)
+    if args.weights and args.checkpoint and args.weights != args.checkpoint:
+        p.error(f'two checkpoints: {args.checkpoint} and --weights {args.weights}')
+    args.checkpoint = args.checkpoint or args.weights
+    if not args.checkpoint:
+        p.error('give the checkpoint (IMAGE CONFIG CHECKPOINT, or --weights CHECKPOINT)')
+    if args.opacity is not None and not 0 < args.opacity <= 1:
+        p.error(f'--opacity {args.opacity}: give a value in (0, 1]')
+    if args.batch_size < 1:
+        p.error('--batch-size must be at least 1')
     try:
         files = image_list(args.image)
+        if args.out_file and len(files) != 1:
+            raise InputError(f'--out-file takes one image; {args.image} holds {len(files)}')
         if not osp.isfile(args.config):
             raise InputError(f'config not found: {args.config}')
         cfg = load_config(args.config)
@@ -151,14 +202,22 @@ def main(argv=None):
     os.makedirs(parent, exist_ok=True)
     work = tempfile.mkdtemp(prefix='.image_demo-', dir=parent)
     try:
-        run(files, inferencer, scope, work, args.score_thr)
+        run(files, inferencer, scope, work, args)
+        if args.out_file:
+            drawn = osp.join(work, 'vis', osp.basename(files[0]))
+            os.makedirs(osp.dirname(osp.abspath(args.out_file)), exist_ok=True)
+            shutil.copyfile(drawn, args.out_file)
+        if args.no_save_vis:
+            shutil.rmtree(osp.join(work, 'vis'), ignore_errors=True)
         moved = move_into(work, args.out_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     pictures = [m for m in moved if osp.basename(osp.dirname(m)) == 'vis']
+    saved = [f'{len(pictures)} picture(s) in {osp.join(args.out_dir, "vis")}'] * (
+        not args.no_save_vis) + [f'predictions in {osp.join(args.out_dir, "preds")}'] * (
+        not args.no_save_pred) + [f'picture in {args.out_file}'] * bool(args.out_file)
     print(f'{len(files)} image(s), {"detection" if scope == "mmdet" else "segmentation"}: '
-          f'{len(pictures)} picture(s) in {osp.join(args.out_dir, "vis")}, predictions in '
-          f'{osp.join(args.out_dir, "preds")}')
+          f'{", ".join(saved) or "nothing saved"}')
     return 0
 
 
