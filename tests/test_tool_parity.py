@@ -12,7 +12,10 @@ What is compared:
   files' names) and ``--tta --out x.pkl`` on a config without ``tta_model`` (mmdet falls back to
   ``DetTTAModel`` over a flip pipeline);
 * segmentation (toy Semantic FPN, MAViT-T): ``--out DIR --show-dir vis`` (the PNG predictions, pixel
-  for pixel, and the painted files' names).
+  for pixel, and the painted files' names);
+* classification (toy MAViT-T classifier, against mmpretrain's tool): ``--out x.pkl --show-dir
+  DIR``, ``--tta`` on a config without ``tta_model`` (mmpretrain's flip ``AverageClsScoreTTA``) and
+  ``--out m.pkl --out-item metrics``.
 
 Flags that need a display (``--show``, ``--wait-time``) are compared by what they configure.
 """
@@ -39,6 +42,7 @@ from test_inference import make_checkpoint
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+CLS_CFG = osp.join(ROOT, 'configs/toy/mavit-t_toy-cls.py')
 
 
 def upstream_script(pkg):
@@ -221,7 +225,7 @@ def test_show_configures_the_hook_as_upstream(kind, hook, seg_cfg):
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         upstream = mod.trigger_visualization_hook
-    args = Namespace(show=True, wait_time=0.5, show_dir='painted')
+    args = Namespace(show=True, wait_time=0.5, show_dir='painted', interval=None)
     expected = upstream(Config.fromfile(cfg_path), args)
     ours = Config.fromfile(cfg_path)
     test_tool.trigger_visualization_hook(ours, args)
@@ -232,3 +236,43 @@ def test_show_configures_the_hook_as_upstream(kind, hook, seg_cfg):
     assert ours.visualizer.to_dict() == expected.visualizer.to_dict()
     parsed = test_tool.parse_args([cfg_path, 'x.pth', '--show', '--wait-time', '0.5'])
     assert parsed.show and parsed.wait_time == 0.5
+
+
+# --------------------------------------------------------------------------- classification
+@pytest.mark.slow  # three runs of each tool, ~60 s on the 2-core machine
+def test_cls_out_show_dir_tta_and_metrics_match_mmpretrain(tmp_path):
+    """mmpretrain's own test.py flags on a classification config: --show-dir (enabled on its
+    VisualizationHook, every --interval-th image: was silently drawing nothing), --out x.pkl,
+    --tta (its default flip TTA: was refused) and --out-item metrics (was refused)."""
+    from tools.misc import make_toy_datasets as toy
+    toy.make_toy_cls(str(tmp_path / 'toy_cls'), seed=2, train=2, val=4, size=64)
+    cfg = Config.fromfile(CLS_CFG)
+    assert 'tta_model' not in cfg and 'tta_pipeline' not in cfg
+    ckpt = tmp_path / 'cls.pth'
+    make_checkpoint(cfg, str(ckpt), seed=3, meta=dict(classes=('circle', 'square', 'triangle'),
+                                                      palette=[(0, 0, 0)] * 3))
+    data = ['--cfg-options', f'test_dataloader.dataset.data_root={tmp_path}/toy_cls/']
+    runs = {'plain': ['--out', 'preds.pkl', '--show-dir', 'vis'], 'tta': ['--tta'],
+            'metrics': ['--out', 'metrics.pkl', '--out-item', 'metrics']}
+    for name, flags in runs.items():
+        up, ours = tmp_path / f'{name}_up', tmp_path / f'{name}_ours'
+        up.mkdir()
+        ours.mkdir()
+        run_upstream('mmpretrain', up, [CLS_CFG, ckpt, '--work-dir', up / 'wd'] + flags + data)
+        cwd = os.getcwd()
+        os.chdir(ours)  # relative --out / --show-dir as the upstream run in its folder
+        try:
+            assert test_tool.main([CLS_CFG, str(ckpt), '--work-dir', str(ours / 'wd')] + flags +
+                                  data) == 0
+        finally:
+            os.chdir(cwd)
+        assert_same_metrics(up / 'wd', ours / 'wd')
+        if name == 'plain':
+            a, b = load_pkl(up / 'preds.pkl'), load_pkl(ours / 'preds.pkl')
+            assert len(a) == 4 and structure(b) == structure(a)
+            assert_same_values(a, b)
+            assert painted(up / 'vis', '*.png') == painted(ours / 'vis', '*.png')
+            assert len(painted(ours / 'vis', '*.png')) == 4
+        if name == 'metrics':
+            a, b = load_pkl(up / 'metrics.pkl'), load_pkl(ours / 'metrics.pkl')
+            assert set(a) == set(b) and all(b[k] == pytest.approx(a[k]) for k in a)

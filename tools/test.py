@@ -1,10 +1,11 @@
 """Evaluate a checkpoint on a config's test set (OpenMMLab style).
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl | PRED_DIR]
-                         [--json-prefix PREFIX] [--tta] [--show] [--show-dir DIR] [--wait-time S]
+                         [--out-item pred|metrics] [--json-prefix PREFIX] [--tta] [--show]
+                         [--show-dir DIR] [--wait-time S] [--interval N] [--no-pin-memory] [--amp]
                          [--cfg-options key=value ...] [--launcher none|pytorch|slurm|mpi]
 
-Every flag of mmdet's and mmseg's own ``tools/test.py``, with the same effect:
+Every flag of mmdet's, mmseg's and mmpretrain's own ``tools/test.py``, with the same effect:
 
 - ``--out FILE.pkl`` dumps the raw predictions (detection: mmdet's ``DumpDetResults``, masks as
   RLE); for a segmentation config ``--out DIR`` (not ending in .pkl) writes one PNG prediction per
@@ -14,7 +15,11 @@ Every flag of mmdet's and mmseg's own ``tools/test.py``, with the same effect:
   ``DIR/vis_image`` (mmseg's visualizer ``save_dir``; every ``interval``-th image, as mmseg);
 - ``--tta``: the config's ``tta_model`` / ``tta_pipeline`` (ADE20K: multi-scale 0.5-1.75 + flip); a
   detection config without them gets mmdet's default, ``DetTTAModel`` over a flip / no-flip
-  pipeline.
+  pipeline, a classification config mmpretrain's, ``AverageClsScoreTTA`` over the same flips;
+- mmpretrain's: ``--show-dir DIR`` saves every ``--interval``-th drawn image (default 1) in DIR,
+  ``--out FILE --out-item metrics`` dumps the metrics instead of the predictions;
+  ``--no-pin-memory`` and ``--amp`` (the test loop under autocast, ``test_cfg.fp16``) apply to any
+  config.
 
 Ours only: ``--json-prefix`` writes COCO-format result files (``PREFIX.bbox.json`` /
 ``PREFIX.segm.json``) for detection configs; checkpoints are loaded weights-only, and the config,
@@ -26,6 +31,7 @@ import logging
 import numbers
 import os.path as osp
 import sys
+from typing import Optional
 
 from mmengine.config import ConfigDict
 
@@ -59,8 +65,16 @@ def parse_args(argv=None):
                                       'work_dir/timestamp; segmentation: DIR/vis_image)')
     p.add_argument('--wait-time', type=float, default=2, help='the interval of --show (s)')
     p.add_argument('--tta', action='store_true',
-                   help="test-time augmentation: the config's, or mmdet's default flip TTA for a "
-                        'detection config without one')
+                   help="test-time augmentation: the config's, or the toolbox's default flip TTA "
+                        '(detection, classification) for a config without one')
+    p.add_argument('--interval', type=int,
+                   help='--show / --show-dir: draw every N-th image (classification: default 1)')
+    p.add_argument('--out-item', choices=['pred', 'metrics'],
+                   help='with --out FILE: dump the predictions (default) or the metrics')
+    p.add_argument('--no-pin-memory', action='store_true', help="the test dataloader's pin_memory "
+                                                                'off')
+    p.add_argument('--amp', action='store_true', help='the test loop under autocast '
+                                                      '(test_cfg.fp16)')
     add_common_args(p)
     return parse_with_common_args(p, argv)
 
@@ -89,8 +103,14 @@ def build_cfg(args):
                 break
         else:
             raise ConfigError('--json-prefix needs a CocoMetric test_evaluator (detection configs)')
-    if args.out:
+    if args.out_item and not args.out:
+        raise ConfigError('--out-item needs --out FILE')
+    if args.out and args.out_item != 'metrics':
         add_out(cfg, args.out)
+    if args.no_pin_memory:
+        cfg.test_dataloader['pin_memory'] = False
+    if args.amp:
+        cfg.test_cfg = ConfigDict(cfg.get('test_cfg') or {}, fp16=True)
     preflight(cfg, ('test_dataloader',))
     check_finite_checkpoint(args.checkpoint)  # a diverged run's weights score a believable number
     return cfg
@@ -116,7 +136,13 @@ def trigger_visualization_hook(cfg, args) -> None:
         raise ConfigError("the config has no default_hooks.visualization for --show / --show-dir "
                           "(add visualization=dict(type='DetVisualizationHook') or "
                           "'SegVisualizationHook' to default_hooks)")
+    if cfg.get('default_scope') == 'mmpretrain':  # mmpretrain's VisualizationHook
+        vis.update(enable=True, show=args.show, wait_time=args.wait_time, out_dir=args.show_dir,
+                   interval=args.interval or 1)
+        return
     vis['draw'] = True
+    if args.interval:
+        vis['interval'] = args.interval
     if args.show:
         vis['show'] = True
         vis['wait_time'] = args.wait_time
@@ -134,36 +160,57 @@ def default_det_tta(cfg) -> None:
     """mmdet's tools/test.py default when a detection config has no ``tta_model`` /
     ``tta_pipeline``: ``DetTTAModel`` (NMS at IoU 0.5, 100 per image) over the test pipeline with
     its last step replaced by a flip / no-flip ``TestTimeAug`` that packs the flip keys."""
-    from copy import deepcopy
-
     from mmengine.logging import print_log
     if 'tta_model' not in cfg:
         print_log('--tta: the config has no tta_model; using DetTTAModel (mmdet\'s default)',
                   logger='current', level=logging.WARNING)
         cfg.tta_model = dict(type='DetTTAModel',
                              tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5), max_per_img=100))
-    if 'tta_pipeline' not in cfg:
-        print_log('--tta: the config has no tta_pipeline; using a flip TTA of the test pipeline '
-                  '(mmdet\'s default)', logger='current', level=logging.WARNING)
-        ds = cfg.test_dataloader.dataset
-        while 'dataset' in ds:
-            ds = ds['dataset']
-        pipeline = deepcopy(ds.pipeline)
-        pipeline[-1] = dict(
-            type='TestTimeAug',
-            transforms=[[dict(type='RandomFlip', prob=1.), dict(type='RandomFlip', prob=0.)],
-                        [dict(type='PackDetInputs',
-                              meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                                         'scale_factor', 'flip', 'flip_direction'))]])
-        cfg.tta_pipeline = pipeline
+    flip_tta_pipeline(cfg, 'mmdet', dict(
+        type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                                         'scale_factor', 'flip', 'flip_direction')))
+
+
+def default_cls_tta(cfg) -> None:
+    """mmpretrain's tools/test.py default: ``AverageClsScoreTTA`` over the test pipeline with a
+    flip / no-flip ``TestTimeAug`` before its last step."""
+    from mmengine.logging import print_log
+    if 'tta_model' not in cfg:
+        print_log('--tta: the config has no tta_model; using AverageClsScoreTTA (mmpretrain\'s '
+                  'default)', logger='current', level=logging.WARNING)
+        cfg.tta_model = dict(type='mmpretrain.AverageClsScoreTTA')
+    flip_tta_pipeline(cfg, 'mmpretrain')
+
+
+def flip_tta_pipeline(cfg, toolbox: str, pack: Optional[dict] = None) -> None:
+    """Unless the config has a ``tta_pipeline``: its test pipeline with the last step (the packing,
+    or ``pack``) inside a flip / no-flip ``TestTimeAug``, the toolbox's default."""
+    from copy import deepcopy
+
+    from mmengine.logging import print_log
+    if 'tta_pipeline' in cfg:
+        return
+    print_log(f'--tta: the config has no tta_pipeline; using a flip TTA of the test pipeline '
+              f'({toolbox}\'s default)', logger='current', level=logging.WARNING)
+    ds = cfg.test_dataloader.dataset
+    while 'dataset' in ds:
+        ds = ds['dataset']
+    pipeline = deepcopy(ds.pipeline)
+    pipeline[-1] = dict(
+        type='TestTimeAug',
+        transforms=[[dict(type='RandomFlip', prob=1.), dict(type='RandomFlip', prob=0.)],
+                    [pack or pipeline[-1]]])
+    cfg.tta_pipeline = pipeline
 
 
 def apply_tta(cfg, config_path: str) -> None:
     """--tta: the model wrapped by the config's ``tta_model`` and the test set read through its
-    ``tta_pipeline``; detection configs without them get mmdet's default
-    (:func:`default_det_tta`)."""
+    ``tta_pipeline``; detection and classification configs without them get their toolbox's
+    default (:func:`default_det_tta`, :func:`default_cls_tta`)."""
     if cfg.get('default_scope') == 'mmdet':
         default_det_tta(cfg)
+    elif cfg.get('default_scope') == 'mmpretrain':
+        default_cls_tta(cfg)
     if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
         raise ConfigError(f'{config_path} defines no tta_model / tta_pipeline for --tta')
     cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
@@ -209,6 +256,9 @@ def main(argv=None):
     from mmengine.dist import get_rank
     if get_rank() == 0:  # every rank gets the metrics; print them once
         print({k: plain(v) for k, v in (metrics or {}).items()})
+        if args.out and args.out_item == 'metrics':
+            import mmengine
+            mmengine.dump(metrics, args.out)
     close_distributed()
     return 0
 
