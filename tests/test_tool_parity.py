@@ -276,3 +276,17 @@ def test_cls_out_show_dir_tta_and_metrics_match_mmpretrain(tmp_path):
         if name == 'metrics':
             a, b = load_pkl(up / 'metrics.pkl'), load_pkl(ours / 'metrics.pkl')
             assert set(a) == set(b) and all(b[k] == pytest.approx(a[k]) for k in a)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='the CPU rule of --amp')
+def test_amp_runs_segmentation_and_refuses_detection_on_the_cpu(root, det_ckpt, seg_ckpt, capsys):
+    """--amp (mmpretrain's flag: the test loop under autocast) on the CPU: a segmentor runs in
+    bfloat16 and reports its metrics; a detector is refused up front with the reason (mmcv's CPU
+    RoIAlign takes no bfloat16 and would stop at the first image)."""
+    assert test_tool.main([SEG_CFG, str(seg_ckpt), '--work-dir', str(root / 'amp_seg'), '--amp'] +
+                          data_args(root, 'seg')) == 0
+    assert 'mIoU' in read_metrics(str(root / 'amp_seg'))
+    capsys.readouterr()
+    assert test_tool.main([DET_CFG, str(det_ckpt), '--work-dir', str(root / 'amp_det'), '--amp'] +
+                          data_args(root, 'det')) == 2
+    assert 'bfloat16 autocast' in capsys.readouterr().err

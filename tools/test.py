@@ -110,6 +110,12 @@ def build_cfg(args):
     if args.no_pin_memory:
         cfg.test_dataloader['pin_memory'] = False
     if args.amp:
+        import torch
+        if cfg.get('default_scope') == 'mmdet' and not torch.cuda.is_available():
+            raise ConfigError('--amp on the CPU runs the test under bfloat16 autocast, which '
+                              "mmcv's CPU ops of the detectors do not take (Mask R-CNN stops at "
+                              'its first image: expected Float, found BFloat16); test detectors '
+                              'in fp32 (drop --amp) or on a CUDA GPU')
         cfg.test_cfg = ConfigDict(cfg.get('test_cfg') or {}, fp16=True)
     preflight(cfg, ('test_dataloader',))
     check_finite_checkpoint(args.checkpoint)  # a diverged run's weights score a believable number
