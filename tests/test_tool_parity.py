@@ -276,6 +276,11 @@ def test_cls_out_show_dir_tta_and_metrics_match_mmpretrain(tmp_path):
         if name == 'metrics':
             a, b = load_pkl(up / 'metrics.pkl'), load_pkl(ours / 'metrics.pkl')
             assert set(a) == set(b) and all(b[k] == pytest.approx(a[k]) for k in a)
+    # --tta with --show-dir: mmpretrain's hook cannot draw TTA batches (its tool stops with a
+    # traceback); ours says so before anything runs
+    assert test_tool.main([CLS_CFG, str(ckpt), '--work-dir', str(tmp_path / 'both'), '--tta',
+                           '--show-dir', str(tmp_path / 'both_vis')] + data) == 2
+    assert not (tmp_path / 'both').exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='the CPU rule of --amp')

@@ -91,6 +91,10 @@ def build_cfg(args):
     backbone = cfg.get('model', {}).get('backbone')
     if isinstance(backbone, dict) and isinstance(backbone.get('init_cfg'), dict):
         backbone['init_cfg'] = None
+    if args.tta and (args.show or args.show_dir) and cfg.get('default_scope') == 'mmpretrain':
+        raise ConfigError("--tta with --show / --show-dir: mmpretrain's VisualizationHook cannot "
+                          'draw test-time-augmented batches (its own test.py stops there too); '
+                          'run the two separately')
     if args.show or args.show_dir:
         trigger_visualization_hook(cfg, args)
     if args.tta:
