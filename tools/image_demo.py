@@ -53,8 +53,8 @@ class InputError(ValueError):
 
 
 def image_list(path):
-    """The image files to run: ``path`` itself, or the images in the folder ``path`` (sorted); each
-    must decode."""
+    """The image files to run, each with its (height, width): ``path`` itself, or the images in the
+    folder ``path`` (sorted); each must decode."""
     import mmcv
     if not osp.exists(path):
         raise InputError(f'image not found: {path}')
@@ -65,18 +65,20 @@ def image_list(path):
             raise InputError(f'no image ({", ".join(IMAGE_SUFFIXES)}) in the folder {path}')
     else:
         files = [path]
-    unreadable = []
+    unreadable, sizes = [], {}
     for f in files:
         try:
-            ok = mmcv.imread(f) is not None
+            img = mmcv.imread(f)
         except Exception:  # noqa: BLE001 - any decoder error means the same to the user
-            ok = False
-        if not ok:
+            img = None
+        if img is None:
             unreadable.append(f)
+        else:
+            sizes[f] = img.shape[:2]
     if unreadable:
         raise InputError('cannot read as an image (not an image file, or corrupt): '
                          + ', '.join(unreadable))
-    return files
+    return sizes
 
 
 def seg_predictions(samples, files, classes, pred_dir=None):
@@ -101,19 +103,19 @@ def seg_predictions(samples, files, classes, pred_dir=None):
     return records
 
 
-def same_size_groups(files):
-    """``files`` grouped by image size (each group in the given order)."""
-    import mmcv
+def same_size_groups(sizes):
+    """The files of ``sizes`` (file -> (height, width)) grouped by size, each group in order."""
     groups = {}
-    for f in files:
-        groups.setdefault(mmcv.imread(f).shape[:2], []).append(f)
+    for f, size in sizes.items():
+        groups.setdefault(size, []).append(f)
     return list(groups.values())
 
 
-def run(files, inferencer, scope, out_dir, args):
+def run(sizes, inferencer, scope, out_dir, args):
     """Everything is written into ``out_dir``/vis and ``out_dir``/preds (each unless
     ``--no-save-vis`` / ``--no-save-pred``; vis/ is drawn for ``--out-file`` either way and left
-    behind by the caller)."""
+    behind by the caller). ``sizes``: the images (file -> (height, width))."""
+    files = list(sizes)
     draw = not args.no_save_vis or args.out_file
     shown = dict(show=args.show, wait_time=args.wait_time, batch_size=args.batch_size)
     if scope == 'mmdet':
@@ -123,7 +125,7 @@ def run(files, inferencer, scope, out_dir, args):
     extra = {} if args.opacity is None else dict(opacity=args.opacity)
     by_file = {}
     # mmseg's data preprocessor batches images of one size only at test time: one call per size
-    for group in ([files] if args.batch_size == 1 else same_size_groups(files)):
+    for group in ([files] if args.batch_size == 1 else same_size_groups(sizes)):
         out = inferencer(group, return_datasamples=True, out_dir=out_dir if draw else '',
                          img_out_dir='vis', pred_out_dir='', with_labels=True, **extra, **shown)
         by_file.update(zip(group, out if isinstance(out, list) else [out]))
@@ -180,7 +182,8 @@ def main(argv=None):
     if args.batch_size < 1:
         p.error('--batch-size must be at least 1')
     try:
-        files = image_list(args.image)
+        sizes = image_list(args.image)
+        files = list(sizes)
         if args.out_file and len(files) != 1:
             raise InputError(f'--out-file takes one image; {args.image} holds {len(files)}')
         if not osp.isfile(args.config):
@@ -202,7 +205,7 @@ def main(argv=None):
     os.makedirs(parent, exist_ok=True)
     work = tempfile.mkdtemp(prefix='.image_demo-', dir=parent)
     try:
-        run(files, inferencer, scope, work, args)
+        run(sizes, inferencer, scope, work, args)
         if args.out_file:
             drawn = osp.join(work, 'vis', osp.basename(files[0]))
             os.makedirs(osp.dirname(osp.abspath(args.out_file)), exist_ok=True)
