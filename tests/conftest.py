@@ -3,7 +3,26 @@ import os
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# The suite's torch thread count: MMLINATTN_TEST_THREADS (default: 2, or fewer cores). A float
+# comparison must hold at any count (the split over threads changes the order of the sums:
+# tests/compare.py), so run the suite both ways: MMLINATTN_TEST_THREADS=1 make test.
+_threads = os.environ.get('MMLINATTN_TEST_THREADS', '').strip()
+if _threads:
+    if not _threads.isdigit() or int(_threads) < 1:
+        raise pytest.UsageError(
+            f'MMLINATTN_TEST_THREADS={_threads!r}: expected a positive integer (torch threads)')
+    THREADS = int(_threads)
+else:
+    THREADS = max(1, min(2, os.cpu_count() or 1))
+torch.set_num_threads(THREADS)
+# the tools the tests start as subprocesses (train, test, torchrun) read these at start-up; a test
+# that needs another count (the DDP tests: one thread per rank) sets its own
+for _var in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
+    os.environ[_var] = str(THREADS)
+
+
+def pytest_report_header(config):
+    return f'torch threads: {torch.get_num_threads()} (MMLINATTN_TEST_THREADS)'
 
 
 @pytest.fixture(autouse=True)
