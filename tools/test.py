@@ -79,8 +79,38 @@ def parse_args(argv=None):
     return parse_with_common_args(p, argv)
 
 
+def instance_mask_keys(model_cfg, prefix='model') -> list:
+    """The keys of a detector config that make it predict instance masks (``roi_head.mask_head``
+    and any other ``mask_head``), e.g. ``['model.roi_head.mask_head']``."""
+    found = []
+    if isinstance(model_cfg, dict):
+        for k, v in model_cfg.items():
+            if k == 'mask_head' and v:
+                found.append(f'{prefix}.{k}')
+            else:
+                found += instance_mask_keys(v, f'{prefix}.{k}')
+    elif isinstance(model_cfg, (list, tuple)):
+        for i, v in enumerate(model_cfg):
+            found += instance_mask_keys(v, f'{prefix}[{i}]')
+    return found
+
+
+def check_tta(cfg, config_path: str) -> None:
+    """--tta on a detector that predicts instance masks: mmdet 3.x's DetTTAModel merges boxes only
+    and asserts on masks after the first batch ("TTA of instance segmentation does not support
+    now"); stop before any work instead."""
+    masks = instance_mask_keys(cfg.get('tta_model', {}).get('module', cfg.get('model')))
+    if cfg.get('default_scope') == 'mmdet' and masks:
+        raise ConfigError(
+            f'--tta: {config_path} predicts instance masks ({masks[0]}), and mmdet has test-time '
+            'augmentation for boxes only (DetTTAModel); run it without --tta, or use --tta with a '
+            'box detector (RetinaNet) or a segmentation config')
+
+
 def build_cfg(args):
     cfg = config_from_args(args)
+    if args.tta:
+        check_tta(cfg, args.config)
     check_work_dir(cfg.work_dir)  # unwritable: one line naming it, exit 2
     # a URL: fetched once into torch's hub cache
     args.checkpoint = local_checkpoint(args.checkpoint)
