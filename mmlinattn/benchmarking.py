@@ -295,9 +295,11 @@ def cuda_attention_table(tokens, log=print, heads=4, head_dim=32, reps=10) -> li
     """Per N: fp16 / bf16 error of every linear-time core of the table (mmlinattn.ops.CORES) against
     fp32, and their fp16 times against SDPA flash."""
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from mmlinattn.ops import CORES
+    from mmlinattn.ops import CORES, probes
+    probes.require('the flash-attention column', probes.has_sdpa_kernel_choice(),
+                   'torch.nn.attention.sdpa_kernel (torch >= 2.3)')
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     cores = {name: core for name, core in CORES.items() if name != 'softmax'}  # flash is softmax's
 
     def cuda_ms(fn):

@@ -256,6 +256,9 @@ def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = 
            meta: Optional[dict] = None) -> Optional[SizeRule]:
     """Export ``wrapper`` at ``shape`` (H, W) to the ONNX file ``out``; returns the size rule of a
     dynamic export (None for a static one)."""
+    from mmlinattn.ops import probes
+    probes.require('ONNX export', probes.has_export(), 'torch.export with dynamic shapes and '
+                   'torch.onnx.export(dynamo=True) (torch >= 2.5)')
     import onnx
     x = example_input(shape, batch)
     if dynamic:

@@ -21,6 +21,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from . import probes
 from .grad import (
     InlineAttentionFunction,
     MalaAttentionFunction,
@@ -84,7 +85,7 @@ def _step(q: Tensor, k: Tensor, v: Tensor) -> int:
     sequence with autograd, and while ``torch.export`` (and so ``torch.onnx.export``) traces, where
     the loop would unroll at the example's N and compare a symbolic N with the chunk size (no
     dynamic height / width); else :data:`CHUNK_TOKENS`. The math is the same either way."""
-    if _needs_grad(q, k, v) or torch.compiler.is_exporting():
+    if _needs_grad(q, k, v) or probes.is_exporting():
         return max(q.shape[-2], k.shape[-2])
     return CHUNK_TOKENS
 
@@ -94,7 +95,7 @@ def _use_function(*tensors: Tensor) -> bool:
     only. A jit trace (the FLOP counter's) would see one opaque node instead of the products, and
     ``torch.compile`` / ``torch.export`` derive their own backward from the traced forward."""
     return (_needs_grad(*tensors) and not torch.jit.is_tracing()
-            and not torch.compiler.is_compiling() and not torch.compiler.is_exporting())
+            and not probes.is_compiling() and not probes.is_exporting())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -231,7 +232,7 @@ def softmax_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = 
     Leading dims beyond (B, h) are allowed (Swin's (B, nW, h, N, d) windows with an (nW, h, N, N)
     bias); ``dropout_p`` is SDPA's attention dropout (pass 0 at inference)."""
     _check_qkv(*_batch_flat(q, k, v))
-    if torch.compiler.is_exporting() and not dropout_p:
+    if probes.is_exporting() and not dropout_p:
         # torch.export / ONNX: the same math as explicit matmuls and softmax. ONNX's SDPA takes 4-D
         # tensors only (Swin's windows are 5-D), and torch 2.14's ONNX decomposition of SDPA lays
         # out its output unlike the CPU kernel the export traced, which breaks the reshape after it

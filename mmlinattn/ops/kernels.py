@@ -5,6 +5,8 @@ from typing import Callable, Dict, Tuple
 import torch
 import torch.nn.functional as F
 
+from . import probes
+
 Tensor = torch.Tensor
 
 
@@ -19,8 +21,8 @@ def eager() -> bool:
     """Not inside a jit trace (the FLOP counter's), ``torch.compile`` or ``torch.export``: the
     traced graphs keep plain ``exp`` (what exporters and the FLOP counter know, and what inductor
     fuses anyway)."""
-    return not (torch.jit.is_tracing() or torch.compiler.is_compiling()
-                or torch.compiler.is_exporting())
+    return not (torch.jit.is_tracing() or probes.is_compiling()
+                or probes.is_exporting())
 
 
 def exp_(t: Tensor, scale: float = 1.0) -> Tensor:
