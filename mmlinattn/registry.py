@@ -5,11 +5,12 @@ Our modules go into mmengine's root ``MODELS`` registry. mmdet's, mmseg's and mm
 any of their configs once ``mmlinattn`` is imported
 (``custom_imports=dict(imports=['mmlinattn'])``).
 
-Importing this module loads no toolbox (mmdet, mmseg, mmpretrain). It gives mmdet and mmseg the
-``function`` registry they lack (see :func:`add_function_registries`), which silences the
-registry-scope warning of their inferencers: at once to a toolbox already imported, and to one
-imported later right after its ``registry`` module runs (:class:`_AfterRegistryImport`, one finder
-on ``sys.meta_path`` that only watches those two module names).
+Importing this module loads no toolbox (mmdet, mmseg, mmpretrain) and changes nothing outside
+our own modules: no import hook, no registry of theirs touched. Where we build an inferencer
+(:func:`mmlinattn.visualization.build_inferencer`, ``tools/image_demo.py``) its scope is resolved
+explicitly: :func:`add_function_registries` gives mmdet / mmseg the ``function`` registry they lack,
+which silences the registry-scope warning their inferencers log for every config (theirs too). A
+user building ``DetInferencer`` / ``MMSegInferencer`` directly may call it the same way.
 """
 import importlib
 import sys
@@ -42,7 +43,8 @@ def add_function_registries(scopes=INFERENCER_SCOPES, imported_only: bool = Fals
     own scope name is what mmdet / mmseg would have registered: lookups fall through to mmengine's
     functions (``pseudo_collate``, ``default_collate``) exactly as before, without the warning. A
     toolbox that is not installed, or that defines its own ``FUNCTIONS`` registry, is left alone;
-    with ``imported_only`` so is one that is not imported yet. Returns the scopes added.
+    with ``imported_only`` so is one that is not imported yet. Idempotent (a second call, or one
+    after ``importlib.reload`` of this module, adds nothing). Returns the scopes added.
     """
     added = []
     for scope in scopes:
@@ -57,47 +59,3 @@ def add_function_registries(scopes=INFERENCER_SCOPES, imported_only: bool = Fals
         Registry('function', parent=FUNCTIONS, scope=scope)
         added.append(scope)
     return added
-
-
-class _AfterRegistryImport:
-    """A ``sys.meta_path`` finder that lets the import of ``mmdet.registry`` / ``mmseg.registry``
-    happen as usual and then adds that toolbox's function registry. It finds nothing itself."""
-
-    names = {f'{scope}.registry': scope for scope in INFERENCER_SCOPES}
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in self.names:
-            return None
-        for finder in sys.meta_path:  # the finder that would have found it without us
-            if finder is self or not hasattr(finder, 'find_spec'):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, 'exec_module'):
-                spec.loader = _ThenAddRegistry(spec.loader, self.names[name])
-                return spec
-            if spec is not None:
-                return spec
-        return None
-
-
-class _ThenAddRegistry:
-    """A loader that runs ``loader`` and then adds ``scope``'s function registry."""
-
-    def __init__(self, loader, scope):
-        self.loader, self.scope = loader, scope
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        sys.modules[module.__name__] = module
-        add_function_registries((self.scope,))
-
-    def __getattr__(self, name):
-        return getattr(self.loader, name)
-
-
-add_function_registries(imported_only=True)
-if not any(isinstance(f, _AfterRegistryImport) for f in sys.meta_path):
-    sys.meta_path.insert(0, _AfterRegistryImport())

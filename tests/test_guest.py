@@ -1,0 +1,126 @@
+"""mmlinattn as a guest in the user's own stack: it runs on the torch mmdet users have, registers
+our modules the OpenMMLab way and changes nothing else in the process. Each check runs in a fresh
+interpreter (a subprocess), where what was there before ``import mmlinattn`` can be seen."""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+
+def run_python(code, timeout=300, env=None):
+    """``code`` in a fresh interpreter (cwd: the repository); its last stdout line, parsed as JSON."""
+    r = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------------- older torch
+def test_backbones_run_where_torch_compiler_lacks_the_probes():
+    """torch 2.1 / 2.2 have no ``torch.compiler.is_compiling`` and torch < 2.5 no
+    ``is_exporting``; every family's forward asked for both and failed with AttributeError there.
+    Here they are removed before mmlinattn is imported (what such a torch looks like to us), and
+    every family trains (forward + backward) and infers."""
+    out = run_python('''
+        import json, torch
+        for name in ('is_compiling', 'is_exporting'):
+            if hasattr(torch.compiler, name):
+                delattr(torch.compiler, name)
+        # torch 2.1's own flag: a plain function that dynamo replaces while it traces (today's
+        # torch keeps a deprecated alias of torch.compiler.is_compiling under this name)
+        torch._utils.is_compiling = lambda: False
+        from mmlinattn.models.backbones import FAMILIES
+        done = []
+        for family, cls in FAMILIES.items():
+            m = cls(arch='tiny')
+            x = torch.randn(1, 3, 64, 64)
+            m.train()
+            sum(o.mean() for o in m(x)).backward()
+            m.eval()
+            with torch.no_grad():
+                done.append([family, [list(o.shape) for o in m(x)]])
+        print(json.dumps(done))
+    ''')
+    assert [f for f, _ in out] == ['inline_pvt', 'inline_swin', 'mavit']
+    assert all(len(shapes) == 4 for _, shapes in out)
+
+
+# ----------------------------------------------------------------------------------- registration
+@pytest.mark.parametrize('order', ['before', 'after', 'never'])
+def test_backbones_build_from_every_toolbox_whatever_the_import_order(order):
+    """``import mmdet.registry`` / ``mmseg.registry`` / ``mmpretrain.registry`` before mmlinattn,
+    after it, or not at all: our backbones build from each toolbox's MODELS (through mmengine's
+    root registry, no import hook), and sys.meta_path is what it was before our import."""
+    out = run_python(f'''
+        import importlib, json, sys
+        toolboxes = ('mmdet', 'mmseg', 'mmpretrain')
+        if {order!r} == 'before':
+            for t in toolboxes:
+                importlib.import_module(t + '.registry')
+        finders = [type(f).__qualname__ for f in sys.meta_path]
+        import mmlinattn
+        after_import = [type(f).__qualname__ for f in sys.meta_path]
+        built = []
+        if {order!r} != 'never':
+            for t in toolboxes:
+                reg = importlib.import_module(t + '.registry')
+                from mmengine.registry import DefaultScope
+                with DefaultScope.overwrite_default_scope(t):
+                    m = reg.MODELS.build(dict(type='MAViT', arch='tiny'))
+                built.append(type(m).__name__)
+        else:
+            from mmengine.registry import MODELS
+            built.append(type(MODELS.build(dict(type='MAViT', arch='tiny'))).__name__)
+        print(json.dumps(dict(finders=finders, after=after_import, built=built,
+                              loaded=sorted(t for t in toolboxes if t in sys.modules))))
+    ''')
+    assert out['after'] == out['finders']
+    assert out['built'] == ['MAViT'] * (1 if order == 'never' else 3)
+    if order == 'never':
+        assert out['loaded'] == []  # nothing of the toolboxes was imported by us
+
+
+def test_reloading_our_registry_then_importing_a_toolbox():
+    """A notebook's autoreload (``importlib.reload``) of our registry module, then the toolboxes'
+    registries: was a RecursionError (a second import finder calling the first)."""
+    out = run_python('''
+        import importlib, json, sys
+        import mmlinattn.registry
+        importlib.reload(mmlinattn.registry)
+        importlib.reload(mmlinattn.registry)
+        import mmseg.registry, mmdet.registry
+        from mmengine.registry import MODELS
+        print(json.dumps([type(MODELS.build(dict(type='InLineSwin', arch='tiny'))).__name__,
+                          len(sys.meta_path)]))
+    ''')
+    assert out[0] == 'InLineSwin'
+
+
+class _BuildsInWorker:
+    """A dataset whose items are built by our backbone registry in the worker process."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        from mmengine.registry import MODELS
+
+        import mmlinattn  # noqa: F401
+        m = MODELS.build(dict(type='InLinePVT', arch='tiny'))
+        return sum(p.numel() for p in m.parameters())
+
+
+def test_dataloader_workers_under_spawn():
+    """Data loader workers started with ``spawn`` (macOS' and Windows' default, and CUDA users'
+    choice) import mmlinattn afresh and build our modules there."""
+    import torch
+    loader = torch.utils.data.DataLoader(_BuildsInWorker(), batch_size=1, num_workers=1,
+                                         multiprocessing_context='spawn')
+    counts = [int(b) for b in loader]
+    assert len(counts) == 2 and counts[0] == counts[1] > 1_000_000
