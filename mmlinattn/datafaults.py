@@ -54,28 +54,61 @@ def dataset_key(dataset) -> str:
     return 'train_dataloader.dataset'
 
 
-def name_unreadable_files(prepare_data):
-    """Wrap ``BaseDataset.prepare_data`` (see the module docstring)."""
+class NamedPrepare:
+    """A dataset's ``prepare_data`` that names an unreadable file (see the module docstring); set
+    as the dataset object's own attribute by :func:`name_unreadable_files_in`. Pickles with the
+    dataset (data loader workers started with spawn get it too)."""
 
-    def wrapper(self, idx):
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __call__(self, idx):
+        ds = self.dataset
         try:
-            return prepare_data(self, idx)
+            return type(ds).prepare_data(ds, idx)
         except DataFileError:
             raise
         except Exception as error:  # noqa: BLE001 - re-raised unless a file is found unreadable
             try:
-                info = self.get_data_info(idx)
-            except Exception:  # noqa: BLE001
+                info = ds.get_data_info(idx)
+            except Exception:  # noqa: BLE001 - the sample's record itself fails: the first error
                 raise error
             for key, what in SAMPLE_FILES:
                 path = info.get(key) if isinstance(info, dict) else None
                 reason = unreadable(path) if isinstance(path, str) else None
                 if reason:
                     raise DataFileError(
-                        f'{dataset_key(self)} ({type(self).__name__}, sample {idx}): cannot read '
+                        f'{dataset_key(ds)} ({type(ds).__name__}, sample {idx}): cannot read '
                         f'the {what} {path}: {reason} (a truncated or corrupt file: replace it, or '
                         'remove it from the annotations)') from error
             raise
 
-    wrapper.__wrapped__ = prepare_data
-    return wrapper
+
+def name_unreadable_files_in(dataset) -> int:
+    """Give ``dataset`` - and the datasets inside a wrapper (``ConcatDataset``, ``RepeatDataset``,
+    ``ClassBalancedDataset``: their ``datasets`` / ``dataset``) - a :class:`NamedPrepare`. Returns
+    how many datasets got one (0 for a dataset without ``prepare_data`` / ``get_data_info``)."""
+    inner = list(getattr(dataset, 'datasets', None) or [])
+    if getattr(dataset, 'dataset', None) is not None:
+        inner.append(dataset.dataset)
+    if inner:
+        return sum(name_unreadable_files_in(d) for d in inner)
+    if not (callable(getattr(type(dataset), 'prepare_data', None))
+            and hasattr(dataset, 'get_data_info')):
+        return 0
+    if not isinstance(dataset.__dict__.get('prepare_data'), NamedPrepare):
+        dataset.prepare_data = NamedPrepare(dataset)
+    return 1
+
+
+def naming_unreadable_files(build_dataloader):
+    """``Runner.build_dataloader`` whose datasets name an unreadable file
+    (:func:`name_unreadable_files_in`), for one runner object (``runner.build_dataloader =
+    naming_unreadable_files(runner.build_dataloader)``)."""
+
+    def build(dataloader, *args, **kwargs):
+        loader = build_dataloader(dataloader, *args, **kwargs)
+        name_unreadable_files_in(getattr(loader, 'dataset', None))
+        return loader
+
+    return build

@@ -1,5 +1,5 @@
 """Writing files safely and reading a work dir's ``last_checkpoint``: the lowest layer of the
-checkpoint code, imported by :mod:`mmlinattn.checkpoint`, :mod:`mmlinattn.compat` and
+checkpoint code, imported by :mod:`mmlinattn.checkpoint`, :mod:`mmlinattn.safe_checkpoint` and
 :mod:`mmlinattn.hooks` and importing none of them (nothing else of mmlinattn either)."""
 import io
 import os

@@ -8,6 +8,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from .fileio import CheckpointWriteError, last_checkpoint, write_atomic  # noqa: F401 (re-exported)
+from .safe_checkpoint import SafeCheckpointHook  # noqa: F401 (registered there, re-exported)
 
 
 @HOOKS.register_module()
@@ -329,7 +330,10 @@ class PreemptionHook(Hook):
             path = os.path.join(runner.work_dir, name)
             if hook is not None and hook.max_keep_ckpts > 0:  # removed after the next epoch's save
                 runner.message_hub.update_info(self.STALE_KEY, path)
-            runner.save_checkpoint(runner.work_dir, name, meta=meta, by_epoch=False)
+            if isinstance(hook, SafeCheckpointHook):
+                hook.save_atomically(runner, runner.work_dir, name, meta=meta, by_epoch=False)
+            else:
+                runner.save_checkpoint(runner.work_dir, name, meta=meta, by_epoch=False)
             if is_main_process():
 
                 def write(tmp):

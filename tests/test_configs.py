@@ -46,7 +46,7 @@ MODEL_TYPES = {'mask-rcnn': ('MaskRCNN', 'StandardRoIHead'),
 @pytest.mark.parametrize('path', MATRIX_CONFIGS, ids=lambda p: osp.basename(p))
 def test_config_builds(path):
     cfg = load(path)
-    assert cfg.custom_imports['imports'] == ['mmlinattn']
+    assert cfg.custom_imports['imports'] == ['mmlinattn', 'mmlinattn.upstream_fixes']
     model = registry(cfg).build(cfg.model)
     detector, head = MODEL_TYPES[osp.basename(path).split('_')[0]]
     assert type(model).__name__ == detector

@@ -3,6 +3,7 @@ missing (pre-flight, before the model is built), a label map that is truncated o
 pre-flight label check reports it), and an image truncated on disk (named when a sample first loads
 it, from a data loader worker too), each through tools/train.py as one line with exit code 2. Data
 made here (the generated toy sets, then damaged)."""
+import copy
 import json
 import os
 import os.path as osp
@@ -108,15 +109,19 @@ def test_other_pipeline_errors_pass_through_unchanged(toy):
             raise ValueError('a bug in a transform')
 
     init_default_scope('mmseg')
-    ds = DATASETS.build(dict(type='BaseSegDataset', data_root=str(toy / 'toy_ade'),
-                             data_prefix=dict(img_path='images/training',
-                                              seg_map_path='annotations/training'),
-                             img_suffix='.jpg', seg_map_suffix='.png',
-                             pipeline=[dict(type='LoadImageFromFile'),
-                                       dict(type='_BrokenForTest')]))
+    ds_cfg = dict(type='BaseSegDataset', data_root=str(toy / 'toy_ade'),
+                  data_prefix=dict(img_path='images/training', seg_map_path='annotations/training'),
+                  img_suffix='.jpg', seg_map_suffix='.png',
+                  pipeline=[dict(type='LoadImageFromFile'), dict(type='_BrokenForTest')])
+    ds = DATASETS.build(copy.deepcopy(ds_cfg))
+    from mmlinattn.datafaults import name_unreadable_files_in
+    plain = DATASETS.build(copy.deepcopy(ds_cfg))
+    assert name_unreadable_files_in(ds) == 1  # what the runner of our tools does to its datasets
     with pytest.raises(ValueError, match='a bug in a transform'):
         ds[0]
     truncate(ds.get_data_info(0)['img_path'], keep=0.8)
+    with pytest.raises(AssertionError, match='failed to load image'):
+        plain[0]  # a dataset of nobody's tools: mmcv's own error, as without mmlinattn
     with pytest.raises(DataFileError, match=r'train_dataloader.dataset \(BaseSegDataset, sample '
                        r'0\): '
                                             r'cannot read the image .* image file is truncated'):

@@ -142,10 +142,13 @@ def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
     ds_cfg = cfg.train_dataloader.dataset
     ds_cfg.data_root = str(root) + '/'
     ds = DATASETS.build(ds_cfg)
+    from mmlinattn.datafaults import name_unreadable_files_in
+    name_unreadable_files_in(ds)  # what the runner of our tools does to its datasets
     idx = next(i for i in range(len(ds))
                if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
     # mmcv's LoadImageFromFile raises FileNotFoundError for a missing file and "failed to load
-    # image" otherwise; import mmlinattn turns both into one message with the dataset key and reason
+    # image" otherwise; our tools' datasets turn both into one message with the dataset key and
+    # the reason
     from mmlinattn.datafaults import DataFileError
     with pytest.raises(DataFileError, match=r'train_dataloader\.dataset \(CocoDataset, sample '
                        r'\d+\): '

@@ -14,7 +14,7 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 def run_python(code, timeout=300, env=None):
-    """``code`` in a fresh interpreter (cwd: the repository); its last stdout line, parsed as JSON."""
+    """``code`` in a fresh interpreter (cwd: the repository); its last stdout line, as JSON."""
     r = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], cwd=ROOT, capture_output=True,
                        text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -124,3 +124,90 @@ def test_dataloader_workers_under_spawn():
                                          multiprocessing_context='spawn')
     counts = [int(b) for b in loader]
     assert len(counts) == 2 and counts[0] == counts[1] > 1_000_000
+
+
+# ------------------------------------------------------------------ nothing changed by the import
+SNAPSHOT = '''
+    import importlib, json, sys, warnings
+    import torch, torch.serialization, numpy
+    MODULES = ['torch', 'torch.serialization', 'torch.nn.functional', 'numpy',
+               'mmengine.hooks.checkpoint_hook', 'mmengine.hooks.hook',
+               'mmengine.dataset.base_dataset', 'mmengine.dataset.utils',
+               'mmengine.logging.history_buffer', 'mmengine.logging.logger',
+               'mmengine.runner.runner', 'mmengine.runner.checkpoint', 'mmengine.runner.loops',
+               'mmengine.config.config', 'mmengine.registry.registry', 'mmengine.fileio.io',
+               'mmengine.model.wrappers.distributed', 'mmcv.transforms.loading']
+    for name in MODULES + ['mmdet.registry', 'mmseg.registry', 'mmpretrain.registry']:
+        importlib.import_module(name)
+
+    def snapshot():
+        out = {}
+        for name in MODULES:
+            mod = sys.modules[name]
+            for attr, obj in list(vars(mod).items()):
+                out[f'{name}.{attr}'] = id(obj)
+                if isinstance(obj, type) and obj.__module__ == name:
+                    for a, v in list(vars(obj).items()):
+                        out[f'{name}.{attr}.{a}'] = id(v)
+        allow = getattr(torch.serialization, 'get_safe_globals', lambda: [])()
+        out['torch allow-list'] = sorted(map(repr, allow))
+        out['sys.meta_path'] = [repr(f) for f in sys.meta_path]
+        out['sys.path_hooks'] = [repr(f) for f in sys.path_hooks]
+        out['warnings.filters'] = len(warnings.filters)
+        out['torch threads'] = torch.get_num_threads()
+        out['default dtype'] = str(torch.get_default_dtype())
+        return out
+
+    before = snapshot()
+    IMPORT
+    after = snapshot()
+    changed = sorted(k for k in before if before[k] != after.get(k))
+    print(json.dumps(dict(changed=changed, torch=torch.__version__, n=len(before))))
+'''
+
+
+def import_changes(statement, env=None):
+    out = run_python(SNAPSHOT.replace('    IMPORT', '    ' + statement), env=env)
+    assert out['n'] > 5000, out['n']  # the snapshot did see the modules
+    return out['changed']
+
+
+def test_import_mmlinattn_changes_nothing_it_does_not_own():
+    """mmengine's, mmcv's, torch's and numpy's functions and classes, torch's weights-only
+    allow-list, the import system and the warning filters are the same objects after ``import
+    mmlinattn`` (its registrations go into mmengine's registries, which are ours to add to). On
+    the old tree: CheckpointHook._save_checkpoint_with_step, BaseDataset.prepare_data,
+    HistoryBuffer's pickling, runner.save_checkpoint, the allow-list and sys.meta_path."""
+    assert import_changes('import mmlinattn; import mmlinattn.models, mmlinattn.hooks') == []
+
+
+def test_upstream_fixes_change_only_what_they_fix():
+    """``mmlinattn.upstream_fixes`` (our tools, our configs' custom_imports) changes HistoryBuffer's
+    pickling and torch's allow-list, and only where torch loads weights-only by default;
+    ``MMLINATTN_UPSTREAM_FIXES=0`` turns it off."""
+    import io
+    import pickle
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({'x': _NotAllowed()}, buf)
+    buf.seek(0)
+    try:
+        torch.load(buf)
+        weights_only_default = False
+    except pickle.UnpicklingError:
+        weights_only_default = True
+    changed = import_changes('import mmlinattn.upstream_fixes')
+    if weights_only_default:
+        assert changed == ['mmengine.logging.history_buffer.HistoryBuffer.__getstate__',
+                           'mmengine.logging.history_buffer.HistoryBuffer.__setstate__',
+                           'torch allow-list']
+    else:
+        assert changed == []
+    assert import_changes('import mmlinattn.upstream_fixes',
+                          env={'MMLINATTN_UPSTREAM_FIXES': '0'}) == []
+
+
+class _NotAllowed:
+    """A class no weights-only allow-list has."""

@@ -62,7 +62,7 @@ def test_mmengine_history_buffer_checkpoints_load_weights_only():
     (and, unpatched, their bound methods via builtins.getattr)."""
     from mmengine.logging import HistoryBuffer
 
-    import mmlinattn  # noqa: F401  (applies the fix)
+    import mmlinattn.upstream_fixes  # noqa: F401  (applies the fix: our tools and configs import it)
     buf = HistoryBuffer()
     for v in (1.0, 2.0, 4.0):
         buf.update(v)
@@ -87,78 +87,80 @@ def test_amp_on_cpu_is_refused_clearly():
         enable_amp(Config(dict(optim_wrapper=dict(type='OptimWrapper'))))
 
 
-def test_reading_an_authors_file_keeps_the_allow_list(tmp_path):
-    """Regression: torch's ``safe_globals`` context removes its globals on exit - also ones that
-    were allow-listed process-wide - which broke mmengine's later weights-only loads."""
+def test_reading_a_checkpoint_leaves_the_allow_list_as_it_was(tmp_path):
+    """read_checkpoint allows numpy's data types for its own load only: torch's allow-list is the
+    same list afterwards (torch's ``safe_globals`` context would also have removed entries that
+    were allowed before it, which broke mmengine's later weights-only loads), and a file with
+    numpy scalars still reads."""
     import numpy as np
 
+    import mmlinattn.upstream_fixes  # noqa: F401  (allows numpy process-wide on torch >= 2.6)
     from mmlinattn.checkpoint import read_checkpoint
+    get = lambda: set(map(repr, getattr(torch.serialization, 'get_safe_globals', list)()))  # noqa: E731
+    before = get()
     a = tmp_path / 'a.pth'
     torch.save({'model': {'w': torch.ones(1)}, 'acc': np.float64(81.2)}, a)
-    read_checkpoint(str(a))
+    assert read_checkpoint(str(a))['acc'] == np.float64(81.2)
+    assert get() == before
     b = tmp_path / 'b.pth'
     torch.save({'meta': {'arr': np.arange(3), 'x': np.float32(1.5)}}, b)
     assert torch.load(b, weights_only=True)['meta']['x'] == np.float32(1.5)
 
 
-def test_atomic_checkpoint_save_honours_backend_args(tmp_path):
-    """A local-looking path whose backend_args select another storage backend is written by that
-    backend in one request (no temporary file and rename on the local disk)."""
-    import mmengine.runner.runner as runner_module
-    from mmengine.fileio import BaseStorageBackend, register_backend
-
-    import mmlinattn.compat as compat
-    assert compat.STATUS.get('atomic_checkpoint') is True
+def test_safe_checkpoint_hook_leaves_other_storage_to_mmengine(tmp_path):
+    """A SafeCheckpointHook whose file backend is not the local disk (backend_args or a path
+    prefix) saves through the runner's own save_checkpoint under the final name, in one request:
+    no temporary file and rename."""
+    from mmlinattn.hooks import SafeCheckpointHook
     calls = []
 
-    class RecordingBackend(BaseStorageBackend):
-        def __init__(self, **kwargs):
-            pass
+    class Runner:
+        def save_checkpoint(self, out_dir, filename, *args, **kwargs):
+            calls.append((out_dir, filename))
 
-        def put(self, obj, filepath):
-            calls.append(str(filepath))
+    hook = SafeCheckpointHook(interval=1)
+    hook.file_backend = object()  # e.g. a Petrel or HTTP backend
+    hook.save_atomically(Runner(), str(tmp_path), 'epoch_1.pth', meta={})
+    assert calls == [(str(tmp_path), 'epoch_1.pth')]
+    # on the local disk: written under a temporary name, then renamed into place
+    from mmengine.fileio import LocalBackend
+    hook.file_backend = LocalBackend()
+    calls.clear()
 
-        def get(self, filepath):
-            raise NotImplementedError
+    class Writing(Runner):
+        def save_checkpoint(self, out_dir, filename, *args, **kwargs):
+            super().save_checkpoint(out_dir, filename)
+            torch.save({'w': torch.ones(1)}, f'{out_dir}/{filename}')
 
-        def get_text(self, filepath, encoding='utf-8'):
-            raise NotImplementedError
-
-    register_backend('mmlinattn_recording', RecordingBackend, force=True)
-    target = tmp_path / 'epoch_1.pth'
-    runner_module.save_checkpoint({'w': torch.ones(1)}, str(target),
-                                  backend_args=dict(backend='mmlinattn_recording'))
-    assert calls == [str(target)]          # the final name, once: no temporary file
-    assert not list(tmp_path.iterdir())    # nothing written locally
-    # a plain local path goes through a temporary file and a rename
-    runner_module.save_checkpoint({'w': torch.ones(1)}, str(target))
-    assert [p.name for p in tmp_path.iterdir()] == ['epoch_1.pth']
-    assert torch.equal(torch.load(target, weights_only=True)['w'], torch.ones(1))
+    hook.save_atomically(Writing(), str(tmp_path), 'epoch_2.pth', meta={})
+    assert len(calls) == 1 and calls[0][1].startswith('epoch_2.pth.tmp-')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['epoch_2.pth']
 
 
 def test_patches_are_skipped_with_a_warning_on_other_mmengine_versions(monkeypatch):
     import mmengine
-    import mmengine.runner.runner as runner_module
+    from mmengine.logging import HistoryBuffer
 
     import mmlinattn.compat as compat
-    before = runner_module.save_checkpoint
+    before = HistoryBuffer.__getstate__
     monkeypatch.setattr(compat, '_APPLIED', False)
     monkeypatch.setattr(compat, 'STATUS', {})
     monkeypatch.setattr(mmengine, '__version__', '0.11.0')
     with pytest.warns(RuntimeWarning, match='written for mmengine 0.10.x, found 0.11.0'):
         compat.apply()
     assert set(compat.STATUS) == set(compat.PATCHES)
-    # the mmengine patches are skipped; numpy's allow-list depends on torch only
-    assert compat.STATUS.pop('numpy_globals') is True
+    # the mmengine patch is skipped; numpy's allow-list depends on torch only
+    assert compat.STATUS.pop('numpy_globals') in (True, 'not needed: torch '
+                                                  f'{torch.__version__} does not load weights-only '
+                                                  'by default')
     assert all(v.startswith('written for mmengine 0.10.x') for v in compat.STATUS.values())
-    assert runner_module.save_checkpoint is before    # nothing patched again
+    assert HistoryBuffer.__getstate__ is before    # nothing patched again
 
 
 def test_patches_leave_an_upstream_that_is_already_fixed_alone(monkeypatch, recwarn):
-    """Each mmengine patch looks at the behaviour it fixes: a HistoryBuffer that pickles only data,
-    or a CheckpointHook that deletes after saving, is not patched (and nothing warns); neither is
-    HistoryBuffer where torch does not load weights-only by default (torch < 2.6)."""
-    from mmengine.hooks import CheckpointHook
+    """Each fix looks at the behaviour it fixes: a HistoryBuffer that pickles only data is not
+    patched (and nothing warns); neither HistoryBuffer nor the allow-list where torch does not
+    load weights-only by default (torch < 2.6, or TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD)."""
     from mmengine.logging import HistoryBuffer
 
     import mmlinattn.compat as compat
@@ -166,24 +168,19 @@ def test_patches_leave_an_upstream_that_is_already_fixed_alone(monkeypatch, recw
     def data_only(self):
         return {'max_length': self.max_length}
 
-    def saves_then_deletes(self, runner, step, meta):
-        runner.save_checkpoint(self.out_dir, 'x.pth', meta=meta)
-        self.file_backend.remove('old.pth')
-
     monkeypatch.setattr(HistoryBuffer, '__getstate__', data_only)
-    monkeypatch.setattr(CheckpointHook, '_save_checkpoint_with_step', saves_then_deletes)
     monkeypatch.setattr(compat, '_APPLIED', False)
     monkeypatch.setattr(compat, 'STATUS', {})
     compat.apply()
     assert HistoryBuffer.__getstate__ is data_only
-    assert CheckpointHook._save_checkpoint_with_step is saves_then_deletes
     assert compat.STATUS['history_buffer'].startswith('not needed')
-    assert compat.STATUS['rotate_after_save'].startswith('not needed')
     assert not [w for w in recwarn if 'mmlinattn' in str(w.message)]
 
     monkeypatch.setattr(compat, '_APPLIED', False)
     monkeypatch.setattr(compat, 'STATUS', {})
-    monkeypatch.setattr(torch, '__version__', '2.5.1')
+    monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
+    assert not compat._torch_loads_weights_only_by_default()
     compat.apply()
-    assert compat.STATUS['history_buffer'] == ('not needed: torch 2.5.1 does not load weights-only '
-                                               'by default')
+    assert compat.STATUS['history_buffer'] == (f'not needed: torch {torch.__version__} does not '
+                                               'load weights-only by default')
+    assert compat.STATUS['numpy_globals'].startswith('not needed')

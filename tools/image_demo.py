@@ -36,7 +36,8 @@ import shutil
 import sys
 import tempfile
 
-import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
+import mmlinattn  # noqa: F401  (registers our modules)
+import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
 from mmlinattn.checkpoint import (
     CheckpointError,
     check_model_checkpoint,

@@ -35,7 +35,8 @@ from typing import Optional
 
 from mmengine.config import ConfigDict
 
-import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
+import mmlinattn  # noqa: F401  (registers our modules)
+import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
 from mmlinattn.apis import (
     ConfigError,
     add_common_args,

@@ -11,7 +11,8 @@ import argparse
 import os.path as osp
 import sys
 
-import mmlinattn  # noqa: F401  (registers our modules, applies the stack fixes)
+import mmlinattn  # noqa: F401  (registers our modules)
+import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
 from mmlinattn.apis import (
     ConfigError,
     add_common_args,

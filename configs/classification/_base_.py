@@ -7,4 +7,7 @@ _base_ = [
     'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
-custom_imports = dict(imports=['mmlinattn'], allow_failed_imports=False)
+custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], allow_failed_imports=False)
+# mmpretrain's CheckpointHook settings, written by SafeCheckpointHook (atomic, rotation after
+# the save)
+default_hooks = dict(checkpoint=dict(type='SafeCheckpointHook'))

@@ -14,6 +14,7 @@ from ..checkpoint import (
     extract_state_dict,
     read_checkpoint,
 )
+from ..datafaults import naming_unreadable_files
 from .config import ConfigError
 from .preflight.cfg_options import CfgOptionsAction, check_cfg_options
 
@@ -130,7 +131,12 @@ def add_training_hooks(cfg: Config) -> None:
     :class:`~mmlinattn.hooks.NonFiniteLossHook` (off with ``check_non_finite=False`` in the config)
     and :class:`~mmlinattn.hooks.PreemptionHook` (signals from ``preemption_signals``, default
     ``['SIGTERM', 'SIGUSR1']``; ``[]`` turns it off). A hook of the same type already in
-    ``custom_hooks`` is left as the config sets it."""
+    ``custom_hooks`` is left as the config sets it. A plain ``CheckpointHook`` in
+    ``default_hooks`` becomes :class:`~mmlinattn.hooks.SafeCheckpointHook` with the same
+    arguments (atomic writes, rotation after the save)."""
+    ckpt = (cfg.get('default_hooks') or {}).get('checkpoint')
+    if isinstance(ckpt, dict) and ckpt.get('type') in ('CheckpointHook', 'mmengine.CheckpointHook'):
+        ckpt['type'] = 'SafeCheckpointHook'
     hooks = list(cfg.get('custom_hooks') or [])
     have = {h.get('type') for h in hooks if isinstance(h, dict)}
     if cfg.get('check_non_finite', True) and 'NonFiniteLossHook' not in have:
@@ -142,7 +148,8 @@ def add_training_hooks(cfg: Config) -> None:
 
 
 def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
-    """mmengine's Runner, or the config's own ``runner_type``; with a whole-model ``checkpoint``
+    """mmengine's Runner, or the config's own ``runner_type``, whose datasets name an unreadable
+    data file (:mod:`mmlinattn.datafaults`); with a whole-model ``checkpoint``
     (tested, ``load_from`` or resumed), the file is first checked against the Runner's model, so
     that a misfit never trains, resumes or is scored (``check_kwargs``: ``what``, ``partial``, see
     :func:`mmlinattn.checkpoint.check_model_checkpoint`)."""
@@ -150,6 +157,8 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
     from mmengine.runner import Runner
     _fresh_visualizer_name(cfg)
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    # the datasets this runner builds name an unreadable image / label map (mmlinattn.datafaults)
+    runner.build_dataloader = naming_unreadable_files(runner.build_dataloader)
     if checkpoint:
         check_model_checkpoint(runner.model, checkpoint, logger=runner.logger, **check_kwargs)
     return runner

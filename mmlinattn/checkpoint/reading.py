@@ -16,7 +16,7 @@ from typing import Dict, Optional
 
 import torch
 
-from .. import compat
+from .allowlist import numpy_allowed, numpy_global_names
 from .errors import CheckpointError
 from .urls import _discard, is_url, local_checkpoint
 
@@ -85,7 +85,7 @@ class _RestrictedPickleModule:
 def _allowed_globals() -> dict:
     from torch import _weights_only_unpickler as wou
     allowed = dict(wou._get_allowed_globals())
-    allowed.update(compat.numpy_global_names())  # numpy 1.x and 2.x names both
+    allowed.update(numpy_global_names())  # numpy 1.x and 2.x names both
     allowed['copyreg._reconstructor'] = _safe_reconstructor
     return allowed
 
@@ -101,7 +101,7 @@ def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
                     logger: Optional[logging.Logger] = None) -> dict:
     """Load a checkpoint file without running code from it; :class:`CheckpointError` names the path.
 
-    1. ``torch.load(weights_only=True)`` (with numpy data types allowed);
+    1. ``torch.load(weights_only=True)`` (with numpy data types allowed for this load only);
     2. if the file also pickles foreign objects (the InLine release's yacs ``CfgNode``, the MALA
        release's ``argparse.Namespace``), a restricted unpickler replaces them with inert
        :class:`ForeignObject` stand-ins - no yacs needed, nothing executed - and says so in the log;
@@ -123,10 +123,9 @@ def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
             _discard(path, local, err)
     if not osp.isfile(path):
         raise CheckpointError(f'checkpoint file not found: {path}')
-    compat.apply()  # numpy data types and HistoryBuffer allowed process-wide (idempotent); no
-    # `safe_globals` context here: on exit it would remove them again, also for mmengine's loads
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with numpy_allowed():  # for this load only: the process's allow-list is left as it was
+            return torch.load(path, map_location=map_location, weights_only=True)
     except Exception:  # noqa: BLE001 - not weights-only: try the restricted reader below
         pass
     try:

@@ -13,3 +13,5 @@ param_scheduler = [
 # Learning rates are for 16 images per iteration (8 GPUs x 2, as in the papers); auto_scale_lr
 # rescales them linearly to the real total batch (GPUs x train_dataloader.batch_size).
 auto_scale_lr = dict(enable=True, base_batch_size=16)
+# mmseg's CheckpointHook settings, written by SafeCheckpointHook (atomic, rotation after the save)
+default_hooks = dict(checkpoint=dict(type='SafeCheckpointHook'))

@@ -2,7 +2,7 @@
 # classes, 64x64 images in mmpretrain's CustomDataset folder layout, and a short AdamW schedule for
 # pretraining a backbone as a classifier on the CPU (tools/finetune_chain.py).
 _base_ = ['mmpretrain::_base_/default_runtime.py']
-custom_imports = dict(imports=['mmlinattn'], allow_failed_imports=False)
+custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], allow_failed_imports=False)
 
 data_root = 'data/toy_cls/'
 data_preprocessor = dict(num_classes=3, mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
@@ -40,5 +40,5 @@ param_scheduler = [
 ]
 auto_scale_lr = dict(enable=False, base_batch_size=16)
 default_hooks = dict(logger=dict(type='LoggerHook', interval=10),
-                     checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=1))
+                     checkpoint=dict(type='SafeCheckpointHook', interval=1, max_keep_ckpts=1))
 randomness = dict(seed=0)

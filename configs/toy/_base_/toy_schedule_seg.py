@@ -12,6 +12,6 @@ optim_wrapper = dict(
     paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.), 'pos_embed': dict(decay_mult=0.),
                                     'relative_position_bias_table': dict(decay_mult=0.)}))
 auto_scale_lr = dict(enable=False, base_batch_size=4)
-default_hooks = dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=100,
+default_hooks = dict(checkpoint=dict(type='SafeCheckpointHook', by_epoch=False, interval=100,
                                      max_keep_ckpts=2),
                      logger=dict(type='LoggerHook', interval=20, log_metric_by_epoch=False))

@@ -1,0 +1,60 @@
+"""What a weights-only load of a checkpoint may resolve besides torch's own allow-list: numpy's
+data types under numpy 1's and numpy 2's names, and :func:`numpy_allowed`, which allows them for
+one load and then restores torch's allow-list exactly as it was (torch's ``safe_globals`` context
+removes its entries on exit even where they had been allowed before)."""
+import contextlib
+
+import numpy as np
+import torch
+
+#: where numpy defines the functions its pickles name: numpy 1.x and numpy 2.x
+_NUMPY_MULTIARRAY_MODULES = ('numpy.core.multiarray', 'numpy._core.multiarray')
+
+
+def numpy_global_names() -> dict:
+    """The numpy globals a weights-only load may resolve, ``'module.name' -> object``.
+
+    ``ndarray`` pickles through ``multiarray._reconstruct`` and numpy scalars through
+    ``multiarray.scalar``; numpy 1 names their module ``numpy.core.multiarray``, numpy 2
+    ``numpy._core.multiarray`` (the old name is a deprecated alias there, and numpy 1.26 has only
+    partial stubs under the new one). The two functions are taken from what this numpy's own
+    pickling uses (``__reduce__``), so no module attribute that may not exist is touched, and both
+    names map to them: a file written under either numpy loads under the other."""
+    reconstruct = np.ndarray((0,), dtype=np.float32).__reduce__()[0]
+    scalar = np.float64(0).__reduce__()[0]
+    names = {}
+    for obj in (reconstruct, scalar):
+        names[f'{obj.__module__}.{obj.__name__}'] = obj
+        for module in _NUMPY_MULTIARRAY_MODULES:
+            names[f'{module}.{obj.__name__}'] = obj
+    types = [np.ndarray, np.dtype]
+    types += [type(np.dtype(t)) for t in (np.float16, np.float32, np.float64, np.int8, np.int16,
+                                           np.int32, np.int64, np.uint8, np.bool_)]
+    for obj in types:
+        names[f'{obj.__module__}.{obj.__qualname__}'] = obj
+    return names
+
+
+def numpy_safe_globals() -> list:
+    """:func:`numpy_global_names` as entries for ``torch.serialization.add_safe_globals``:
+    ``(object, 'module.name')`` pairs, so one object is allowed under each of its names."""
+    return [(obj, name) for name, obj in numpy_global_names().items()]
+
+
+@contextlib.contextmanager
+def numpy_allowed():
+    """numpy's data types allowed for the weights-only loads inside the block (where torch has an
+    allow-list, 2.4 and later); afterwards the allow-list is the one before, entry for entry."""
+    ser = torch.serialization
+    if not all(hasattr(ser, f) for f in ('add_safe_globals', 'get_safe_globals',
+                                         'clear_safe_globals')):
+        yield
+        return
+    before = list(ser.get_safe_globals())
+    ser.add_safe_globals(numpy_safe_globals())
+    try:
+        yield
+    finally:
+        ser.clear_safe_globals()
+        if before:
+            ser.add_safe_globals(before)
