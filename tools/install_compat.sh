@@ -31,17 +31,17 @@ fi
 make_venv
 pipo() { "$VPY" -m pip install --disable-pip-version-check -c "$OLDEST" "$@"; }
 
-log "build tools, torch + torchvision (the same pair as the main environment)"
+log "build tools, torch + torchvision (requirements/oldest.txt's pair)"
 pipo -q -r "$ROOT/requirements/build.txt"
-pipo -q -r "$ROOT/requirements/torch.txt"
+pipo -q torch torchvision
 
-WHEEL_DIR=$(mmcv_wheel_dir)
-TORCH_VERSION=$("$VPY" -c 'import torch; print(torch.__version__)')
-wheel=$(ls "$WHEEL_DIR"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)
-[[ -n "$wheel" ]] || die "no cached mmcv $MMCV_VERSION wheel for torch $TORCH_VERSION in $WHEEL_DIR: run \
-'make install' (tools/install.sh builds and caches it) first"
-log "mmcv from the cached wheel $wheel"
-pipo -q --no-deps "$wheel"
+# mmcv's setup.py imports opencv, torch and a few helpers at build time
+pipo -q "opencv-python>=4.10,<5" "addict" "yapf" "packaging" "pyyaml" "Pillow"
+if ! mmcv_ok; then
+  wheel=$(mmcv_wheel)
+  log "mmcv from $wheel"
+  pipo -q --no-deps --force-reinstall "$wheel"
+fi
 
 log "the oldest supported OpenMMLab stack (requirements/oldest.txt) and the test tools"
 pipo -q "addict" "yapf" "packaging" "pyyaml" "Pillow" -r "$ROOT/requirements/runtime.txt" \
@@ -67,9 +67,9 @@ log "mmlinattn: a plain 'pip install -e .', as a user would run it; it must chan
 before=$(mktemp); after=$(mktemp)
 trap 'rm -f "$before" "$after"' EXIT
 "$VPY" -m pip uninstall -q -y mmlinattn >/dev/null 2>&1 || true
-"$VPY" -m pip freeze --exclude-editable | sort > "$before"
+"$VPY" -m pip freeze --all --exclude-editable | sort > "$before"
 "$VPY" -m pip install -q --disable-pip-version-check --no-build-isolation -e "$ROOT"
-"$VPY" -m pip freeze --exclude-editable | sort > "$after"
+"$VPY" -m pip freeze --all --exclude-editable | sort > "$after"
 if ! diff -u "$before" "$after" >&2; then
   die "'pip install -e .' changed the installed stack (diff above): setup.py's ranges do not admit it"
 fi

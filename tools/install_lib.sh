@@ -62,3 +62,44 @@ b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]]); s = torch.tensor([0.
 nms(b, s, 0.5)
 PYEOF
 }
+
+# The mmcv wheel for the venv's torch: the cached one (mmcv_wheel_dir), else built from mmcv's source
+# WITH its C++ ops and cached (~14 min on 2 cores). Prints the wheel's path. The C++ standard is the
+# one the venv's torch compiles its own extensions with (torch.utils.cpp_extension: C++17 up to torch
+# 2.x's early releases, C++20 for today's, whose headers need it); mmcv 2.1.0 hard-codes C++17.
+mmcv_wheel() {
+  local dir wheel work src std built
+  dir=$(mmcv_wheel_dir)
+  wheel=$(ls "$dir"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)
+  if [[ -n "$wheel" ]]; then
+    log "using cached mmcv wheel $wheel"
+    echo "$wheel"; return
+  fi
+  log "building mmcv $MMCV_VERSION with ops against torch $("$VPY" -c 'import torch; print(torch.__version__)') (about 14 min on 2 cores)"
+  work=$(mktemp -d)
+  "$VPY" -m pip download -q --no-deps --no-binary mmcv --no-build-isolation -d "$work" \
+    "mmcv==$MMCV_VERSION" >&2 || die "could not download the mmcv $MMCV_VERSION source"
+  tar -xzf "$work"/mmcv-$MMCV_VERSION.tar.gz -C "$work"
+  src=$work/mmcv-$MMCV_VERSION
+  grep -q -- "-std=c++17" "$src/setup.py" || die "mmcv setup.py no longer has -std=c++17; revisit this patch"
+  std=$("$VPY" - <<'PYEOF'
+import re, torch.utils.cpp_extension as ext
+found = sorted(set(re.findall(r'-std=c\+\+(\d+)', open(ext.__file__).read())), key=int)
+print(found[-1] if found else '17')
+PYEOF
+)
+  if [[ "$std" != 17 ]]; then
+    sed -i "s/-std=c++17/-std=c++$std/g" "$src/setup.py"
+  fi
+  log "compiling with -std=c++$std (the standard torch.utils.cpp_extension uses)"
+  mkdir -p "$dir"
+  MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+    "$VPY" -m pip wheel --no-cache-dir --no-deps --no-build-isolation -w "$work/dist" "$src" >&2 \
+    || { rm -rf "$work"; die "building mmcv $MMCV_VERSION failed (output above)"; }
+  # write-then-rename so an interrupted build never leaves a half wheel in the cache
+  built=$(ls "$work"/dist/mmcv-*.whl)
+  cp "$built" "$dir/.tmp-$(basename "$built")"
+  mv "$dir/.tmp-$(basename "$built")" "$dir/$(basename "$built")"
+  rm -rf "$work"
+  echo "$dir/$(basename "$built")"
+}
