@@ -1,7 +1,15 @@
 """mmlinattn: InLine and MALA linear attention for OpenMMLab detection and segmentation."""
+import os
 import os.path as osp
+import shutil
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+HERE = osp.dirname(osp.abspath(__file__))
+#: what the wheel carries under mmlinattn/.mim, the folder OpenMMLab's tools read for a package
+#: (mim search / train / test, mmengine's config lookup), as mmdet and mmseg ship theirs
+MIM_FILES = ('configs', 'tools', 'model-index.yml')
 
 
 def read_version():
@@ -20,6 +28,40 @@ def read_requirements(name):
             if line:
                 reqs.append(line)
     return reqs
+
+
+class BuildWithMimFiles(build_py):
+    """build_py that also places :data:`MIM_FILES` in ``mmlinattn/.mim``: copies in a wheel, links
+    to the checkout in an editable install (as mmdet's setup.py does)."""
+
+    def run(self):
+        super().run()
+        if getattr(self, 'editable_mode', False):
+            self._link(osp.join(HERE, 'mmlinattn', '.mim'))
+        else:
+            self._copy(osp.join(self.build_lib, 'mmlinattn', '.mim'))
+
+    @staticmethod
+    def _copy(mim):
+        os.makedirs(mim, exist_ok=True)
+        for name in MIM_FILES:
+            src, dst = osp.join(HERE, name), osp.join(mim, name)
+            if osp.isdir(dst) and not osp.islink(dst):
+                shutil.rmtree(dst)
+            elif osp.lexists(dst):
+                os.remove(dst)
+            if osp.isdir(src):
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
+            else:
+                shutil.copyfile(src, dst)
+
+    @staticmethod
+    def _link(mim):
+        os.makedirs(mim, exist_ok=True)
+        for name in MIM_FILES:
+            dst = osp.join(mim, name)
+            if not osp.lexists(dst):
+                os.symlink(osp.join('..', '..', name), dst)
 
 
 setup(
@@ -41,5 +83,6 @@ setup(
     extras_require={'tests': read_requirements('tests.txt'),
                     'deploy': read_requirements('deploy.txt')},
     license='Apache-2.0',
+    cmdclass={'build_py': BuildWithMimFiles},
     zip_safe=False,
 )

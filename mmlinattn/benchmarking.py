@@ -14,9 +14,10 @@ import time
 import torch
 
 from mmlinattn.models.backbones import FAMILIES
+from mmlinattn.paths import resource_root
 
-#: the repository root (configs/ lives there in a source checkout)
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+#: where configs/ is: the checkout, or the installed package's .mim folder (mmlinattn.paths)
+ROOT = resource_root()
 #: the config matrix: one folder of configs/ per family, in the family table's order
 CONFIG_DIRS = tuple(FAMILIES)
 # our backbone in a config name, e.g. "mavit-t"; the arch letters smallest first

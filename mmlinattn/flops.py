@@ -192,6 +192,12 @@ def build_model(config):
     from mmengine.model import revert_sync_batchnorm
 
     from mmlinattn.apis import model_registry
+    if isinstance(config, str):
+        import os.path as osp
+
+        from mmlinattn.paths import resource_root
+        if not osp.exists(config) and osp.exists(osp.join(resource_root(), config)):
+            config = osp.join(resource_root(), config)  # a zoo_configs() name, from any folder
     cfg = Config.fromfile(config) if isinstance(config, str) else config
     cfg.model.backbone.init_cfg = None
     return revert_sync_batchnorm(model_registry(cfg).build(cfg.model)).eval(), cfg
@@ -241,11 +247,13 @@ def dataset_flops(config, num_images: int, convention='all'):
 
 
 def zoo_configs(families: Sequence[str] = tuple(FAMILY_CONVENTION)) -> list:
-    """Every config of the zoo folders ``configs/<family>/``, sorted, as paths from the repository
-    root."""
+    """Every config of the zoo folders ``configs/<family>/``, sorted, as paths from the folder that
+    holds ``configs/`` (the checkout, or an installed wheel's ``mmlinattn/.mim``)."""
     import glob
     import os.path as osp
-    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+    from mmlinattn.paths import resource_root
+    root = resource_root()
     paths = [p for fam in families for p in glob.glob(osp.join(root, 'configs', fam, '*.py'))]
     return sorted(osp.relpath(p, root) for p in paths)
 

@@ -1,0 +1,112 @@
+"""``pip install .`` (not editable), as from a package index: the wheel carries the configs, the
+tools and the model index under ``mmlinattn/.mim`` as mmdet's and mmseg's wheels do, so OpenMMLab's
+tools (``mim search``, mmengine's config lookup) and ours that read ``configs/`` find them from the
+installed package. Built here from a copy of the checkout, installed into a folder of its own and
+used from an empty folder (no checkout on the path)."""
+import json
+import os
+import os.path as osp
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+MIM = shutil.which('mim', path=osp.dirname(sys.executable))
+
+
+@pytest.fixture(scope='module')
+def installed(tmp_path_factory):
+    base = tmp_path_factory.mktemp('wheel')
+    src = base / 'src'
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        '.git', '.venv*', 'build', 'dist', '*.egg-info', '__pycache__', '.mim', 'work_dirs',
+        'data', 'outputs'))
+    wheels = base / 'wheels'
+    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation',
+                    '-w', str(wheels), str(src)], check=True, capture_output=True, timeout=600)
+    (wheel,) = list(wheels.glob('mmlinattn-*.whl'))
+    site = base / 'site'
+    subprocess.run([sys.executable, '-m', 'pip', 'install', '-q', '--no-deps', '--target',
+                    str(site), str(wheel)], check=True, capture_output=True, timeout=600)
+    empty = base / 'empty'
+    empty.mkdir()
+    return site, empty
+
+
+def run_installed(installed, code):
+    site, empty = installed
+    env = dict(os.environ, PYTHONPATH=str(site))
+    r = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], cwd=str(empty), env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def checkout_configs():
+    return sorted(osp.relpath(osp.join(d, f), ROOT)
+                  for d, _, fs in os.walk(osp.join(ROOT, 'configs'))
+                  for f in fs if f.endswith(('.py', '.yml', '.md')))
+
+
+def model_index_names():
+    """The model names of the checkout's metafiles (read as plain YAML)."""
+    import yaml
+    with open(osp.join(ROOT, 'model-index.yml')) as f:
+        index = yaml.safe_load(f)
+    names = set()
+    for meta in index['Import']:
+        with open(osp.join(ROOT, meta)) as f:
+            names |= {m['Name'] for m in yaml.safe_load(f)['Models']}
+    return names
+
+
+def test_the_wheel_carries_configs_tools_and_the_model_index(installed):
+    site, _ = installed
+    mim = site / 'mmlinattn' / '.mim'
+    assert (mim / 'model-index.yml').read_text() == open(osp.join(ROOT, 'model-index.yml')).read()
+    carried = sorted(osp.relpath(osp.join(d, f), mim) for d, _, fs in os.walk(mim / 'configs')
+                     for f in fs if f.endswith(('.py', '.yml', '.md')))
+    assert carried == checkout_configs()
+    assert (mim / 'tools' / 'train.py').is_file() and (mim / 'tools' / 'test.py').is_file()
+
+
+def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(installed):
+    site, _ = installed
+    out = run_installed(installed, '''
+        import json, os.path as osp
+        import mmlinattn
+        from mmengine.config import Config
+        from mmengine.config.utils import _get_cfg_metainfo
+        from mmengine.utils import get_installed_path
+        from mmlinattn import benchmarking, flops
+        from mmlinattn.paths import config_path, resource_root
+        pkg = get_installed_path('mmlinattn')
+        meta = _get_cfg_metainfo(pkg, 'mavit/mask-rcnn_mavit-t_fpn_1x_coco.py')
+        cfg = Config.fromfile(config_path('mavit/mask-rcnn_mavit-t_fpn_1x_coco.py'))
+        print(json.dumps(dict(module=mmlinattn.__file__, root=resource_root(), pkg=pkg,
+                              bench_root=benchmarking.ROOT, zoo=len(flops.zoo_configs()),
+                              meta=meta['Config'], backbone=cfg.model.backbone.type,
+                              imports=cfg.custom_imports['imports'])))
+    ''')
+    assert out['module'].startswith(str(site))
+    assert out['root'] == out['bench_root'] == str(site / 'mmlinattn' / '.mim')
+    assert out['pkg'] == str(site / 'mmlinattn')
+    zoo = [c for c in checkout_configs() if c.endswith('.py') and c.split('/')[1] in
+           ('inline_pvt', 'inline_swin', 'mavit')]
+    assert out['zoo'] == len(zoo) > 40
+    assert out['meta'] == 'configs/mavit/mask-rcnn_mavit-t_fpn_1x_coco.py'
+    assert out['backbone'] == 'MAViT' and 'mmlinattn' in out['imports']
+
+
+@pytest.mark.skipif(MIM is None, reason='openmim (requirements/tests.txt) is not installed')
+def test_mim_search_lists_the_zoo_of_the_installed_package(installed):
+    site, empty = installed
+    r = subprocess.run([MIM, 'search', 'mmlinattn'], cwd=str(empty), capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(site)))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    listed = {line.split(':', 1)[1].strip() for line in r.stdout.splitlines()
+              if line.startswith('config id:')}
+    assert listed == model_index_names() and len(listed) > 40
