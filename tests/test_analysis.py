@@ -51,6 +51,7 @@ def test_collect_attention_matches_linear_path():
     small = [(r, rec) for r, rec in zip(rows, recs) if max(rec['hw']) <= 2]
     assert small, 'the 64 px input should give a 2x2 last stage'
     for r, _ in small:
+        # a float32 sum of <= 4 weights under 0.4 (measured): ~1e-7 off 1 in any order
         assert r['local_mass'] == pytest.approx(1.0, abs=1e-5)
     assert all(math.isfinite(r['local_mass']) for r in rows)
     # rebuild block1.0's attention output from the matrix: A @ v then proj
@@ -62,7 +63,10 @@ def test_collect_attention_matches_linear_path():
     q, k, v, _ = blk.attn._qkv(tokens, hw)
     a = blk.attn.attention_matrix(tokens, hw)
     ref = blk.attn.proj((a @ v).transpose(1, 2).reshape(tokens.shape))
-    assert torch.allclose(captured['out'], ref, atol=1e-4)
+    # float32, the linear-time form against A @ v: other sums over 256 tokens, 5e-7 of the output's
+    # scale apart (measured); relative to that scale, 5e-3 here (an absolute 1e-4 would be 2 %)
+    scale = ref.abs().max().item()
+    torch.testing.assert_close(captured['out'], ref, rtol=0, atol=2e-4 * scale)
 
 
 def test_mavit_records_mala_and_softmax(tmp_path):
@@ -74,6 +78,7 @@ def test_mavit_records_mala_and_softmax(tmp_path):
         assert torch.isfinite(r['attn']).all()
         if r['core'] == 'softmax':
             rows = r['attn'].sum(-1)
+            # float32 rows of <= 16 softmax weights: <= 16 * 2^-24 = 1e-6 off 1 in any order
             assert torch.allclose(rows, torch.ones_like(rows), atol=1e-4)
         # MALA rows sum to 1 only without RoPE: the authors rotate the numerator, not z
 

@@ -73,3 +73,17 @@ def test_label_maps_differ_only_at_near_ties():
     got[5, 5] = (want[5, 5] + 1) % 4  # a clear pixel
     with pytest.raises(AssertionError, match='1 of 64 pixels'):
         compare.assert_same_label_maps(got, logits)
+
+
+def test_saturated_scores_still_need_most_detections_matched():
+    """100 kept detections all scored within RTOL of each other (an untrained toy detector): each
+    one is at the max_per_img cut, but a wholly different set is still a real change."""
+    rng = np.random.default_rng(1)
+    xy = rng.uniform(0, 100, (100, 2))
+    boxes = np.concatenate([xy, xy + 20], 1)
+    want = dets(boxes, 0.9999 + rng.uniform(0, 1e-5, 100), np.zeros(100, int))
+    noisy = dets(boxes + 1e-3, want['scores'] * (1 + 1e-6), want['labels'])
+    assert len(compare.assert_same_detections(noisy, want, **RULES)) == 100
+    moved = dets(boxes + 30, want['scores'], want['labels'])
+    with pytest.raises(AssertionError, match='0 of 100 detections matched'):
+        compare.assert_same_detections(moved, want, **RULES)

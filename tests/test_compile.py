@@ -47,7 +47,10 @@ def test_backbone_is_one_graph(name, grad):
 @pytest.mark.parametrize('name', FAMILIES)
 def test_compiled_backbone_matches_eager(name):
     """Forward outputs and input gradients of the compiled backbone equal eager ones (float32,
-    tolerance 1e-5 relative to each output's scale: the traced graph runs the same kernels)."""
+    within 2e-4 of each output's scale). The traced graph (functionalised, decomposed aten ops) does
+    not call eager's kernels on the same layouts, so some sums run in another order: measured up to
+    2e-6 of the scale (MAViT-T, 1 and 2 threads), 100x under the tolerance, which is 50x under a
+    missing or wrong term (1e-2)."""
     m = _backbone(name, out_norm=True).eval()
     x = torch.randn(2, 3, 64, 96)
     xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
@@ -56,14 +59,14 @@ def test_compiled_backbone_matches_eager(name):
     assert len(eager) == len(compiled) == 4
     for e, c in zip(eager, compiled):
         assert e.shape == c.shape
-        assert torch.allclose(c, e, rtol=1e-5, atol=1e-5 * e.abs().max().item())
+        assert torch.allclose(c, e, rtol=2e-4, atol=2e-4 * e.abs().max().item())
     # a loss whose input gradient is not ~0 (a mean of squares after LayerNorm would be nearly
     # constant): fixed random weights on every output
     g = torch.Generator().manual_seed(1)
     weights = [torch.randn(e.shape, generator=g) for e in eager]
     sum((o * w).sum() for o, w in zip(eager, weights)).backward()
     sum((o * w).sum() for o, w in zip(compiled, weights)).backward()
-    assert torch.allclose(xc.grad, xe.grad, rtol=1e-4, atol=1e-5 * xe.grad.abs().max().item())
+    assert torch.allclose(xc.grad, xe.grad, rtol=2e-4, atol=2e-4 * xe.grad.abs().max().item())
 
 
 def test_plain_param_groups_hook_lets_the_optimizer_step_compile():
@@ -103,6 +106,9 @@ def test_plain_param_groups_hook_lets_the_optimizer_step_compile():
     for _ in range(2):
         step(m_e, ow_e)
         compiled()
+    # 3x4 inputs, sums of <= 8 terms; every |gradient| is >= 5e-3 (measured), far above AdamW's
+    # eps 1e-8, so order noise moves a step by ~1e-9. What differs is the rounding of the update's
+    # few elementwise ops in the traced step: a few ulps of these O(1) weights (2.4e-7 measured).
     for pe, pc in zip(m_e.parameters(), m_c.parameters()):
         assert torch.allclose(pe, pc, rtol=1e-5, atol=1e-6)
     assert not torch.equal(m_c[0].weight, make()[0][0].weight)  # the steps did change the weights

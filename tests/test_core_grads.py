@@ -42,6 +42,8 @@ def _grads_match(fn, ref, inputs, atol=1e-9):
     inputs are left untouched."""
     xs = [t.detach().clone().requires_grad_(True) for t in inputs]
     ys = [t.detach().clone().requires_grad_(True) for t in inputs]
+    # float64, linear-time Function against autograd through the quadratic form: other orders of
+    # the sums, ~1e-15 apart on these O(1) values; 1e-9 is far above that and far below a wrong term
     out, expected = fn(*xs), ref(*ys)
     torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-10)
     g = torch.randn_like(expected)
@@ -103,7 +105,7 @@ def test_mala_rope_tables_with_grad_take_plain_autograd():
     g = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v, sin, cos), g),
                     torch.autograd.grad(ref, (q, k, v, sin, cos), g)):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)  # float64: see _grads_match
 
 
 @pytest.mark.parametrize('core', ['inline', 'mala'])
@@ -141,6 +143,8 @@ def test_half_inputs_promoted_output_and_grads_in_their_dtype(dtype, core):
     want = torch.autograd.grad(ref(*xs), xs, g.to(dtype).double())
     for x, w in zip((q, k, v), want):
         assert x.grad.dtype == dtype
+        # the half-precision rounding of the intermediates (2^-11, 2^-8 per value) dominates; the
+        # order of the sums (float32 accumulation, N = 12) is ~1e-7 of that
         torch.testing.assert_close(x.grad.double(), w, rtol=0.05, atol=0.05)
 
 
@@ -158,6 +162,8 @@ def test_autocast_float32_inputs(core):
     want = torch.autograd.grad(ref(*xs).sum(), xs)
     for x, w in zip((q, k, v), want):
         assert x.grad.dtype == torch.float32
+        # float32 against float64: sums of at most 12 x 8 O(1) terms, ~1e-6 in any order; bfloat16
+        # (what autocast would have computed in) is 4e-3
         torch.testing.assert_close(x.grad.double(), w, rtol=1e-4, atol=1e-4)
 
 

@@ -81,7 +81,10 @@ def test_short_training_beats_untrained_and_test_reproduces_metrics(tmp_path):
     out = _tool('tools/test.py', SEG_CFG, str(work / 'iter_60.pth'), '--work-dir',
                 str(tmp_path / 'test'), '--cfg-options', *opts)
     tested = read_metrics(str(tmp_path / 'test'))
+    # the same weights through the same loop, one image per batch at the same thread count
+    # (conftest.py's OMP_NUM_THREADS) in both processes: the same sums; mmseg rounds to 1e-2
     assert tested['mIoU'] == pytest.approx(logged['mIoU'], abs=1e-2)
     # what tools/test.py prints (its last line that is a dict) is the same metrics
     printed = ast.literal_eval([ln for ln in out.splitlines() if ln.startswith('{')][-1])
+    # one run's numbers, printed and recorded: equal up to the printing
     assert printed == pytest.approx({k: tested[k] for k in printed}, abs=1e-4)

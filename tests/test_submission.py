@@ -23,6 +23,7 @@ from PIL import Image
 from mmlinattn.apis import ConfigError, check_coco_annotations
 from tools import test as test_tool
 
+import compare
 from helpers import make_toy_sets
 from test_inference import make_checkpoint, reference
 
@@ -147,10 +148,13 @@ def test_ade20k_test_set_submission(root, seg_ckpt, tmp_path):
     ref_cfg = Config.fromfile(cfg)
     for name in images:
         pred = np.asarray(Image.open(out / (osp.splitext(name)[0] + '.png')))
-        # the model's own prediction, + 1: ADE20K's label 0 is "other" (reduce_zero_label)
+        # the model's own prediction, + 1: ADE20K's label 0 is "other" (reduce_zero_label). The
+        # tool's run and this one sum alike (one image, same pipeline) but are two runs: a pixel
+        # whose two best logits tie within compare.RTOL may go either way
         expected = reference(ref_cfg, model, str(root / 'data/toy_ade/images/test' / name))
-        expected = expected.pred_sem_seg.data.squeeze(0).numpy() + 1
-        assert pred.shape == (64, 64) and np.array_equal(pred, expected), name
+        assert pred.shape == (64, 64), name
+        compare.assert_same_label_maps(pred.astype(np.int64) - 1, expected.seg_logits.data,
+                                       expected.pred_sem_seg.data.squeeze(0).numpy())
 
 
 def test_ade_images_only_without_format_only_is_one_line(root, seg_ckpt, tmp_path, capsys):
