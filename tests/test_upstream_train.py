@@ -23,12 +23,21 @@ from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
-# (case, toolbox, toy config, task): every family once, every toolbox
+#: InLine-Swin-T in the toy Mask R-CNN (the toy set has no InLine-Swin detector of its own)
+SWIN_DET = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py+InLineSwin'
+
+# (case, toolbox, toy config, task): every family and every toolbox in `make test`; a detector and
+# a segmentor of every family with the rest (`make test-all`, `make test-compat`)
 CASES = [
     ('mavit-mask-rcnn', 'mmdet', 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py', 'det'),
     ('inline-pvt-retinanet', 'mmdet', 'configs/toy/retinanet_inline-pvt-t_fpn_toy-coco.py', 'det'),
     ('inline-swin-upernet', 'mmseg', 'configs/toy/upernet_inline-swin-t_toy-ade.py', 'seg'),
     ('inline-pvt-cls', 'mmpretrain', 'configs/toy/inline-pvt-t_toy-cls.py', 'cls'),
+    pytest.param('inline-swin-mask-rcnn', 'mmdet', SWIN_DET, 'det', marks=pytest.mark.heavy),
+    pytest.param('mavit-fpn', 'mmseg', 'configs/toy/fpn_mavit-t_toy-ade.py', 'seg',
+                 marks=pytest.mark.heavy),
+    pytest.param('inline-pvt-fpn', 'mmseg', 'configs/toy/fpn_inline-pvt-t_toy-ade.py', 'seg',
+                 marks=pytest.mark.heavy),
 ]
 
 
@@ -58,6 +67,7 @@ def derived(config, task, data, out):
     """The toy config on this test's data, one short run (the checkpoint after it); mmengine merges
     these dicts into the base config's."""
     root = {'det': f'{data}/toy_coco/', 'seg': f'{data}/toy_ade/', 'cls': f'{data}/toy_cls/'}[task]
+    config, _, backbone = config.partition('+')
     lines = [f'_base_ = {osp.join(ROOT, config)!r}',
              f'train_dataloader = dict(batch_size=2, dataset=dict(data_root={root!r}))',
              f'val_dataloader = dict(dataset=dict(data_root={root!r}))',
@@ -71,6 +81,10 @@ def derived(config, task, data, out):
         # 0.05 (it starts at the focal prior 0.01), and an empty result has no metrics to compare
         lines += ['model = dict(test_cfg=dict(score_thr=0.0))' if 'retinanet' in config else
                   'model = dict(test_cfg=dict(rcnn=dict(score_thr=0.0)))']
+        if backbone == 'InLineSwin':
+            lines += ["model = dict(backbone=dict(_delete_=True, type='InLineSwin', arch='tiny'), "
+                      'neck=dict(in_channels=[96, 192, 384, 768]), '
+                      'test_cfg=dict(rcnn=dict(score_thr=0.0)))']
     elif task == 'seg':
         lines += ['train_cfg = dict(max_iters=2, val_interval=100)',
                   'default_hooks = dict(checkpoint=dict(interval=2))']
@@ -81,7 +95,8 @@ def derived(config, task, data, out):
 
 
 @pytest.mark.slow  # four toolboxes' tools in fresh processes: about 3 minutes on 2 cores
-@pytest.mark.parametrize('case, pkg, config, task', CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize('case, pkg, config, task', CASES,
+                         ids=[getattr(c, 'values', c)[0] for c in CASES])
 def test_upstream_tools_train_resume_and_test_our_configs(case, pkg, config, task, data, tmp_path):
     cfg = derived(config, task, data, tmp_path / 'cfg.py')
     run = tmp_path / 'empty'
