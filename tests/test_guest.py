@@ -29,12 +29,13 @@ def test_backbones_run_where_torch_compiler_lacks_the_probes():
     every family trains (forward + backward) and infers."""
     out = run_python('''
         import json, torch
-        for name in ('is_compiling', 'is_exporting'):
-            if hasattr(torch.compiler, name):
-                delattr(torch.compiler, name)
-        # torch 2.1's own flag: a plain function that dynamo replaces while it traces (today's
-        # torch keeps a deprecated alias of torch.compiler.is_compiling under this name)
-        torch._utils.is_compiling = lambda: False
+        removed = [n for n in ('is_compiling', 'is_exporting') if hasattr(torch.compiler, n)]
+        for name in removed:
+            delattr(torch.compiler, name)
+        if 'is_compiling' in removed:
+            # torch 2.1's own flag: a plain function that dynamo replaces while it traces (today's
+            # torch keeps a deprecated alias of torch.compiler.is_compiling under this name)
+            torch._utils.is_compiling = lambda: False
         from mmlinattn.models.backbones import FAMILIES
         done = []
         for family, cls in FAMILIES.items():

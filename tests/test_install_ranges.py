@@ -128,7 +128,8 @@ def _torch_file(payload: bytes) -> bytes:
 
 @pytest.mark.parametrize('module', ['numpy.core.multiarray', 'numpy._core.multiarray'])
 def test_numpy_arrays_pickled_under_either_numpy_load(module, tmp_path):
-    import mmlinattn  # noqa: F401  (allow-lists numpy's data types)
+    import mmlinattn.upstream_fixes  # noqa: F401  (numpy's types, where torch loads weights-only)
+    from mmlinattn import compat
     from mmlinattn.checkpoint import _RestrictedUnpickler, read_checkpoint
     arr = np.arange(6, dtype=np.float32).reshape(2, 3)
     payload = _array_pickle({'model': {'w': arr}, 'acc': np.float64(81.2)}, module)
@@ -139,10 +140,13 @@ def test_numpy_arrays_pickled_under_either_numpy_load(module, tmp_path):
     assert not unpickler.replaced, unpickler.replaced
     np.testing.assert_array_equal(loaded['model']['w'], arr)
 
-    # torch's weights-only loader (mmengine's torch.load of a Runner checkpoint)
     path = tmp_path / 'ckpt.pth'
     path.write_bytes(_torch_file(payload))
-    loaded = torch.load(path, weights_only=True)
+    # torch's loader as mmengine calls it (torch.load without weights_only): weights-only where
+    # this torch loads so by default (2.6 and later; the fix allows numpy), a full unpickle before
+    loaded = torch.load(path)
+    assert compat._torch_loads_weights_only_by_default() == (compat.STATUS['numpy_globals'] is True)
     assert isinstance(loaded['model']['w'], np.ndarray) and loaded['acc'] == np.float64(81.2)
     np.testing.assert_array_equal(loaded['model']['w'], arr)
+    # and our reader, on any torch (torch 2.1's weights-only loader knows no numpy: ours does)
     assert read_checkpoint(str(path))['acc'] == np.float64(81.2)

@@ -7,6 +7,7 @@ The InLine release stores ``{'model', 'optimizer', 'lr_scheduler', 'max_accuracy
 are rebuilt as inert stand-ins (no yacs needed, no pickled code run). Only if that fails and the
 caller explicitly allows it is a full unpickle used, and the log says so.
 """
+import codecs
 import logging
 import os
 import os.path as osp
@@ -86,6 +87,8 @@ def _allowed_globals() -> dict:
     from torch import _weights_only_unpickler as wou
     allowed = dict(wou._get_allowed_globals())
     allowed.update(numpy_global_names())  # numpy 1.x and 2.x names both
+    # bytes in a protocol-2 pickle (numpy arrays' raw data): torch >= 2.4 allows it, 2.1 does not
+    allowed.setdefault('_codecs.encode', codecs.encode)
     allowed['copyreg._reconstructor'] = _safe_reconstructor
     return allowed
 
