@@ -12,6 +12,7 @@ import http.server
 import os.path as osp
 import re
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -83,7 +84,11 @@ def _tiny_mavit_file(path, seed=1):
 
 
 def _cached(tmp_path, name):
-    return tmp_path / 'hub' / 'checkpoints' / name
+    """The one file named ``name`` in torch's hub cache (wherever under checkpoints/), or the
+    path it would have at the top when there is none."""
+    found = list((tmp_path / 'hub' / 'checkpoints').rglob(name))
+    assert len(found) <= 1, found
+    return found[0] if found else tmp_path / 'hub' / 'checkpoints' / name
 
 
 # --------------------------------------------------------------------------- init_cfg URL
@@ -102,6 +107,48 @@ def test_init_cfg_url_loads_the_file_once(served, tmp_path):
     assert server.count('good.pth') == 1
 
 
+def test_two_urls_with_one_file_name_keep_their_own_files(served, tmp_path):
+    """Two releases both called mavit_t.pth (a mirror, a moved file): each URL loads its own file,
+    each downloaded once; a file under the plain name in torch's cache (what torch or mmengine
+    fetched from yet another URL) is not taken for either. Was: the second URL logged 'loaded
+    from HOST2' and loaded the first URL's weights."""
+    server, root = served
+    (root / 'a').mkdir()
+    (root / 'b').mkdir()
+    want = {'a': _tiny_mavit_file(root / 'a' / 'mavit_t.pth', seed=1),
+            'b': _tiny_mavit_file(root / 'b' / 'mavit_t.pth', seed=2)}
+    plain = tmp_path / 'hub' / 'checkpoints' / 'mavit_t.pth'
+    plain.parent.mkdir(parents=True)
+    _tiny_mavit_file(plain, seed=3)
+    for _ in range(2):
+        for rel in ('a', 'b'):
+            url = f'{server.url}/{rel}/mavit_t.pth'
+            m = MAViT(arch=TINY, out_norm=False, init_cfg=dict(type='Pretrained', checkpoint=url))
+            m.init_weights()
+            got = m.state_dict()
+            assert all(torch.equal(got[k], v) for k, v in want[rel].items()), rel
+    assert server.count('a/mavit_t.pth') == 1 and server.count('b/mavit_t.pth') == 1
+    assert not torch.equal(want['a'][next(iter(want['a']))], want['b'][next(iter(want['b']))])
+
+
+def test_a_hash_named_file_is_checked(served, tmp_path):
+    """torch hub's name-<sha256 prefix>.pth: the right file loads (cached under that name, as torch
+    keeps it); a file whose hash differs from its name is refused, named and removed."""
+    import hashlib
+    server, root = served
+    _tiny_mavit_file(root / 'w.pth')
+    digest = hashlib.sha256((root / 'w.pth').read_bytes()).hexdigest()
+    (root / f'w-{digest[:8]}.pth').write_bytes((root / 'w.pth').read_bytes())
+    wrong = 'deadbeef' if not digest.startswith('deadbeef') else 'feedface'
+    (root / f'w-{wrong}.pth').write_bytes((root / 'w.pth').read_bytes())
+    from mmlinattn.checkpoint import local_checkpoint
+    good = local_checkpoint(f'{server.url}/w-{digest[:8]}.pth')
+    assert good == str(tmp_path / 'hub' / 'checkpoints' / f'w-{digest[:8]}.pth')
+    with pytest.raises(CheckpointError, match=f'sha256 is {digest[:8]}.*promises {wrong}'):
+        local_checkpoint(f'{server.url}/w-{wrong}.pth')
+    assert not (tmp_path / 'hub' / 'checkpoints' / f'w-{wrong}.pth').exists()
+
+
 @pytest.mark.parametrize('kind', ['truncated', 'html'])
 def test_bad_download_is_named_and_removed(served, tmp_path, kind):
     server, root = served
@@ -110,7 +157,9 @@ def test_bad_download_is_named_and_removed(served, tmp_path, kind):
     name = f'{kind}.pth'
     (root / name).write_bytes(data[:len(data) // 2] if kind == 'truncated' else HTML)
     url = f'{server.url}/{name}'
-    cached = _cached(tmp_path, name)
+    from mmlinattn.checkpoint import url_cache_path
+    cached = Path(url_cache_path(url))  # where this URL's file is kept (named in the message)
+    assert cached.is_relative_to(tmp_path / 'hub' / 'checkpoints')
     for attempt in (1, 2):  # nothing bad stays cached: the second use downloads again
         m = MAViT(arch=TINY, out_norm=False, init_cfg=dict(type='Pretrained', checkpoint=url))
         with pytest.raises(CheckpointError) as e:
@@ -132,7 +181,8 @@ def test_tsinghua_share_page_hint(served, tmp_path):
     url = f'{server.url}/f/abc/'
     with pytest.raises(CheckpointError, match='HTML page') as e:
         read_checkpoint(url)
-    assert str(_cached(tmp_path, 'abc.pth')) in str(e.value)
+    from mmlinattn.checkpoint import url_cache_path
+    assert url_cache_path(url).endswith('/abc.pth') and url_cache_path(url) in str(e.value)
 
 
 def test_readme_lists_the_library_table():

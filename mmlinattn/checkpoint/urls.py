@@ -1,8 +1,10 @@
 """Checkpoints given as http(s) URLs: fetched once into torch's hub cache, checked, then read like
 local files; the authors' ImageNet files and where their READMEs publish them."""
+import hashlib
 import logging
 import os
 import os.path as osp
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
@@ -58,20 +60,70 @@ def is_url(path) -> bool:
     return isinstance(path, str) and path.startswith(('http://', 'https://'))
 
 
-def url_cache_path(url: str) -> str:
-    """Where :func:`local_checkpoint` keeps ``url``: ``torch.hub.get_dir()/checkpoints/NAME``, NAME
-    the last part of the URL's path as torch's ``load_state_dict_from_url`` and mmengine's
-    ``load_from_http`` name it (so a file either of them fetched is reused). A path ending in ``/``
-    (TsinghuaCloud's ``f/<id>/?dl=1``) is named after its last folder, with ``.pth`` added."""
-    from urllib.parse import urlparse
+#: torch hub's content-addressed file names: ``name-<first hex digits of the file's sha256>.ext``
+_HASH_NAME = re.compile(r'-([a-f0-9]{8,})\.')
 
-    import torch.hub
+
+def url_file_name(url: str) -> str:
+    """The file name of ``url``: the last part of its path, or for a path ending in ``/``
+    (TsinghuaCloud's ``f/<id>/?dl=1``) its last folder with ``.pth`` added."""
+    from urllib.parse import urlparse
     parsed = urlparse(url)
     name = osp.basename(parsed.path)
     if not name:
         parts = [p for p in parsed.path.split('/') if p]
         name = (parts[-1] if parts else parsed.netloc) + '.pth'
-    return osp.join(torch.hub.get_dir(), 'checkpoints', name)
+    return name
+
+
+def url_hash_prefix(url: str) -> Optional[str]:
+    """The sha256 prefix a torch-hub style name carries (``resnet18-f37072fd.pth``), else None."""
+    found = _HASH_NAME.search(url_file_name(url))
+    return found.group(1) if found else None
+
+
+def url_cache_path(url: str) -> str:
+    """Where :func:`local_checkpoint` keeps ``url``'s file, so that a cached file is that URL's:
+
+    * a torch-hub style name that carries its file's sha256 prefix (``name-<hex>.pth``) is cached
+      under that name in ``torch.hub.get_dir()/checkpoints`` (as torch's
+      ``load_state_dict_from_url`` keeps it): the name identifies the file, whatever URL serves it,
+      and the hash is checked;
+    * any other URL in ``checkpoints/mmlinattn-urls/<sha256 of the URL, 16 hex>/NAME``: two URLs
+      that end in the same file name (two releases, a mirror, a moved file) never share a cached
+      file, and a file cached under the plain name by another tool is not taken for this URL's.
+    """
+    import torch.hub
+    name = url_file_name(url)
+    root = osp.join(torch.hub.get_dir(), 'checkpoints')
+    if url_hash_prefix(url):
+        return osp.join(root, name)
+    key = hashlib.sha256(url.encode('utf-8')).hexdigest()[:16]
+    return osp.join(root, 'mmlinattn-urls', key, name)
+
+
+#: files whose hash was checked in this process: path -> (size, mtime_ns)
+_HASH_CHECKED: Dict[str, Tuple[int, int]] = {}
+
+
+def _hash_problem(url: str, path: str) -> Optional[str]:
+    """For a torch-hub style name: why the file is not the one its name promises (None if it is)."""
+    prefix = url_hash_prefix(url)
+    if not prefix:
+        return None
+    st = os.stat(path)
+    if _HASH_CHECKED.get(path) == (st.st_size, st.st_mtime_ns):
+        return None
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            digest.update(block)
+    actual = digest.hexdigest()
+    if not actual.startswith(prefix):
+        return (f'its sha256 is {actual[:len(prefix)]}..., but the file name promises '
+                f'{prefix}... (a changed or corrupted file)')
+    _HASH_CHECKED[path] = (st.st_size, st.st_mtime_ns)
+    return None
 
 
 def _url_hint(url: str) -> str:
@@ -123,10 +175,11 @@ def _discard(url: str, local: str, err: Exception):
 def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
                      progress: bool = True) -> str:
     """A local path for ``path``: itself, or for an http(s) URL the file in torch's hub cache
-    (:func:`url_cache_path`), downloaded by ``torch.hub.download_url_to_file`` (with a progress bar)
-    when not cached yet. The file is checked (:func:`checkpoint_file_problem`); an HTML page or a
-    truncated file is removed and :class:`CheckpointError` names the URL, the cached path and the
-    reason. Under an initialised process group, local rank 0 downloads while the other ranks
+    (:func:`url_cache_path`: that URL's own file), downloaded by ``torch.hub.download_url_to_file``
+    (with a progress bar) when not cached yet. The file is checked (:func:`checkpoint_file_problem`,
+    and the sha256 prefix a torch-hub style name carries); an HTML page, a truncated file or one
+    whose hash differs is removed and :class:`CheckpointError` names the URL, the cached path and
+    the reason. Under an initialised process group, local rank 0 downloads while the other ranks
     wait."""
     if not is_url(path):
         return path
@@ -146,7 +199,7 @@ def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
         raise failed
     if not osp.isfile(cached):  # another node's rank 0 fetched it; this node's failed to
         raise CheckpointError(f'{path}: not downloaded (expected at {cached})')
-    problem = checkpoint_file_problem(cached)
+    problem = checkpoint_file_problem(cached) or _hash_problem(path, cached)
     if problem:
         _discard(path, cached, problem)
     return cached
