@@ -49,6 +49,7 @@ from mmlinattn.apis import (
 )
 from mmlinattn.apis.runner import check_finite_checkpoint
 from mmlinattn.apis.runs import check_work_dir
+from mmlinattn.apis.workdir_lock import lock_work_dir
 from mmlinattn.checkpoint import CheckpointError, local_checkpoint
 from mmlinattn.datafaults import DataFileError
 
@@ -113,6 +114,8 @@ def build_cfg(args):
     if args.tta:
         check_tta(cfg, args.config)
     check_work_dir(cfg.work_dir)  # unwritable: one line naming it, exit 2
+    global _LOCK
+    _LOCK = lock_work_dir(cfg.work_dir)  # another live run in this work dir: one line, exit 2
     # a URL: fetched once into torch's hub cache
     args.checkpoint = local_checkpoint(args.checkpoint)
     if not osp.isfile(args.checkpoint):
@@ -279,7 +282,7 @@ def add_out(cfg, out: str) -> None:
         e['keep_results'] = True
 
 
-def main(argv=None):
+def _main(argv=None):
     args = parse_args(argv)
     try:
         runner = build_runner(build_cfg(args), args.checkpoint)
@@ -302,6 +305,20 @@ def main(argv=None):
             mmengine.dump(metrics, args.out)
     close_distributed()
     return 0
+
+
+#: this process's work-dir run lock (mmlinattn.apis.workdir_lock), released when main returns
+_LOCK = None
+
+
+def main(argv=None):
+    global _LOCK
+    try:
+        return _main(argv)
+    finally:
+        if _LOCK is not None:
+            _LOCK.release()
+            _LOCK = None
 
 
 if __name__ == '__main__':

@@ -27,6 +27,7 @@ from mmlinattn.apis import (
 from mmlinattn.apis.preflight.checkpoints import prepare_checkpoints
 from mmlinattn.apis.runner import add_training_hooks
 from mmlinattn.apis.runs import check_work_dir
+from mmlinattn.apis.workdir_lock import lock_work_dir
 from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint
 from mmlinattn.datafaults import DataFileError
 from mmlinattn.hooks import CheckpointWriteError, TrainingStopped
@@ -54,6 +55,8 @@ def parse_args(argv=None):
 def build_cfg(args):
     cfg = config_from_args(args)
     check_work_dir(cfg.work_dir)  # unwritable: one line naming it, exit 2
+    global _LOCK
+    _LOCK = lock_work_dir(cfg.work_dir)  # another live run in this work dir: one line, exit 2
     if args.amp:
         enable_amp(cfg)
     if args.resume == 'auto':
@@ -106,7 +109,7 @@ def log_auto_scale_lr(runner, cfg) -> None:
                        f'({runner.world_size} process(es) x {batch}): {lrs}')
 
 
-def main(argv=None):
+def _main(argv=None):
     args = parse_args(argv)
     try:
         cfg = build_cfg(args)
@@ -128,6 +131,20 @@ def main(argv=None):
         return e.exit_code
     close_distributed()
     return 0
+
+
+#: this process's work-dir run lock (mmlinattn.apis.workdir_lock), released when main returns
+_LOCK = None
+
+
+def main(argv=None):
+    global _LOCK
+    try:
+        return _main(argv)
+    finally:
+        if _LOCK is not None:
+            _LOCK.release()
+            _LOCK = None
 
 
 if __name__ == '__main__':

@@ -1,0 +1,158 @@
+"""One run per work dir at a time.
+
+mmengine names a run's log folder by its start time and writes checkpoints, ``last_checkpoint`` and
+the dumped config under fixed names, so two runs started into one work dir (a re-submitted job, a
+teammate, a scheduler retry) share a log folder and overwrite each other's checkpoints without a
+word. ``tools/train.py`` and ``tools/test.py`` take this lock before any work:
+
+* ``WORK_DIR/.mmlinattn-run.lock`` holds the owner's host, pid, process start time and command,
+  created with ``O_EXCL`` (one winner when two start together);
+* a second run finding a live owner stops in one line (:class:`WorkDirBusy`, exit code 2) naming
+  the work dir and the owner;
+* a lock whose owner is gone never blocks: on the same host the pid is checked (and its start
+  time, so a reused pid is not taken for the owner); from another host (a shared file system, where
+  a pid means nothing) the owner refreshes the file's time every :data:`HEARTBEAT_S` seconds and a
+  lock older than :data:`STALE_AFTER_S` has expired;
+* the lock is removed when the run ends, however it ends short of SIGKILL (then it is stale).
+
+The ranks of one DDP run are one run: only the process of global rank 0 takes the lock.
+"""
+import atexit
+import json
+import os
+import os.path as osp
+import socket
+import sys
+import threading
+import time
+from typing import Optional
+
+from .config import ConfigError
+
+LOCK_NAME = '.mmlinattn-run.lock'
+#: how often the owner refreshes the lock's time (seconds)
+HEARTBEAT_S = 30.0
+#: a lock from another host not refreshed for this long has expired (seconds)
+STALE_AFTER_S = float(os.environ.get('MMLINATTN_LOCK_STALE_S', 600))
+
+
+class WorkDirBusy(ConfigError):
+    """Another run is alive in the work dir; the message names it (exit code 2 in the tools)."""
+
+
+def _start_time(pid: int) -> Optional[str]:
+    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), None where unknown."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, started: Optional[str]) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    now = _start_time(pid)
+    return started is None or now is None or now == started
+
+
+def _read(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def owner_alive(info: Optional[dict], path: str) -> bool:
+    """Whether the run that wrote lock ``path`` (``info``: its contents) is still alive."""
+    if info is None:  # unreadable: being written this instant, or garbage; judge by its age
+        try:
+            return time.time() - os.path.getmtime(path) < 5
+        except OSError:
+            return False
+    if info.get('host') == socket.gethostname():
+        return _alive(int(info.get('pid', -1)), info.get('started'))
+    try:
+        return time.time() - os.path.getmtime(path) < STALE_AFTER_S
+    except OSError:
+        return False
+
+
+class WorkDirLock:
+    """The lock of one run; :meth:`release` (also at interpreter exit) removes it."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True,
+                                      name='mmlinattn-workdir-lock')
+        self._beat.start()
+        atexit.register(self.release)
+
+    def _heartbeat(self):
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(self.path)
+            except OSError:
+                return
+
+    def release(self):
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        info = _read(self.path)
+        if info and info.get('pid') == os.getpid() and info.get('host') == socket.gethostname():
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+
+
+def _global_rank() -> int:
+    for var in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
+        if os.environ.get(var, '').isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def lock_work_dir(work_dir: str, logger=None) -> Optional[WorkDirLock]:
+    """Take ``work_dir``'s run lock for this process (rank 0 only; other ranks get None), or raise
+    :class:`WorkDirBusy` naming the live owner. A stale lock (its owner gone) is taken over."""
+    if _global_rank() != 0:
+        return None
+    os.makedirs(work_dir, exist_ok=True)
+    path = osp.join(work_dir, LOCK_NAME)
+    me = dict(host=socket.gethostname(), pid=os.getpid(), started=_start_time(os.getpid()),
+              since=time.strftime('%Y-%m-%d %H:%M:%S'), command=' '.join(sys.argv)[:300])
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            info = _read(path)
+            mine = bool(info) and info.get('pid') == os.getpid() and \
+                info.get('host') == me['host']  # an earlier run of this process (a notebook)
+            if not mine and owner_alive(info, path):
+                who = (f"pid {info.get('pid')} on host {info.get('host')}, running since "
+                       f"{info.get('since')}: {info.get('command')}") if info else 'a run starting'
+                raise WorkDirBusy(
+                    f'work dir {work_dir} is in use by another run ({who}). Two runs in one work '
+                    'dir share its log folder and overwrite each other\'s checkpoints: wait for '
+                    'that run to end, or give this one another --work-dir') from None
+            if logger is not None and not mine:
+                logger.warning(f'{path}: a stale lock of a run that is gone ({info}); taken over')
+            if _read(path) == info:  # not replaced meanwhile by a run that took it over first
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
+            continue
+        with os.fdopen(fd, 'w') as f:
+            json.dump(me, f)
+        return WorkDirLock(path)
+    raise WorkDirBusy(f'work dir {work_dir}: could not take its run lock {path} (another run keeps '
+                      'taking it); try again')
