@@ -156,12 +156,77 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
     _fresh_visualizer_name(cfg)
+    # the config dump the Runner writes at construction: removed again if this run stops before any
+    # work and no earlier run had left one under that name
+    dumped = osp.join(cfg.work_dir, osp.basename(cfg.filename)) if cfg.get('work_dir') and \
+        cfg.filename else None
+    dumped_before = dumped is not None and osp.exists(dumped)
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
     # the datasets this runner builds name an unreadable image / label map (mmlinattn.datafaults)
     runner.build_dataloader = naming_unreadable_files(runner.build_dataloader)
+    # Runner checkpoints that mmengine wrote without mmlinattn.upstream_fixes load too
+    runner.load_checkpoint = _loading_any_runner_checkpoint(runner)
     if checkpoint:
-        check_model_checkpoint(runner.model, checkpoint, logger=runner.logger, **check_kwargs)
+        try:
+            check_model_checkpoint(runner.model, checkpoint, logger=runner.logger, **check_kwargs)
+        except Exception:
+            _remove_log_dir(runner)  # nothing was done: leave no empty timestamped log folder
+            if dumped and not dumped_before and osp.isfile(dumped):
+                os.remove(dumped)
+            raise
     return runner
+
+
+def _loading_any_runner_checkpoint(runner):
+    """``runner.load_checkpoint`` (``--resume``, ``load_from``, tools/test.py's checkpoint) that
+    also reads a checkpoint mmengine wrote without ``mmlinattn.upstream_fixes`` - mmdet's or mmseg's
+    own train.py on a config of theirs - which torch >= 2.6 refuses to load weights-only
+    (``Unsupported global: GLOBAL builtins.getattr``, the HistoryBuffers' methods): then read with
+    :func:`mmlinattn.checkpoint.load_runner_checkpoint` (only HistoryBuffer's own methods allowed)
+    and applied as mmengine's own ``load_checkpoint`` applies a checkpoint."""
+    import pickle
+    original = runner.load_checkpoint
+
+    def load_checkpoint(filename, map_location='cpu', strict=False,
+                        revise_keys=[(r'^module.', '')]):  # noqa: B006 - mmengine's signature
+        try:
+            return original(filename, map_location=map_location, strict=strict,
+                            revise_keys=revise_keys)
+        except pickle.UnpicklingError as err:
+            from mmengine.model import is_model_wrapper
+            from mmengine.runner.checkpoint import _load_checkpoint_to_model
+
+            from ..checkpoint import load_runner_checkpoint
+            checkpoint = load_runner_checkpoint(filename, map_location=map_location)
+            runner.logger.info(f'{filename}: torch refused to load it weights-only '
+                               f'({str(err).strip().splitlines()[-1][:120]}); read with '
+                               "mmlinattn's Runner-checkpoint reader")
+        runner.call_hook('after_load_checkpoint', checkpoint=checkpoint)
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        checkpoint = _load_checkpoint_to_model(model, checkpoint, strict, revise_keys=revise_keys)
+        runner._has_loaded = True
+        runner.logger.info(f'Load checkpoint from {filename}')
+        return checkpoint
+
+    return load_checkpoint
+
+
+def _remove_log_dir(runner) -> None:
+    """Remove the timestamped log folder the Runner made at construction (its log file and an
+    empty vis_data), for a run that stops before any work."""
+    import shutil
+
+    from mmengine.logging import MMLogger
+    log_dir = getattr(runner, 'log_dir', None)
+    if not log_dir or not osp.isdir(log_dir) or \
+            osp.dirname(osp.abspath(log_dir)) != osp.abspath(runner.work_dir):
+        return
+    logger = MMLogger.get_current_instance()
+    for h in list(logger.handlers):
+        if getattr(h, 'baseFilename', '').startswith(osp.abspath(log_dir)):
+            h.close()
+            logger.removeHandler(h)
+    shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def _fresh_visualizer_name(cfg: Config) -> None:

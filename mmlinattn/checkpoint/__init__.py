@@ -17,7 +17,13 @@ from ..fileio import write_atomic
 from .errors import CheckpointError
 from .fitting import check_model_checkpoint, fit_backbone_checkpoint, fit_state_dict
 from .layouts import AuthorsLayout
-from .reading import ForeignObject, _RestrictedUnpickler, extract_state_dict, read_checkpoint
+from .reading import (
+    ForeignObject,
+    _RestrictedUnpickler,
+    extract_state_dict,
+    load_runner_checkpoint,
+    read_checkpoint,
+)
 from .resume import latest_intact_checkpoint
 from .urls import (
                    AUTHORS_CHECKPOINTS,
@@ -31,5 +37,6 @@ from .urls import (
 __all__ = ['AUTHORS_CHECKPOINTS', 'AuthorsCheckpoint', 'AuthorsLayout', 'CheckpointError',
            'ForeignObject', 'check_model_checkpoint', 'checkpoint_file_problem',
            'extract_state_dict', 'fit_backbone_checkpoint', 'fit_state_dict', 'is_url',
-           'latest_intact_checkpoint', 'local_checkpoint', 'read_checkpoint', 'url_cache_path',
+           'latest_intact_checkpoint', 'load_runner_checkpoint', 'local_checkpoint',
+           'read_checkpoint', 'url_cache_path',
            'write_atomic', '_RestrictedUnpickler']

@@ -6,13 +6,15 @@ from typing import Optional
 
 from ..fileio import last_checkpoint
 from .errors import CheckpointError
-from .reading import extract_state_dict, read_checkpoint
+from .reading import extract_state_dict, load_runner_checkpoint
 
 
 def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = None
                              ) -> Optional[str]:
     """The checkpoint ``--resume`` (auto) should use: the one ``last_checkpoint`` names if it reads,
     else the newest readable ``*.pth`` of ``work_dir`` (with a warning naming each skipped file).
+    A file "reads" when it loads the way our tools' runner will load it
+    (:func:`load_runner_checkpoint`), so what this lets through resumes.
 
     Returns ``None`` when the work dir holds no checkpoint (a fresh start); raises
     :class:`CheckpointError` listing the files when there are checkpoints but none is readable.
@@ -34,7 +36,7 @@ def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = N
             skipped.append(f'{path} (not found)')
             continue
         try:
-            obj = read_checkpoint(path, logger=logger)
+            obj = load_runner_checkpoint(path)
             extract_state_dict(obj, path=path)
         except CheckpointError:
             skipped.append(f'{path} (unreadable: truncated or corrupt)')
