@@ -282,8 +282,8 @@ def test_cfg_option_typo_that_the_class_rejects_stops_before_work():
                                           r'which takes no .max_itres.; '
                                           r'did you mean train_cfg\.max_iters\?'):
         load_config(SEG_CFG, {'train_cfg.max_itres': 3})
-    with pytest.raises(ConfigError, match=r'builds CheckpointHook, which takes no .intervall.; did '
-                                          r'you mean default_hooks\.checkpoint\.interval\?'):
+    with pytest.raises(ConfigError, match=r'builds SafeCheckpointHook, which takes no .intervall.; '
+                                          r'did you mean default_hooks\.checkpoint\.interval\?'):
         load_config(SEG_CFG, {'default_hooks.checkpoint.intervall': 2})
     with pytest.raises(ConfigError, match=r'builds EpochBasedTrainLoop.*takes: .*max_epochs'):
         load_config(DET_CFG, {'train_cfg.max_iter': 1})

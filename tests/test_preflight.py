@@ -210,3 +210,56 @@ def test_a_coco_image_info_file_passes_for_a_format_only_test_set(toy_data, tmp_
     cfg.test_evaluator = dict(type='CocoMetric', format_only=True,
                               outfile_prefix=str(tmp_path / 'out' / 'r'))
     preflight(cfg, ('test_dataloader',))
+
+
+# -------------------- dataset arguments and the schedule against the run (issue 39)
+def test_a_dataset_key_its_class_does_not_take_is_named_before_any_work(tmp_path, capsys):
+    """An mmpretrain ImageNet config with only dataset.type changed to CustomDataset keeps the
+    base's split='train', which CustomDataset passes on to BaseDataset.__init__ (a TypeError
+    traceback before). mmpretrain's own classes are the oracle: ImageNet takes 'split',
+    CustomDataset does not."""
+    import inspect
+
+    from mmpretrain.datasets import CustomDataset, ImageNet
+
+    from tools import train as train_tool
+    assert 'split' in inspect.signature(ImageNet.__init__).parameters
+    assert 'split' not in inspect.signature(CustomDataset.__init__).parameters
+    cfg = tmp_path / 'cfg.py'
+    cfg.write_text(f"_base_ = {osp.join(ROOT, 'configs/classification/mavit-t_in1k.py')!r}\n"
+                   "train_dataloader = dict(dataset=dict(type='CustomDataset'))\n")
+    assert train_tool.main([str(cfg), '--work-dir', str(tmp_path / 'w')]) == 2
+    err = capsys.readouterr().err
+    assert "train_dataloader.dataset.split: CustomDataset takes no 'split'" in err
+    assert 'Traceback' not in err and not list((tmp_path / 'w').glob('2*'))
+
+
+@pytest.mark.parametrize('case', ['cls-max-epochs', 'seg-max-iters'])
+def test_a_schedule_that_ends_before_it_begins_is_named(case, tmp_path, capsys):
+    """train_cfg.max_epochs=1 on the 300-epoch classification recipe (its cosine phase begins at
+    epoch 20 and ends at the run's end) and max_iters=4 on a segmentation config whose poly phase
+    begins after a 50-iteration warm-up: mmengine's 'end should be larger than begin' after the
+    model was built, before. Here: one line naming the phase, begin, end and where the end came
+    from."""
+    from mmlinattn.apis import ConfigError
+    from mmlinattn.apis.preflight import check_param_schedulers
+    from mmlinattn.apis.runner import load_config
+    if case == 'cls-max-epochs':
+        cfg = load_config(osp.join(ROOT, 'configs/classification/mavit-t_in1k.py'),
+                          {'train_cfg.max_epochs': 1})
+        with pytest.raises(ConfigError, match=r'param_scheduler\.1 \(CosineAnnealingLR, '
+                           r'by_epoch=True\) begins at epoch \d+ and ends at epoch 1 \(its end '
+                           r'defaults to train_cfg.max_epochs=1\)'):
+            check_param_schedulers(cfg)
+    else:
+        cfg = load_config(osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py'),
+                          {'train_cfg.max_iters': 4})
+        cfg.param_scheduler[1].pop('end')  # a poly phase to the end of the run, after a warm-up
+        with pytest.raises(ConfigError, match=r'param_scheduler\.1 \(PolyLR, by_epoch=False\) '
+                           r'begins at iteration 40 and ends at iteration 4'):
+            check_param_schedulers(cfg)
+    # a shortened run whose phases only reach past its end: a warning, not an error
+    cfg = load_config(osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py'),
+                      {'train_cfg.max_iters': 4})
+    warned = check_param_schedulers(cfg)
+    assert warned and all('will not reach its end' in w or 'never starts' in w for w in warned)

@@ -109,7 +109,7 @@ def check_tta(cfg, config_path: str) -> None:
             'box detector (RetinaNet) or a segmentation config')
 
 
-def build_cfg(args):
+def _build_cfg(args):
     cfg = config_from_args(args)
     if args.tta:
         check_tta(cfg, args.config)
@@ -311,14 +311,28 @@ def _main(argv=None):
 _LOCK = None
 
 
-def main(argv=None):
+def _release_lock():
     global _LOCK
+    if _LOCK is not None:
+        _LOCK.release()
+        _LOCK = None
+
+
+def build_cfg(args):
+    """The run's config; the work dir's run lock is taken on the way, and given back if the
+    config fails its checks (nothing of this run is left in the work dir)."""
+    try:
+        return _build_cfg(args)
+    except BaseException:
+        _release_lock()
+        raise
+
+
+def main(argv=None):
     try:
         return _main(argv)
     finally:
-        if _LOCK is not None:
-            _LOCK.release()
-            _LOCK = None
+        _release_lock()
 
 
 if __name__ == '__main__':

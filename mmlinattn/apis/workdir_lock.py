@@ -86,8 +86,8 @@ def owner_alive(info: Optional[dict], path: str) -> bool:
 class WorkDirLock:
     """The lock of one run; :meth:`release` (also at interpreter exit) removes it."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, made_dir: bool = False):
+        self.path, self.made_dir = path, made_dir
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True,
                                       name='mmlinattn-workdir-lock')
@@ -111,6 +111,11 @@ class WorkDirLock:
                 os.remove(self.path)
             except FileNotFoundError:
                 pass
+            if self.made_dir:  # a run that stopped before any work leaves no empty work dir
+                try:
+                    os.rmdir(osp.dirname(self.path))
+                except OSError:  # not empty: the run wrote something
+                    pass
 
 
 def _global_rank() -> int:
@@ -125,6 +130,7 @@ def lock_work_dir(work_dir: str, logger=None) -> Optional[WorkDirLock]:
     :class:`WorkDirBusy` naming the live owner. A stale lock (its owner gone) is taken over."""
     if _global_rank() != 0:
         return None
+    made_dir = not osp.isdir(work_dir)
     os.makedirs(work_dir, exist_ok=True)
     path = osp.join(work_dir, LOCK_NAME)
     me = dict(host=socket.gethostname(), pid=os.getpid(), started=_start_time(os.getpid()),
@@ -153,6 +159,6 @@ def lock_work_dir(work_dir: str, logger=None) -> Optional[WorkDirLock]:
             continue
         with os.fdopen(fd, 'w') as f:
             json.dump(me, f)
-        return WorkDirLock(path)
+        return WorkDirLock(path, made_dir)
     raise WorkDirBusy(f'work dir {work_dir}: could not take its run lock {path} (another run keeps '
                       'taking it); try again')

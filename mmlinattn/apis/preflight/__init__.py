@@ -6,9 +6,11 @@
 classes resolved once, its paths joined to its ``data_root`` - and runs the checks over those views
 in one order, each stage only when the ones before it passed:
 
-1. the config itself: a ``format_only`` evaluator says where its files go
-   (:func:`~.datasets.check_format_only`), then every head's ``num_classes`` against the datasets'
-   classes (:mod:`.classes`);
+1. the config itself: every dataset key is an argument of its dataset class
+   (:func:`~.datasets.check_dataset_args`), a training run's ``param_scheduler`` phases end after
+   they begin in this run's length (:mod:`.schedules`), a ``format_only`` evaluator says where
+   its files go (:func:`~.datasets.check_format_only`), then every head's ``num_classes`` against
+   the datasets' classes (:mod:`.classes`);
 2. the paths of every loader: dataset roots, annotation files and ``data_prefix`` folders, all
    missing ones reported together (:func:`check_paths`);
 3. the files' contents: COCO annotation files (:mod:`.coco`) and segmentation label maps
@@ -30,11 +32,13 @@ from .cfg_options import CfgOptionsAction, check_cfg_options
 from .channels import check_model_channels
 from .classes import check_num_classes
 from .coco import COCO_CHECK_MAX_BYTES, check_coco_annotations
-from .datasets import DatasetView, check_format_only, dataset_views
+from .datasets import DatasetView, check_dataset_args, check_format_only, dataset_views
+from .schedules import check_param_schedulers
 from .segmentation import SEG_CHECK_ALL_MAX, SEG_CHECK_SAMPLE, check_seg_annotations
 
 __all__ = ['preflight', 'DatasetView', 'dataset_views', 'CfgOptionsAction', 'check_cfg_options',
            'check_paths', 'check_contents', 'check_coco_annotations', 'check_seg_annotations',
+           'check_dataset_args', 'check_param_schedulers',
            'check_model_channels', 'check_num_classes', 'COCO_CHECK_MAX_BYTES',
            'SEG_CHECK_ALL_MAX', 'SEG_CHECK_SAMPLE']
 
@@ -46,6 +50,9 @@ def preflight(cfg: Config, loaders: Sequence[str] = ALL_LOADERS) -> None:
     docstring (config, paths, contents, model); the first stage that fails raises
     :class:`ConfigError`."""
     views = dataset_views(cfg, tuple(loaders))
+    check_dataset_args(views)
+    if 'train_dataloader' in loaders:
+        check_param_schedulers(cfg, MMLogger.get_current_instance())
     check_format_only(views)
     check_num_classes(cfg, views=views)
     check_paths(views)

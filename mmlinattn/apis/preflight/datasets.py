@@ -157,3 +157,55 @@ def check_format_only(views: Sequence[DatasetView]) -> None:
                 raise ConfigError(
                     f'{ev_key}: format_only=True writes PNG predictions for a test server but no '
                     f'output_dir is set; set {ev_key}.output_dir=DIR (or tools/test.py --out DIR)')
+
+
+def dataset_init_keys(cls) -> Optional[set]:
+    """The keyword arguments ``cls(...)`` takes: the names of each ``__init__`` along its MRO as
+    long as each passes ``**kwargs`` on (mmpretrain's ``CustomDataset`` to mmpretrain's
+    ``BaseDataset``, mmdet's datasets to mmengine's); None when every ``__init__`` takes
+    ``**kwargs`` (anything goes) or one cannot be read."""
+    import inspect
+    names = set()
+    for klass in cls.__mro__:
+        init = vars(klass).get('__init__')
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            names.discard('self')
+            return names
+    return None
+
+
+def check_dataset_args(views: Sequence[DatasetView]) -> None:
+    """Every key of every dataset config is an argument of its dataset class; else one
+    :class:`ConfigError` naming each key, the class and what it takes (mmengine's
+    ``BaseDataset.__init__() got an unexpected keyword argument`` otherwise, as a traceback that
+    names neither the config key nor where the key came from: typically a base config's dataset
+    with only its ``type`` changed, such as mmpretrain's ImageNet ``split`` under
+    ``CustomDataset``)."""
+    import difflib
+    problems = []
+    for view in views:
+        if view.cls is None:
+            continue
+        takes = dataset_init_keys(view.cls)
+        if takes is None:
+            continue
+        for k in view.cfg:
+            if k in ('type', '_scope_') or k in takes:
+                continue
+            close = difflib.get_close_matches(k, sorted(takes), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ''
+            problems.append(f'{view.key}.{k}: {view.cls.__name__} takes no {k!r} ({hint}it takes '
+                            f'{", ".join(sorted(takes))})')
+    if problems:
+        raise ConfigError(
+            'dataset arguments the dataset class does not take:\n  ' + '\n  '.join(problems) +
+            '\nA base config written for another dataset type leaves its keys behind when only '
+            "'type' changes: replace the whole dataset dict (dataset=dict(_delete_=True, "
+            "type=..., ...)) or remove the key.")
