@@ -118,6 +118,9 @@ def build_inferencer(config: Union[str, Config], checkpoint: str = None, device:
         warnings.simplefilter('always')
         inferencer = getattr(importlib.import_module(module), name)(
             model=cfg, weights=checkpoint, device=device)
+    if scope == 'mmseg':  # large images: no full-resolution logits (mmlinattn.seg_postprocess)
+        from mmlinattn.seg_postprocess import lean_postprocess
+        lean_postprocess(inferencer.model)
     fell_back = [w for w in caught if str(w.message).startswith(_DEFAULT_CLASSES_WARNINGS)]
     meta = config_dataset_meta(cfg, scope) if fell_back else None
     for w in caught:  # the other warnings, as they came

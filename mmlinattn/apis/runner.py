@@ -166,6 +166,13 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
     runner.build_dataloader = naming_unreadable_files(runner.build_dataloader)
     # Runner checkpoints that mmengine wrote without mmlinattn.upstream_fixes load too
     runner.load_checkpoint = _loading_any_runner_checkpoint(runner)
+    if cfg.get('default_scope') == 'mmseg':  # large images: no full-resolution logits
+        from mmengine.model import is_model_wrapper
+
+        from ..seg_postprocess import lean_postprocess
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        if hasattr(model, 'decode_head'):  # a segmentor (not a TTA wrapper, which needs logits)
+            lean_postprocess(model)
     if checkpoint:
         try:
             check_model_checkpoint(runner.model, checkpoint, logger=runner.logger, **check_kwargs)
