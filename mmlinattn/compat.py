@@ -17,10 +17,11 @@ environment turns them off there. Each fix is applied only where the breakage it
    hub holds ``HistoryBuffer`` objects whose ``__getstate__`` adds the class's dict of statistics
    functions, which needs ``builtins.getattr`` to unpickle, and allow-listing ``getattr`` would
    defeat weights-only loading. So a ``HistoryBuffer`` now pickles ``max_length`` and its two numpy
-   histories and rebuilds its methods on load; files written by an unpatched mmengine still load
-   (the stale methods are dropped; the restricted reader of :mod:`mmlinattn.checkpoint` reads them
-   too). Applied where torch loads weights-only by default AND mmengine's own ``__getstate__`` puts
-   functions into the state, for mmengine in :data:`MMENGINE_RANGE`.
+   histories and rebuilds its methods on load. Files an unpatched mmengine wrote still refuse
+   torch's plain weights-only load (their ``builtins.getattr``); our tools read them with
+   :func:`mmlinattn.checkpoint.load_runner_checkpoint`. Applied where torch loads weights-only by
+   default AND mmengine's own ``__getstate__`` puts functions into the state, for mmengine in
+   :data:`MMENGINE_RANGE`.
 
 The behaviours that are ours are registered classes that configs name, not fixes:
 :class:`mmlinattn.hooks.SafeCheckpointHook` (atomic checkpoint writes, rotation after the save),
@@ -91,11 +92,14 @@ def _torch_loads_weights_only_by_default() -> bool:
     file that names a global no weights-only loader allows."""
     import io
     import pickle
+    import warnings
     buf = io.BytesIO()
     torch.save({'probe': _WeightsOnlyProbe()}, buf)
     buf.seek(0)
     try:
-        torch.load(buf)
+        with warnings.catch_warnings():  # torch 2.4 / 2.5 warn that the default will change
+            warnings.simplefilter('ignore', FutureWarning)
+            torch.load(buf)
     except pickle.UnpicklingError:
         return True
     return False
@@ -142,9 +146,8 @@ PATCHES = {
 
 def _skip(name: str, reason: str) -> None:
     STATUS[name] = reason
-    warnings.warn(f'mmlinattn: not applying the {name} fix: {reason}. Checkpoints may need '
-                  f'mmengine {"/".join(SUPPORTED_MMENGINE)}.x to load weights-only or save '
-                  'atomically.',
+    warnings.warn(f'mmlinattn: not applying the {name} fix: {reason}. Runner checkpoints may need '
+                  f'mmengine {"/".join(SUPPORTED_MMENGINE)}.x to load weights-only.',
                   RuntimeWarning, stacklevel=3)
 
 

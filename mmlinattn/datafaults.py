@@ -2,7 +2,8 @@
 
 mmcv's image loader fails on a truncated or corrupt image with ``AssertionError: failed to load
 image`` and mmseg's label loader with PIL's ``OSError: image file is truncated``, both deep in a
-traceback from inside the data loader (the second without the file's name). With ``import
+traceback from inside the data loader (the second without the file's name). ``import mmlinattn``
+changes none of that. With ``import
 mmlinattn``, mmengine's ``BaseDataset.prepare_data`` - which every mmdet, mmseg and mmpretrain
 dataset uses to load one sample - turns such a failure into a :class:`DataFileError` naming the
 file, whether it is the image or the label map, the reason, the sample and the dataset's config key.

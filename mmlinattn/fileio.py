@@ -27,10 +27,25 @@ def write_atomic(path: str, write: Callable[[str], None]) -> None:
     tmp = f'{path}.tmp-{os.getpid()}'
     try:
         write(tmp)
+        _fsync(tmp)  # on disk before it takes the name: a crash leaves the old or the new file
         os.replace(tmp, path)
+        _fsync(osp.dirname(osp.abspath(path)), directory=True)
     finally:
         if osp.exists(tmp):
             os.remove(tmp)
+
+
+def _fsync(path: str, directory: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | (getattr(os, 'O_DIRECTORY', 0) if directory else 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # a file system that cannot (some network mounts): the rename still holds
+        pass
+    finally:
+        os.close(fd)
 
 
 def checkpoint_write_error(checkpoint, filename: str, error: OSError) -> CheckpointWriteError:

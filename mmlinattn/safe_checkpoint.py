@@ -72,7 +72,11 @@ class SafeCheckpointHook(CheckpointHook):
     def save_atomically(self, runner, out_dir, filename, *args, **kwargs):
         """``runner.save_checkpoint(out_dir, filename, ...)`` written to a temporary file next to
         the target and renamed into place (local disks); elsewhere as mmengine writes it."""
-        if not self._is_local():
+        import mmengine.runner
+        flexible = getattr(mmengine.runner, 'FlexibleRunner', ())
+        if not self._is_local() or isinstance(runner, flexible):
+            # other storage, or FlexibleRunner (DeepSpeed / FSDP: every rank writes, a folder per
+            # checkpoint): as mmengine writes it
             return runner.save_checkpoint(out_dir, filename, *args, **kwargs)
         from mmengine.dist import is_main_process
         path = osp.join(out_dir, filename)

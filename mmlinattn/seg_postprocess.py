@@ -61,9 +61,10 @@ def lean_postprocess(model, budget: int = None):
     def postprocess_result(seg_logits, data_samples=None):
         limit = FULL_LOGITS_BUDGET if budget is None else budget
         c = seg_logits.shape[1]
-        big = data_samples is not None and c > 1 and any(
-            c * int(s.metainfo['ori_shape'][0]) * int(s.metainfo['ori_shape'][1]) *
-            seg_logits.element_size() > limit for s in data_samples if 'ori_shape' in s.metainfo)
+        big = data_samples is not None and c > 1 and \
+            all('ori_shape' in s.metainfo for s in data_samples) and any(
+                c * int(s.metainfo['ori_shape'][0]) * int(s.metainfo['ori_shape'][1]) *
+                seg_logits.element_size() > limit for s in data_samples)
         if not big:
             return original(seg_logits, data_samples)
         ori = [tuple(s.metainfo['ori_shape']) for s in data_samples]

@@ -186,3 +186,45 @@ def test_patches_leave_an_upstream_that_is_already_fixed_alone(monkeypatch, recw
     assert compat.STATUS['history_buffer'] == (f'not needed: torch {torch.__version__} does not '
                                                'load weights-only by default')
     assert compat.STATUS['numpy_globals'].startswith('not needed')
+
+
+def test_runner_checkpoint_reader_allows_history_buffer_methods_only(tmp_path, monkeypatch):
+    """load_runner_checkpoint (our tools' fallback for files mmengine wrote without the fixes)
+    reads HistoryBuffers pickled with their methods (builtins.getattr on HistoryBuffer), and
+    refuses getattr on anything else: torch's weights-only loader with a getattr of its own, for
+    that load only (the process's allow-list is the same afterwards)."""
+    import collections
+
+    from mmengine.logging import HistoryBuffer
+
+    from mmlinattn.checkpoint import CheckpointError, load_runner_checkpoint
+    from mmlinattn.checkpoint.allowlist import runner_allowlist_supported
+    if not runner_allowlist_supported():
+        pytest.skip(f'torch {torch.__version__} has no weights-only allow-list')
+    buf = HistoryBuffer()
+    buf.update(3.0)
+
+    def upstream_getstate(self):  # mmengine 0.10's own: the class's statistics functions too
+        return dict(self.__dict__, statistics_methods={'mean': HistoryBuffer.mean})
+
+    monkeypatch.setattr(HistoryBuffer, '__getstate__', upstream_getstate)
+    good = tmp_path / 'good.pth'
+    torch.save({'message_hub': {'loss': buf}, 'w': torch.ones(1)}, good)
+    monkeypatch.undo()
+    if hasattr(torch.serialization, 'get_unsafe_globals_in_checkpoint'):  # torch >= 2.5
+        assert 'builtins.getattr' in \
+            torch.serialization.get_unsafe_globals_in_checkpoint(str(good))
+    get = lambda: set(map(repr, torch.serialization.get_safe_globals()))  # noqa: E731
+    before = get()
+    loaded = load_runner_checkpoint(str(good))
+    assert loaded['message_hub']['loss'].mean() == 3.0 and get() == before
+
+    class Gadget:
+        def __reduce__(self):
+            return (getattr, (collections.OrderedDict, 'fromkeys'))
+
+    bad = tmp_path / 'bad.pth'
+    torch.save({'x': Gadget()}, bad)
+    with pytest.raises(CheckpointError, match='bad.pth is not a readable Runner checkpoint'):
+        load_runner_checkpoint(str(bad))
+    assert get() == before

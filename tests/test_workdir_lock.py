@@ -58,12 +58,14 @@ def test_a_lock_whose_owner_is_gone_never_blocks(tmp_path):
         'dead pid': dict(host=host, pid=p.pid, started='1'),
         'reused pid': dict(host=host, pid=os.getppid(), started='-1'),  # alive, another start time
         'unreadable': None,
+        'no pid': dict(host=host),
+        'not a dict': [1, 2],
     }
     for name, info in cases.items():
         work = tmp_path / name.replace(' ', '_')
-        path = _write_lock(work, **(info or {}))
-        if info is None:
-            path.write_text('{not json')
+        path = _write_lock(work)
+        path.write_text('{not json' if info is None else json.dumps(info))
+        if info is None or 'pid' not in info:  # garbage is judged by its age
             old = time.time() - 60
             os.utime(path, (old, old))
         lock = lock_work_dir(str(work))

@@ -49,8 +49,7 @@ from mmlinattn.apis import (
 )
 from mmlinattn.apis.runner import check_finite_checkpoint
 from mmlinattn.apis.runs import check_work_dir
-from mmlinattn.apis.workdir_lock import lock_work_dir
-from mmlinattn.checkpoint import CheckpointError, local_checkpoint
+from mmlinattn.checkpoint import CheckpointError, load_runner_checkpoint, local_checkpoint
 from mmlinattn.datafaults import DataFileError
 
 
@@ -109,13 +108,11 @@ def check_tta(cfg, config_path: str) -> None:
             'box detector (RetinaNet) or a segmentation config')
 
 
-def _build_cfg(args):
+def build_cfg(args):
     cfg = config_from_args(args)
     if args.tta:
         check_tta(cfg, args.config)
     check_work_dir(cfg.work_dir)  # unwritable: one line naming it, exit 2
-    global _LOCK
-    _LOCK = lock_work_dir(cfg.work_dir)  # another live run in this work dir: one line, exit 2
     # a URL: fetched once into torch's hub cache
     args.checkpoint = local_checkpoint(args.checkpoint)
     if not osp.isfile(args.checkpoint):
@@ -156,6 +153,7 @@ def _build_cfg(args):
                               'in fp32 (drop --amp) or on a CUDA GPU')
         cfg.test_cfg = ConfigDict(cfg.get('test_cfg') or {}, fp16=True)
     preflight(cfg, ('test_dataloader',))
+    load_runner_checkpoint(args.checkpoint)  # read as the runner will: else one line, exit 2
     check_finite_checkpoint(args.checkpoint)  # a diverged run's weights score a believable number
     return cfg
 
@@ -282,7 +280,7 @@ def add_out(cfg, out: str) -> None:
         e['keep_results'] = True
 
 
-def _main(argv=None):
+def main(argv=None):
     args = parse_args(argv)
     try:
         runner = build_runner(build_cfg(args), args.checkpoint)
@@ -290,7 +288,7 @@ def _main(argv=None):
         return tool_error('tools/test.py', e)
     try:
         metrics = runner.test()
-    except DataFileError as e:  # an unreadable image / label map, named
+    except (DataFileError, CheckpointError) as e:  # a data file / the checkpoint, named
         close_distributed()
         return tool_error('tools/test.py', e)
 
@@ -305,34 +303,6 @@ def _main(argv=None):
             mmengine.dump(metrics, args.out)
     close_distributed()
     return 0
-
-
-#: this process's work-dir run lock (mmlinattn.apis.workdir_lock), released when main returns
-_LOCK = None
-
-
-def _release_lock():
-    global _LOCK
-    if _LOCK is not None:
-        _LOCK.release()
-        _LOCK = None
-
-
-def build_cfg(args):
-    """The run's config; the work dir's run lock is taken on the way, and given back if the
-    config fails its checks (nothing of this run is left in the work dir)."""
-    try:
-        return _build_cfg(args)
-    except BaseException:
-        _release_lock()
-        raise
-
-
-def main(argv=None):
-    try:
-        return _main(argv)
-    finally:
-        _release_lock()
 
 
 if __name__ == '__main__':

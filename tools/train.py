@@ -28,7 +28,7 @@ from mmlinattn.apis.preflight.checkpoints import prepare_checkpoints
 from mmlinattn.apis.runner import add_training_hooks
 from mmlinattn.apis.runs import check_work_dir
 from mmlinattn.apis.workdir_lock import lock_work_dir
-from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint
+from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint, load_runner_checkpoint
 from mmlinattn.datafaults import DataFileError
 from mmlinattn.hooks import CheckpointWriteError, TrainingStopped
 
@@ -81,6 +81,8 @@ def _build_cfg(args):
     # the config, every loader's paths, the files' contents, the model (mmlinattn.apis.preflight)
     preflight(cfg, ('train_dataloader',) if args.no_validate else
               ('train_dataloader', 'val_dataloader'))
+    if args.resume not in (None, 'auto'):  # --resume auto chose a file that reads this way
+        load_runner_checkpoint(args.resume)  # read as the runner will: else one line, exit 2
     # URLs fetched once; a backbone init_cfg file that does not fit: one line, before the Runner
     prepare_checkpoints(cfg, resume=bool(cfg.get('resume')))
     add_training_hooks(cfg)  # non-finite loss stops the run; SIGTERM/SIGUSR1 save and stop
@@ -121,7 +123,7 @@ def _main(argv=None):
     log_auto_scale_lr(runner, cfg)
     try:
         runner.train()
-    except DataFileError as e:  # an unreadable image / label map, named
+    except (DataFileError, CheckpointError) as e:  # a data file / the resumed file, named
         close_distributed()
         return tool_error('tools/train.py', e)
     except (TrainingStopped, CheckpointWriteError) as e:  # one line; exit 75 after a preemption

@@ -189,8 +189,9 @@ def _loading_any_runner_checkpoint(runner):
     also reads a checkpoint mmengine wrote without ``mmlinattn.upstream_fixes`` - mmdet's or mmseg's
     own train.py on a config of theirs - which torch >= 2.6 refuses to load weights-only
     (``Unsupported global: GLOBAL builtins.getattr``, the HistoryBuffers' methods): then read with
-    :func:`mmlinattn.checkpoint.load_runner_checkpoint` (only HistoryBuffer's own methods allowed)
-    and applied as mmengine's own ``load_checkpoint`` applies a checkpoint."""
+    :func:`mmlinattn.checkpoint.load_runner_checkpoint` (torch's weights-only loader with
+    HistoryBuffer and its own methods allowed, for that load only) and applied as mmengine's own
+    ``load_checkpoint`` applies a checkpoint."""
     import pickle
     original = runner.load_checkpoint
 
@@ -200,6 +201,8 @@ def _loading_any_runner_checkpoint(runner):
             return original(filename, map_location=map_location, strict=strict,
                             revise_keys=revise_keys)
         except pickle.UnpicklingError as err:
+            if not osp.isfile(filename):  # open-mmlab://, s3://...: mmengine's own error
+                raise
             from mmengine.model import is_model_wrapper
             from mmengine.runner.checkpoint import _load_checkpoint_to_model
 

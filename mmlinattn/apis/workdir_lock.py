@@ -1,9 +1,10 @@
 """One run per work dir at a time.
 
 mmengine names a run's log folder by its start time and writes checkpoints, ``last_checkpoint`` and
-the dumped config under fixed names, so two runs started into one work dir (a re-submitted job, a
-teammate, a scheduler retry) share a log folder and overwrite each other's checkpoints without a
-word. ``tools/train.py`` and ``tools/test.py`` take this lock before any work:
+the dumped config under fixed names, so two trainings started into one work dir (a re-submitted
+job, a teammate, a scheduler retry) share a log folder and overwrite each other's checkpoints
+without a word. ``tools/train.py`` takes this lock before any work (``tools/test.py`` does not: it
+writes no checkpoint, and testing a checkpoint of a training under way is common):
 
 * ``WORK_DIR/.mmlinattn-run.lock`` holds the owner's host, pid, process start time and command,
   created with ``O_EXCL`` (one winner when two start together);
@@ -61,11 +62,17 @@ def _alive(pid: int, started: Optional[str]) -> bool:
 
 
 def _read(path: str) -> Optional[dict]:
+    """The lock's contents, or None unless it is a dict with a positive int pid (garbage, or a
+    file being written this instant, is judged by its age instead)."""
     try:
         with open(path) as f:
-            return json.load(f)
+            info = json.load(f)
     except (OSError, ValueError):
         return None
+    pid = info.get('pid') if isinstance(info, dict) else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    return info
 
 
 def owner_alive(info: Optional[dict], path: str) -> bool:
@@ -76,7 +83,7 @@ def owner_alive(info: Optional[dict], path: str) -> bool:
         except OSError:
             return False
     if info.get('host') == socket.gethostname():
-        return _alive(int(info.get('pid', -1)), info.get('started'))
+        return _alive(info['pid'], info.get('started'))
     try:
         return time.time() - os.path.getmtime(path) < STALE_AFTER_S
     except OSError:
@@ -149,13 +156,23 @@ def lock_work_dir(work_dir: str, logger=None) -> Optional[WorkDirLock]:
                     f'work dir {work_dir} is in use by another run ({who}). Two runs in one work '
                     'dir share its log folder and overwrite each other\'s checkpoints: wait for '
                     'that run to end, or give this one another --work-dir') from None
+            # take the stale lock away atomically: of two runs doing this at once, one renames
+            # it and the other finds it gone (or finds the winner's fresh lock on its next try)
+            stale = f'{path}.stale-{os.getpid()}'
+            try:
+                os.rename(path, stale)
+            except FileNotFoundError:
+                continue
+            if _read(stale) != info:  # renamed a lock taken meanwhile by another run: put it back
+                try:
+                    os.link(stale, path)
+                except FileExistsError:
+                    pass
+                os.remove(stale)
+                continue
+            os.remove(stale)
             if logger is not None and not mine:
                 logger.warning(f'{path}: a stale lock of a run that is gone ({info}); taken over')
-            if _read(path) == info:  # not replaced meanwhile by a run that took it over first
-                try:
-                    os.remove(path)
-                except FileNotFoundError:
-                    pass
             continue
         with os.fdopen(fd, 'w') as f:
             json.dump(me, f)

@@ -41,20 +41,56 @@ def numpy_safe_globals() -> list:
     return [(obj, name) for name, obj in numpy_global_names().items()]
 
 
-@contextlib.contextmanager
-def numpy_allowed():
-    """numpy's data types allowed for the weights-only loads inside the block (where torch has an
-    allow-list, 2.4 and later); afterwards the allow-list is the one before, entry for entry."""
+def _allowlist_api() -> bool:
     ser = torch.serialization
-    if not all(hasattr(ser, f) for f in ('add_safe_globals', 'get_safe_globals',
-                                         'clear_safe_globals')):
+    return all(hasattr(ser, f) for f in ('add_safe_globals', 'get_safe_globals',
+                                         'clear_safe_globals'))
+
+
+runner_allowlist_supported = _allowlist_api
+
+
+@contextlib.contextmanager
+def _allowed(entries):
+    """``entries`` added to torch's allow-list inside the block; afterwards the list is the one
+    before, entry for entry (torch's own ``safe_globals`` context would drop entries that were
+    there before it)."""
+    ser = torch.serialization
+    if not _allowlist_api():
         yield
         return
     before = list(ser.get_safe_globals())
-    ser.add_safe_globals(numpy_safe_globals())
+    ser.add_safe_globals(list(entries))
     try:
         yield
     finally:
         ser.clear_safe_globals()
         if before:
             ser.add_safe_globals(before)
+
+
+def history_buffer_getattr(obj, name, *default):
+    """``getattr`` as a Runner checkpoint may use it: only for a function of mmengine's
+    ``HistoryBuffer`` class (what its unpatched pickling names), anything else refused."""
+    import pickle
+
+    from mmengine.logging.history_buffer import HistoryBuffer
+    if obj is HistoryBuffer and callable(vars(HistoryBuffer).get(name)):
+        return getattr(obj, name)
+    raise pickle.UnpicklingError(f'refusing getattr({obj!r}, {name!r}) in a checkpoint')
+
+
+def runner_allowed():
+    """numpy's data types, mmengine's ``HistoryBuffer`` and :func:`history_buffer_getattr` (as
+    ``builtins.getattr``) allowed for the weights-only loads inside the block."""
+    from mmengine.logging.history_buffer import HistoryBuffer
+    return _allowed(numpy_safe_globals() + [HistoryBuffer,
+                                            (history_buffer_getattr, 'builtins.getattr')])
+
+
+@contextlib.contextmanager
+def numpy_allowed():
+    """numpy's data types allowed for the weights-only loads inside the block (where torch has an
+    allow-list, 2.4 and later); afterwards the allow-list is the one before, entry for entry."""
+    with _allowed(numpy_safe_globals()):
+        yield

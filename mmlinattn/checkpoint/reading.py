@@ -17,7 +17,12 @@ from typing import Dict, Optional
 
 import torch
 
-from .allowlist import numpy_allowed, numpy_global_names
+from .allowlist import (
+    numpy_allowed,
+    numpy_global_names,
+    runner_allowed,
+    runner_allowlist_supported,
+)
 from .errors import CheckpointError
 from .urls import _discard, is_url, local_checkpoint
 
@@ -93,65 +98,24 @@ def _allowed_globals() -> dict:
     return allowed
 
 
-class _RunnerUnpickler(pickle.Unpickler):
-    """An mmengine Runner checkpoint as the weights-only loader would read it, plus what mmengine
-    0.10 pickles when the HistoryBuffer fix was not applied (mmdet's / mmseg's own tools without
-    ``mmlinattn.upstream_fixes``): the ``HistoryBuffer`` class and ``getattr`` limited to that
-    class's own functions (its statistics methods). Any other global is refused (no stand-ins: a
-    Runner checkpoint must load whole)."""
-
-    def find_class(self, module, name):
-        if module == '__builtin__':  # protocol 2 (torch.save) names builtins the Python 2 way
-            module = 'builtins'
-        key = f'{module}.{name}'
-        allowed = _allowed_globals()
-        allowed.update(_history_buffer_globals())
-        if key in allowed and key != 'copyreg._reconstructor':
-            return allowed[key]
-        raise pickle.UnpicklingError(f'refusing the global {key} (not a weights-only type)')
-
-
-def _history_buffer_globals() -> dict:
-    from mmengine.logging.history_buffer import HistoryBuffer
-
-    def history_buffer_getattr(obj, name, *default):
-        if obj is HistoryBuffer and callable(vars(HistoryBuffer).get(name)):
-            return getattr(obj, name)
-        raise pickle.UnpicklingError(f'refusing getattr({obj!r}, {name!r}) in a checkpoint')
-
-    return {'mmengine.logging.history_buffer.HistoryBuffer': HistoryBuffer,
-            'builtins.getattr': history_buffer_getattr}
-
-
-class _RunnerPickleModule:
-    __name__ = 'mmlinattn_runner_pickle'
-    Unpickler = _RunnerUnpickler
-
-    @staticmethod
-    def load(f, **kwargs):
-        return _RunnerUnpickler(f, **kwargs).load()
-
-
 def load_runner_checkpoint(path: str, map_location='cpu') -> dict:
-    """A Runner checkpoint (``--resume``, ``load_from``, tools/test.py) loaded the way our tools'
-    runner loads it: as mmengine does (``torch.load`` without ``weights_only``: weights-only from
-    torch 2.6 on), else - a file written by mmengine without ``mmlinattn.upstream_fixes``, which
-    torch's weights-only loader refuses for its ``builtins.getattr`` - with
-    :class:`_RunnerUnpickler` (HistoryBuffer and its own methods allowed, nothing else).
-    :class:`CheckpointError` names the file when neither reads it."""
+    """A Runner checkpoint (``--resume``, ``load_from``, tools/test.py) read with torch's
+    weights-only loader, never a full unpickle: besides torch's own types, numpy's data types, and
+    what mmengine 0.10 pickles when ``mmlinattn.upstream_fixes`` was not applied (mmdet's / mmseg's
+    own tools): the ``HistoryBuffer`` class and ``getattr`` limited to that class's own functions
+    (:func:`mmlinattn.checkpoint.allowlist.runner_allowed`, for this load only). Where torch has no
+    allow-list (before 2.4; mmengine loads with a full unpickle there) the restricted reader of
+    :func:`read_checkpoint` reads it instead. :class:`CheckpointError` names the file when it does
+    not read."""
+    if not runner_allowlist_supported():
+        return read_checkpoint(path, map_location=map_location)
     try:
-        return torch.load(path, map_location=map_location)
-    except pickle.UnpicklingError:
-        pass
-    except Exception as err:  # noqa: BLE001 - truncated, not a checkpoint: named below
-        raise CheckpointError(f'{path} is not a readable checkpoint ({type(err).__name__}: '
-                              f'{str(err).strip()[:200]})') from err
-    try:
-        return torch.load(path, map_location=map_location, weights_only=False,
-                          pickle_module=_RunnerPickleModule)
-    except Exception as err:  # noqa: BLE001
+        with runner_allowed():
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - truncated, not a checkpoint, a refused global
+        msg = str(err).strip().splitlines()
         raise CheckpointError(f'{path} is not a readable Runner checkpoint ({type(err).__name__}: '
-                              f'{str(err).strip()[:200]})') from err
+                              f'{msg[0][:200] if msg else ""})') from err
 
 
 def _safe_reconstructor(cls, base, state):

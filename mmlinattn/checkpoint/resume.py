@@ -38,8 +38,9 @@ def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = N
         try:
             obj = load_runner_checkpoint(path)
             extract_state_dict(obj, path=path)
-        except CheckpointError:
-            skipped.append(f'{path} (unreadable: truncated or corrupt)')
+        except CheckpointError as err:
+            why = str(err).split('(', 1)[-1].rstrip(')')[:120] if '(' in str(err) else str(err)
+            skipped.append(f'{path} (unreadable: {why})')
             continue
         if skipped:
             logger.warning('--resume: skipped ' + '; '.join(skipped) +

@@ -61,7 +61,8 @@ def is_url(path) -> bool:
 
 
 #: torch hub's content-addressed file names: ``name-<first hex digits of the file's sha256>.ext``
-_HASH_NAME = re.compile(r'-([a-f0-9]{8,})\.')
+#: (at least 8 hex digits, one of them a letter: a date or a numeric id is not a hash)
+_HASH_NAME = re.compile(r'-((?=[0-9]*[a-f])[a-f0-9]{8,})\.')
 
 
 def url_file_name(url: str) -> str:

@@ -165,6 +165,8 @@ def dataset_init_keys(cls) -> Optional[set]:
     ``BaseDataset``, mmdet's datasets to mmengine's); None when every ``__init__`` takes
     ``**kwargs`` (anything goes) or one cannot be read."""
     import inspect
+    if not inspect.isclass(cls):  # a function registered as a dataset builder: not checked
+        return None
     names = set()
     for klass in cls.__mro__:
         init = vars(klass).get('__init__')
