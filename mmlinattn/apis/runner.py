@@ -236,6 +236,13 @@ def _remove_log_dir(runner) -> None:
         if getattr(h, 'baseFilename', '').startswith(osp.abspath(log_dir)):
             h.close()
             logger.removeHandler(h)
+    # this run's visualizer writes into the folder: mmengine hands an existing instance of that name
+    # to the next Runner of the process (a notebook, a test), which would write into a folder that
+    # is gone; forget it, as if this run had not been built
+    vis = getattr(runner, 'visualizer', None)
+    instances = getattr(type(vis), '_instance_dict', None)
+    if vis is not None and isinstance(instances, dict):
+        instances.pop(getattr(vis, 'instance_name', None), None)
     shutil.rmtree(log_dir, ignore_errors=True)
 
 
