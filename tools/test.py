@@ -153,8 +153,9 @@ def build_cfg(args):
                               'in fp32 (drop --amp) or on a CUDA GPU')
         cfg.test_cfg = ConfigDict(cfg.get('test_cfg') or {}, fp16=True)
     preflight(cfg, ('test_dataloader',))
-    load_runner_checkpoint(args.checkpoint)  # read as the runner will: else one line, exit 2
-    check_finite_checkpoint(args.checkpoint)  # a diverged run's weights score a believable number
+    obj = load_runner_checkpoint(args.checkpoint)  # read as the runner will: else one line, exit 2
+    # a diverged run's weights score a believable number: refused (on what was just read)
+    check_finite_checkpoint(args.checkpoint, obj)
     return cfg
 
 

@@ -264,11 +264,12 @@ def _fresh_visualizer_name(cfg: Config) -> None:
         vis['name'] = f'{name}_{n}'
 
 
-def check_finite_checkpoint(path: str) -> None:
+def check_finite_checkpoint(path: str, obj: Optional[dict] = None) -> None:
     """Refuse a checkpoint whose weights hold NaN/inf (a run that diverged): a
-    :class:`CheckpointError` naming the file, how many tensors and the first of them."""
+    :class:`CheckpointError` naming the file, how many tensors and the first of them. ``obj``: the
+    file's contents where the caller has read them already (else it is read here)."""
     from ..hooks import non_finite_tensors
-    state = extract_state_dict(read_checkpoint(path), path=path)
+    state = extract_state_dict(read_checkpoint(path) if obj is None else obj, path=path)
     names, n, total = non_finite_tensors(state)
     if n:
         raise CheckpointError(
