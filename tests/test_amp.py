@@ -8,7 +8,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmlinattn.registry import model_registry
+from mmlinattn.core.registry import model_registry
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CASES = ['inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py',
@@ -26,7 +26,7 @@ def test_amp_step_matches_fp32(path):
     from mmengine.model import revert_sync_batchnorm
     from mmengine.optim import build_optim_wrapper
 
-    from mmlinattn.benchmarking import det_batch, seg_batch
+    from mmlinattn.workshop.benchmarking import det_batch, seg_batch
     cfg = Config.fromfile(osp.join(ROOT, 'configs', path))
     cfg.model.backbone.init_cfg = None
     cfg.model.backbone.drop_path_rate = 0.0

@@ -5,9 +5,13 @@ import os.path as osp
 import pytest
 import torch
 
-from mmlinattn.analysis import collect_attention, confusion_count, local_mass, summarize
-from mmlinattn.models import InLinePVT, MAViT
-from mmlinattn.ops import inline_attention_matrix, linear_attention_matrix, softmax_attention_matrix
+from mmlinattn.core.models import InLinePVT, MAViT
+from mmlinattn.core.ops import (
+    inline_attention_matrix,
+    linear_attention_matrix,
+    softmax_attention_matrix,
+)
+from mmlinattn.workshop.analysis import collect_attention, confusion_count, local_mass, summarize
 from tools.analysis_tools import analyze_attention
 
 

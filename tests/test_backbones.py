@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmlinattn.checkpoint import CheckpointError
-from mmlinattn.models import InLinePVT, InLineSwin, MAViT
+from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT
+from mmlinattn.core.weights import CheckpointError
 
 from helpers import (
     FAMILY_ARCHS,

@@ -1,7 +1,8 @@
-"""mmlinattn.benchmarking's measuring helpers against allocations of known size (numel x 4 B)."""
+"""mmlinattn.workshop.benchmarking's measuring helpers against allocations of known size (numel x 4
+B)."""
 import torch
 
-from mmlinattn.benchmarking import peak_memory
+from mmlinattn.workshop.benchmarking import peak_memory
 
 MB4 = 1000 * 1000 * 4  # a 1000 x 1000 float32 tensor
 
@@ -34,7 +35,7 @@ def test_peak_memory_follows_frees():
 def test_count_passes_counts_the_floor_by_its_definition():
     """The floor is two products forward (K^T V, Q (K^T V)) and four gradient products backward;
     an elementwise op on (N x d) is a pass, one on (N x 1) and a view are not."""
-    from mmlinattn.profiling import count_passes
+    from mmlinattn.workshop.profiling import count_passes
     n, d = 37, 6
     q, k, v = (torch.randn(1, 2, n, d, requires_grad=True) for _ in range(3))
     g = torch.randn(1, 2, n, d)

@@ -18,8 +18,8 @@ import pytest
 import torch
 import torch.hub
 
-from mmlinattn.checkpoint import AUTHORS_CHECKPOINTS, CheckpointError
-from mmlinattn.models import InLinePVT, MAViT
+from mmlinattn.core.models import InLinePVT, MAViT
+from mmlinattn.core.weights import AUTHORS_CHECKPOINTS, CheckpointError
 
 from helpers import make_toy_sets, save_authors_file
 
@@ -141,7 +141,7 @@ def test_a_hash_named_file_is_checked(served, tmp_path):
     (root / f'w-{digest[:8]}.pth').write_bytes((root / 'w.pth').read_bytes())
     wrong = 'deadbeef' if not digest.startswith('deadbeef') else 'feedface'
     (root / f'w-{wrong}.pth').write_bytes((root / 'w.pth').read_bytes())
-    from mmlinattn.checkpoint import local_checkpoint
+    from mmlinattn.core.weights import local_checkpoint
     good = local_checkpoint(f'{server.url}/w-{digest[:8]}.pth')
     assert good.endswith(f'/w-{digest[:8]}.pth')
     with pytest.raises(CheckpointError, match=f'sha256 is {digest[:8]}.*promises {wrong}'):
@@ -161,7 +161,7 @@ def test_bad_download_is_named_and_removed(served, tmp_path, kind):
     name = f'{kind}.pth'
     (root / name).write_bytes(data[:len(data) // 2] if kind == 'truncated' else HTML)
     url = f'{server.url}/{name}'
-    from mmlinattn.checkpoint import url_cache_path
+    from mmlinattn.core.weights import url_cache_path
     cached = Path(url_cache_path(url))  # where this URL's file is kept (named in the message)
     assert cached.is_relative_to(tmp_path / 'hub' / 'checkpoints')
     for attempt in (1, 2):  # nothing bad stays cached: the second use downloads again
@@ -181,17 +181,17 @@ def test_tsinghua_share_page_hint(served, tmp_path):
     (root / 'f').mkdir()
     (root / 'f' / 'abc').mkdir()
     (root / 'f' / 'abc' / 'index.html').write_bytes(HTML)
-    from mmlinattn.checkpoint import read_checkpoint
+    from mmlinattn.core.weights import read_checkpoint
     url = f'{server.url}/f/abc/'
     with pytest.raises(CheckpointError, match='HTML page') as e:
         read_checkpoint(url)
-    from mmlinattn.checkpoint import url_cache_path
+    from mmlinattn.core.weights import url_cache_path
     assert url_cache_path(url).endswith('/abc.pth') and url_cache_path(url) in str(e.value)
 
 
 def test_readme_lists_the_library_table():
-    """checkpoints/README.md shows the URLs and local names of mmlinattn.checkpoint's one table, and
-    every local name is one the configs point at."""
+    """checkpoints/README.md shows the URLs and local names of mmlinattn.core.weights's one table,
+    and every local name is one the configs point at."""
     readme = open(osp.join(ROOT, 'checkpoints/README.md')).read()
     configs = set()
     import glob
@@ -216,7 +216,7 @@ def _seg_data(root):
 def test_test_tool_takes_a_url(served, tmp_path, toy_data, capsys):
     from mmengine.config import Config
 
-    from mmlinattn.apis.config import model_registry
+    from mmlinattn.training.apis.config import model_registry
     from tools import test as test_tool
     server, root = served
     cfg = Config.fromfile(SEG_MAVIT)

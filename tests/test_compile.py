@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import mmlinattn  # noqa: F401  (registers the backbones)
-from mmlinattn.registry import MODELS
+from mmlinattn.core.registry import MODELS
 
 FAMILIES = ['MAViT', 'InLinePVT', 'InLineSwin']
 
@@ -79,7 +79,7 @@ def test_plain_param_groups_hook_lets_the_optimizer_step_compile():
     from mmengine.config import ConfigDict
     from mmengine.optim import build_optim_wrapper
 
-    from mmlinattn.hooks import PlainParamGroupsHook
+    from mmlinattn.training.hooks import PlainParamGroupsHook
 
     def make():
         torch.manual_seed(0)
@@ -126,7 +126,7 @@ def test_toy_model_trains_with_mmengine_compile(tmp_path, config):
     CPU cores, most of it dynamo tracing mmdet/mmseg code)."""
     from os import path as osp
 
-    from mmlinattn.apis import read_metrics, run_script
+    from mmlinattn.training.apis import read_metrics, run_script
 
     from helpers import make_toy_sets
     root = osp.dirname(osp.dirname(osp.abspath(__file__)))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmlinattn.registry import model_registry as registry
+from mmlinattn.core.registry import model_registry as registry
 from tools.misc import generate_configs
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.autograd import gradcheck
 
-from mmlinattn.ops import (
+from mmlinattn.core.ops import (
     inline_attention,
     inline_attention_reference,
     mala_attention,
@@ -15,7 +15,7 @@ from mmlinattn.ops import (
     rope_angles,
     rope_sin_cos,
 )
-from mmlinattn.ops.grad import InlineAttentionFunction, MalaAttentionFunction
+from mmlinattn.core.ops.grad import InlineAttentionFunction, MalaAttentionFunction
 
 KERNELS = ['identity', 'relu', 'leakyrelu', 'exp', 'elu']
 D64 = dict(dtype=torch.float64)

@@ -5,10 +5,10 @@ import warnings
 import pytest
 import torch
 
-from mmlinattn.models import InLinePVT, InLineSwin, MAViT
-from mmlinattn.models.layers import QKVOAttention, TokenAttention
-from mmlinattn.ops import apply_rope, mala_attention_reference, rope_angles, rope_sin_cos
-from mmlinattn.ops.cores import (
+from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT
+from mmlinattn.core.models.layers import QKVOAttention, TokenAttention
+from mmlinattn.core.ops import apply_rope, mala_attention_reference, rope_angles, rope_sin_cos
+from mmlinattn.core.ops.cores import (
     CORES,
     Core,
     format_attn_type,

@@ -24,7 +24,13 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from mmlinattn.apis import ConfigError, check_num_classes, load_config, read_metrics, run_script
+from mmlinattn.training.apis import (
+    ConfigError,
+    check_num_classes,
+    load_config,
+    read_metrics,
+    run_script,
+)
 from tools import train as train_tool
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))

@@ -1,7 +1,7 @@
-"""ONNX export (mmlinattn.deploy, tools/deployment/export_onnx.py): the three T backbones with every
-attention core of the table, one whole segmentor and a dynamic export, each run with ONNX Runtime
-(CPU) against eager PyTorch in float32; the size rule of dynamic exports and the refusals name what
-to change.
+"""ONNX export (mmlinattn.workshop.deploy, tools/deployment/export_onnx.py): the three T backbones
+with every attention core of the table, one whole segmentor and a dynamic export, each run with ONNX
+Runtime (CPU) against eager PyTorch in float32; the size rule of dynamic exports and the refusals
+name what to change.
 
 Parity criterion (the tool's): ``|onnx - eager| <= rtol * (|eager| + max|eager|)`` elementwise with
 rtol 1e-4, i.e. relative to each value and to the output's scale. Skipped if onnx / onnxruntime are
@@ -16,10 +16,10 @@ pytest.importorskip('onnx')
 pytest.importorskip('onnxscript')
 pytest.importorskip('onnxruntime')
 
-from mmlinattn import deploy as E  # noqa: E402
-from mmlinattn.apis import load_config  # noqa: E402
-from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
-from mmlinattn.ops.cores import CORES  # noqa: E402
+from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
+from mmlinattn.core.ops.cores import CORES  # noqa: E402
+from mmlinattn.training.apis import load_config  # noqa: E402
+from mmlinattn.workshop import deploy as E  # noqa: E402
 from tools.deployment import export_onnx  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -80,7 +80,7 @@ def test_core_exports_with_dynamic_tokens(name, tmp_path):
     import onnxruntime as ort
     from torch.export import Dim
 
-    from mmlinattn.ops.attention import CHUNK_TOKENS
+    from mmlinattn.core.ops.attention import CHUNK_TOKENS
     core = CORES[name]
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, CHUNK_TOKENS + 904, 8, generator=g) for _ in range(3))

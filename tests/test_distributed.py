@@ -18,7 +18,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmlinattn.apis import read_metrics
+from mmlinattn.training.apis import read_metrics
 
 import compare
 from helpers import make_toy_sets

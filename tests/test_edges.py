@@ -108,7 +108,7 @@ def test_det_inferencer_classes_from_the_config_when_the_checkpoint_has_none(tmp
     """DetInferencer with a checkpoint without dataset_meta: the toy COCO's three classes and
     palette (the config's metainfo), not COCO's 80; one warning. A checkpoint with dataset_meta
     keeps its own, with no warning."""
-    from mmlinattn.visualization import build_inferencer
+    from mmlinattn.workshop.visualization import build_inferencer
     cfg = Config.fromfile(DET_CFG)
     want = cfg.test_dataloader.dataset.metainfo
     ckpt = tmp_path / 'det.pth'
@@ -167,7 +167,7 @@ def test_second_ctrl_c_stops_at_once(capfd):
     is pending, raises KeyboardInterrupt at once; Python's own handler is back afterwards."""
     from mmengine.logging import MessageHub, MMLogger
 
-    from mmlinattn.hooks import PreemptionHook
+    from mmlinattn.training.hooks import PreemptionHook
 
     class Runner:  # what before_train reads
         message_hub = MessageHub.get_current_instance()
@@ -228,8 +228,8 @@ def test_work_dir_on_a_read_only_or_forbidden_folder(tmp_path, monkeypatch, code
     """A read-only file system / no permission (as root neither stops a write here, so the folder
     creation the check tries is made to fail with that errno): the message names the work dir, the
     folder tried and the reason."""
-    from mmlinattn.apis import ConfigError
-    from mmlinattn.apis.runs import check_work_dir
+    from mmlinattn.training.apis import ConfigError
+    from mmlinattn.training.apis.runs import check_work_dir
     work = tmp_path / 'new' / 'work'
 
     def mkdir(path, mode=0o777):
@@ -243,8 +243,8 @@ def test_work_dir_on_a_read_only_or_forbidden_folder(tmp_path, monkeypatch, code
 
 @pytest.mark.skipif(os.geteuid() == 0, reason='root writes into a chmod 0o500 folder')
 def test_work_dir_in_a_folder_without_write_permission(tmp_path):
-    from mmlinattn.apis import ConfigError
-    from mmlinattn.apis.runs import check_work_dir
+    from mmlinattn.training.apis import ConfigError
+    from mmlinattn.training.apis.runs import check_work_dir
     locked = tmp_path / 'locked'
     locked.mkdir()
     locked.chmod(0o500)
@@ -256,7 +256,7 @@ def test_work_dir_in_a_folder_without_write_permission(tmp_path):
 
 
 def test_writable_work_dir_passes_and_leaves_nothing(tmp_path):
-    from mmlinattn.apis.runs import check_work_dir
+    from mmlinattn.training.apis.runs import check_work_dir
     check_work_dir(str(tmp_path / 'a' / 'b'))
     check_work_dir(str(tmp_path))
     assert os.listdir(tmp_path) == []
@@ -271,7 +271,7 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
     (iter_6, iter_8)."""
     from mmengine.runner import Runner
 
-    from mmlinattn.hooks import Preempted
+    from mmlinattn.training.hooks import Preempted
     work = tmp_path / 'work'
     opts = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=2',
                     'default_hooks.checkpoint.max_keep_ckpts=2')
@@ -311,7 +311,7 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
     written (epoch_1 rotated out by mmengine), removes iter_3.pth: one file again."""
     from mmengine.runner import Runner
 
-    from mmlinattn.hooks import Preempted
+    from mmlinattn.training.hooks import Preempted
     work = tmp_path / 'work'
 
     def run(name, resume, hook=None):
@@ -341,7 +341,7 @@ def test_second_run_in_one_process_gets_its_own_visualizer(toy_data, tmp_path):
     """mmengine hands back an existing visualizer when its name (``visualizer``) is taken, so a
     second run in the same process wrote its scalars and drawings into the first run's folder. Each
     Runner we build now has its own, saving under its own work dir."""
-    from mmlinattn.apis import build_runner
+    from mmlinattn.training.apis import build_runner
     dirs = []
     for name in ('first', 'second'):
         work = tmp_path / name

@@ -6,7 +6,7 @@ import os.path as osp
 
 import pytest
 
-from mmlinattn.apis import read_metrics, read_scalars, run_script
+from mmlinattn.training.apis import read_metrics, read_scalars, run_script
 from tools.misc import make_toy_datasets as toy
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))

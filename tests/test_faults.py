@@ -7,8 +7,8 @@ import os.path as osp
 import pytest
 import torch
 
-from mmlinattn.apis import ConfigError, ToolFailed, check_coco_annotations, run_script
-from mmlinattn.checkpoint import CheckpointError, read_checkpoint
+from mmlinattn.core.weights import CheckpointError, read_checkpoint
+from mmlinattn.training.apis import ConfigError, ToolFailed, check_coco_annotations, run_script
 from tools import test as test_tool
 from tools import train as train_tool
 from tools.misc import make_toy_datasets as toy
@@ -142,14 +142,14 @@ def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
     ds_cfg = cfg.train_dataloader.dataset
     ds_cfg.data_root = str(root) + '/'
     ds = DATASETS.build(ds_cfg)
-    from mmlinattn.datafaults import name_unreadable_files_in
+    from mmlinattn.training.datafaults import name_unreadable_files_in
     name_unreadable_files_in(ds)  # what the runner of our tools does to its datasets
     idx = next(i for i in range(len(ds))
                if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
     # mmcv's LoadImageFromFile raises FileNotFoundError for a missing file and "failed to load
     # image" otherwise; our tools' datasets turn both into one message with the dataset key and
     # the reason
-    from mmlinattn.datafaults import DataFileError
+    from mmlinattn.training.datafaults import DataFileError
     with pytest.raises(DataFileError, match=r'train_dataloader\.dataset \(CocoDataset, sample '
                        r'\d+\): '
                                             r'cannot read the image .*train_00000\.jpg: '
@@ -189,7 +189,7 @@ def test_not_a_checkpoint(tmp_path):
 # -------------------- sizes
 @pytest.mark.parametrize('hw', [(16, 16), (8, 24), (31, 9)])
 def test_tiny_inputs_work(hw):
-    from mmlinattn.models import InLinePVT, InLineSwin, MAViT
+    from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT
     for cls in (InLinePVT, InLineSwin, MAViT):
         # PVT v1 drops patch remainders (needs >= 32 px); pad_patches=True handles any size
         m = cls(arch='tiny', **(dict(pad_patches=True) if cls is InLinePVT else {})).eval()
@@ -204,7 +204,7 @@ def test_mala_training_with_vanishing_normaliser_stays_finite(dtype):
     """50 steps of an all-MALA MAViT under autocast on inputs that drive phi(q), phi(k) and the
     normaliser z towards 0 (very negative activations). --amp itself needs a GPU; this is the CPU
     equivalent of its numerics."""
-    from mmlinattn.models import MAViT
+    from mmlinattn.core.models import MAViT
     torch.manual_seed(0)
     m = MAViT(arch=dict(embed_dims=[32, 64, 64, 64], depths=[1, 1, 1, 1], num_heads=[1, 1, 1, 1]),
               attn_type='MMMM', out_norm=True)

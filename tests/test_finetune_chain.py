@@ -19,7 +19,7 @@ def test_classifier_saved_in_the_authors_layout(family, name):
     """An mmpretrain classifier holding the authors' weights, written back with
     ``classifier_to_authors``, gives the authors' own key names, shapes and values (their published
     layout), apart from the index/mask buffers our modules recompute."""
-    from mmlinattn.models import authors_to_classifier, classifier_to_authors
+    from mmlinattn.core.models import authors_to_classifier, classifier_to_authors
     authors = authors_state(family, 'tiny', seed=3)
     cfg = Config.fromfile(osp.join(ROOT, 'configs/classification', f'{name}_in1k.py'))
     init_default_scope('mmpretrain')
@@ -40,7 +40,7 @@ def test_finetune_chain_quick(tmp_path):
     and Semantic FPN from the saved file. The fine-tuning configs it writes initialise the
     detector's and the segmentor's backbones to exactly the classifier's trained backbone
     weights."""
-    from mmlinattn.apis import load_config, model_registry
+    from mmlinattn.training.apis import load_config, model_registry
     from tools import finetune_chain
     from tools.misc import make_toy_datasets as toy
     data = make_toy_sets(tmp_path / 'data', seed=5, size=64)

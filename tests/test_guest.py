@@ -36,7 +36,7 @@ def test_backbones_run_where_torch_compiler_lacks_the_probes():
             # torch 2.1's own flag: a plain function that dynamo replaces while it traces (today's
             # torch keeps a deprecated alias of torch.compiler.is_compiling under this name)
             torch._utils.is_compiling = lambda: False
-        from mmlinattn.models.backbones import FAMILIES
+        from mmlinattn.core.models.backbones import FAMILIES
         done = []
         for family, cls in FAMILIES.items():
             m = cls(arch='tiny')
@@ -92,9 +92,9 @@ def test_reloading_our_registry_then_importing_a_toolbox():
     registries: was a RecursionError (a second import finder calling the first)."""
     out = run_python('''
         import importlib, json, sys
-        import mmlinattn.registry
-        importlib.reload(mmlinattn.registry)
-        importlib.reload(mmlinattn.registry)
+        import mmlinattn.core.registry
+        importlib.reload(mmlinattn.core.registry)
+        importlib.reload(mmlinattn.core.registry)
         import mmseg.registry, mmdet.registry
         from mmengine.registry import MODELS
         print(json.dumps([type(MODELS.build(dict(type='InLineSwin', arch='tiny'))).__name__,
@@ -179,7 +179,8 @@ def test_import_mmlinattn_changes_nothing_it_does_not_own():
     mmlinattn`` (its registrations go into mmengine's registries, which are ours to add to). On
     the old tree: CheckpointHook._save_checkpoint_with_step, BaseDataset.prepare_data,
     HistoryBuffer's pickling, runner.save_checkpoint, the allow-list and sys.meta_path."""
-    assert import_changes('import mmlinattn; import mmlinattn.models, mmlinattn.hooks') == []
+    assert import_changes('import mmlinattn; '
+                          'import mmlinattn.core.models, mmlinattn.training.hooks') == []
 
 
 def test_upstream_fixes_change_only_what_they_fix():

@@ -2,8 +2,8 @@
 our configs - every config type (Mask R-CNN, Cascade, RetinaNet, Semantic FPN, UperNet), every
 backbone family - on an image path, a numpy array and a folder, with no registry-scope warning, and
 give what the model's own forward gives on the toolbox's test pipeline. Then tools/image_demo.py and
-the demo's pictures (mmlinattn.visualization). Checkpoints are made here from freshly built models
-(the smallest size of each config type); the test pipelines are resized to 128 px to keep it
+the demo's pictures (mmlinattn.workshop.visualization). Checkpoints are made here from freshly built
+models (the smallest size of each config type); the test pipelines are resized to 128 px to keep it
 fast."""
 import copy
 import glob
@@ -180,7 +180,7 @@ def test_inferencer_runs_config(config, task, images, tmp_path, mmengine_warning
     cfg = small_test_config(config)
     ckpt = str(tmp_path / 'model.pth')
     model = make_checkpoint(cfg, ckpt)
-    from mmlinattn.registry import add_function_registries
+    from mmlinattn.core.registry import add_function_registries
     add_function_registries((cfg.default_scope,))  # as build_inferencer does (scope resolved)
     if task == 'det':
         from mmdet.apis import DetInferencer
@@ -226,13 +226,14 @@ def test_inferencer_scope_warning_cause():
     """The cause of the warning: mmengine's BaseInferencer looks up the collate function in the
     'function' registry under the inferencer's scope, and mmdet / mmseg define no such registry.
     ``import mmlinattn`` leaves that as it is (it changes nothing it does not own);
-    :func:`mmlinattn.registry.add_function_registries`, called where we build an inferencer (and by
-    the test above), adds their (empty) children, which fall back to mmengine's functions."""
+    :func:`mmlinattn.core.registry.add_function_registries`, called where we build an inferencer
+    (and by the test above), adds their (empty) children, which fall back to mmengine's
+    functions."""
     from mmengine.dataset import pseudo_collate
     from mmengine.registry import FUNCTIONS
 
     import mmlinattn  # noqa: F401
-    from mmlinattn.registry import add_function_registries
+    from mmlinattn.core.registry import add_function_registries
     add_function_registries()
     for scope in ('mmdet', 'mmseg'):
         assert not hasattr(importlib.import_module(scope + '.registry'), 'FUNCTIONS')
@@ -381,7 +382,7 @@ def test_draw_val_predictions(toy_checkpoints, tmp_path, monkeypatch):
     import cv2
     import mmcv
 
-    from mmlinattn.visualization import draw_val_predictions
+    from mmlinattn.workshop.visualization import draw_val_predictions
     # a toy COCO / ADE20K layout with two validation images
     coco = tmp_path / 'data' / 'toy_coco'
     (coco / 'val').mkdir(parents=True)

@@ -129,8 +129,8 @@ def _torch_file(payload: bytes) -> bytes:
 @pytest.mark.parametrize('module', ['numpy.core.multiarray', 'numpy._core.multiarray'])
 def test_numpy_arrays_pickled_under_either_numpy_load(module, tmp_path):
     import mmlinattn.upstream_fixes  # noqa: F401  (numpy's types, where torch loads weights-only)
-    from mmlinattn import compat
-    from mmlinattn.checkpoint import _RestrictedUnpickler, read_checkpoint
+    from mmlinattn.core.weights import _RestrictedUnpickler, read_checkpoint
+    from mmlinattn.training import compat
     arr = np.arange(6, dtype=np.float32).reshape(2, 3)
     payload = _array_pickle({'model': {'w': arr}, 'acc': np.float64(81.2)}, module)
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mmlinattn.ops import (
+from mmlinattn.core.ops import (
     dynamic_depthwise_conv3x3,
     dynamic_depthwise_conv3x3_reference,
     inline_attention,
@@ -227,7 +227,7 @@ def test_bad_shapes_are_reported():
 @pytest.mark.parametrize('grad', [False, True])
 def test_chunked_inference_path_equals_reference(monkeypatch, grad):
     """Without autograd the ops stream over N in chunks (and work in place): same results."""
-    from mmlinattn.ops import attention
+    from mmlinattn.core.ops import attention
     monkeypatch.setattr(attention, 'CHUNK_TOKENS', 7)
     hw, d = (5, 6), 8
     q, k, v = (rand((2, 3, 30, d)).requires_grad_(grad) for _ in range(3))
@@ -254,7 +254,7 @@ def test_eager_kernels_match_torchs_own_exp_and_elu():
     buffers: torch.exp and F.elu are the oracle, in float64 and to float32 rounding."""
     import torch.nn.functional as F
 
-    from mmlinattn.ops.kernels import KERNELS, elu_plus_one, elu_plus_one_into, exp_
+    from mmlinattn.core.ops.kernels import KERNELS, elu_plus_one, elu_plus_one_into, exp_
     x64 = torch.cat([torch.linspace(-80, 20, 20001, **D64), rand((1000,), 5.0)])
     # elementwise, no sums (no thread or order dependence): float32's error is the rounding of
     # t * log2(e) (up to 4e-6 at t = -80, the same on every CPU) plus exp2's 1 ulp (1.2e-7)
@@ -305,7 +305,7 @@ def test_softmax_stages_run_sdpas_fused_kernel():
     inference, instead of its math path, which materialises every head's N x N matrix. Which kernel
     ran is read from the profiler's op names (torch's own). Swin's training step stays on the math
     path: the fused CPU kernel computes no gradient for the learned relative position bias."""
-    from mmlinattn.models.layers import QKVOAttention, RoPE, WindowSoftmaxAttention
+    from mmlinattn.core.models.layers import QKVOAttention, RoPE, WindowSoftmaxAttention
     # the fused CPU kernel's name: its own op since torch 2.2, the generic flash op on 2.1
     cpu_op = '_scaled_dot_product_flash_attention_for_cpu'
     flash = 'aten::' + (cpu_op if hasattr(torch.ops.aten, cpu_op)
@@ -351,7 +351,7 @@ def test_keys_and_queries_of_different_lengths(monkeypatch, nq, nk, grad, chunk)
     """The linear-time cores take keys / values of another length than the queries (the shape
     check allows it): the means run over the keys, as in the quadratic matrices, on every path
     (autograd Functions, chunked in-place inference with its scratch buffers)."""
-    from mmlinattn.ops import attention
+    from mmlinattn.core.ops import attention
     monkeypatch.setattr(attention, 'CHUNK_TOKENS', chunk)
     d = 8
     q = rand((2, 3, nq, d)).requires_grad_(grad)

@@ -1,6 +1,7 @@
 """Independent oracles: the attention modules recomputed from the papers' definitions, written here
-without any helper of ``mmlinattn.ops`` (kernels, RoPE, attention formulas, the local residual), and
-Swin's softmax blocks checked against mmdet's own ``SwinBlock`` given the same weights.
+without any helper of ``mmlinattn.core.ops`` (kernels, RoPE, attention formulas, the local
+residual), and Swin's softmax blocks checked against mmdet's own ``SwinBlock`` given the same
+weights.
 
 Everything runs in float64 so that a wrong detail (a channel pairing, an angle, a LayerNorm epsilon,
 a mask) shows up far above rounding.
@@ -11,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmlinattn.models.backbones.inline_pvt import PVTBlock
-from mmlinattn.models.backbones.inline_swin import SwinBlock
-from mmlinattn.models.layers import QKVOAttention, TokenAttention
-from mmlinattn.ops import apply_rope, get_kernel, rope_angles, rope_sin_cos
+from mmlinattn.core.models.backbones.inline_pvt import PVTBlock
+from mmlinattn.core.models.backbones.inline_swin import SwinBlock
+from mmlinattn.core.models.layers import QKVOAttention, TokenAttention
+from mmlinattn.core.ops import apply_rope, get_kernel, rope_angles, rope_sin_cos
 
 D64 = torch.float64
 # float64 on both sides, ours (linear-time, fused) and the oracle or mmdet's block (quadratic):

@@ -1,7 +1,8 @@
 """The pre-flight as one ordered pass: the config itself, then the paths of every loader, then the
-files' contents, then the model (the order ``mmlinattn.apis.preflight`` documents), over one view of
-each dataset computed once; and the checkpoint pre-flight of a training run, which fits a backbone
-file through the same code as the backbone's ``load_pretrained`` and reads a ``load_from`` once.
+files' contents, then the model (the order ``mmlinattn.training.apis.preflight`` documents), over
+one view of each dataset computed once; and the checkpoint pre-flight of a training run, which fits
+a backbone file through the same code as the backbone's ``load_pretrained`` and reads a
+``load_from`` once.
 
 Expected values come from the documented order and from the definitions: a config reading three
 dataset configs resolves three dataset types; a file is read once when it is opened once; the
@@ -15,7 +16,7 @@ import shutil
 import pytest
 import torch
 
-from mmlinattn.apis import ConfigError, load_config, model_registry, preflight
+from mmlinattn.training.apis import ConfigError, load_config, model_registry, preflight
 
 from helpers import authors_state, make_toy_sets, save_authors_file
 
@@ -61,7 +62,7 @@ def test_dataset_type_is_resolved_once_per_dataset_config(toy_data, monkeypatch)
 
 
 def test_the_view_holds_the_type_classes_and_paths(toy_data):
-    from mmlinattn.apis import dataset_views
+    from mmlinattn.training.apis import dataset_views
     root = toy_data / 'toy_ade'
     cfg = _cfg(SEG_CFG, root, type='ADE20KDataset', metainfo=None)
     cfg.train_dataloader.dataset = dict(type='RepeatDataset', times=2,
@@ -143,7 +144,7 @@ def _seg_backbone(cfg):
 
 
 def test_backbone_only_load_from_is_read_once(tmp_path, monkeypatch):
-    from mmlinattn.apis.preflight.checkpoints import prepare_checkpoints
+    from mmlinattn.training.apis.preflight.checkpoints import prepare_checkpoints
     cfg = load_config(SEG_CFG)
     path = str(tmp_path / 'backbone.pth')
     torch.save(_seg_backbone(cfg).state_dict(), path)
@@ -164,8 +165,8 @@ def test_backbone_only_load_from_is_read_once(tmp_path, monkeypatch):
 
 def test_the_check_and_the_load_give_one_report(tmp_path):
     """The pre-flight's check-only fit reports what load_pretrained then loads; it loads nothing."""
-    from mmlinattn.checkpoint.fitting import fit_backbone_checkpoint
-    from mmlinattn.models.backbones import MAViT
+    from mmlinattn.core.models.backbones import MAViT
+    from mmlinattn.core.weights.fitting import fit_backbone_checkpoint
     path = str(tmp_path / 'mala.pth')
     state = save_authors_file(path, 'mavit', 'tiny')
     checked = MAViT(arch='tiny')
@@ -181,9 +182,9 @@ def test_the_check_and_the_load_give_one_report(tmp_path):
 
 
 def test_a_prefix_no_key_carries_is_one_message_in_both_callers(tmp_path):
-    from mmlinattn.apis.preflight.checkpoints import prepare_checkpoints
-    from mmlinattn.checkpoint import CheckpointError
-    from mmlinattn.models.backbones import MAViT
+    from mmlinattn.core.models.backbones import MAViT
+    from mmlinattn.core.weights import CheckpointError
+    from mmlinattn.training.apis.preflight.checkpoints import prepare_checkpoints
     path = str(tmp_path / 'mala.pth')
     torch.save({'state_dict': authors_state('mavit', 'tiny')}, path)
     with pytest.raises(CheckpointError) as direct:
@@ -241,9 +242,9 @@ def test_a_schedule_that_ends_before_it_begins_is_named(case, tmp_path, capsys):
     begins after a 50-iteration warm-up: mmengine's 'end should be larger than begin' after the
     model was built, before. Here: one line naming the phase, begin, end and where the end came
     from."""
-    from mmlinattn.apis import ConfigError
-    from mmlinattn.apis.preflight import check_param_schedulers
-    from mmlinattn.apis.runner import load_config
+    from mmlinattn.training.apis import ConfigError
+    from mmlinattn.training.apis.preflight import check_param_schedulers
+    from mmlinattn.training.apis.runner import load_config
     if case == 'cls-max-epochs':
         cfg = load_config(osp.join(ROOT, 'configs/classification/mavit-t_in1k.py'),
                           {'train_cfg.max_epochs': 1})

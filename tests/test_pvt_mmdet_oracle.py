@@ -22,7 +22,7 @@ import math
 import pytest
 import torch
 
-from mmlinattn.models.backbones import InLinePVT
+from mmlinattn.core.models.backbones import InLinePVT
 
 pytest.importorskip('mmdet')
 

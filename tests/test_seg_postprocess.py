@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmlinattn import seg_postprocess as sp
+from mmlinattn.training import seg_postprocess as sp
 
 import compare
 

@@ -63,7 +63,7 @@ def test_mmengine_history_buffer_checkpoints_load_weights_only():
     from mmengine.logging import HistoryBuffer
 
     import mmlinattn.upstream_fixes  # noqa: F401  (applies the fix: our tools and configs import it)
-    from mmlinattn import compat
+    from mmlinattn.training import compat
     if not compat._torch_loads_weights_only_by_default():
         pytest.skip(f'torch {torch.__version__} loads full pickles by default: nothing to fix')
     buf = HistoryBuffer()
@@ -83,7 +83,7 @@ def test_mmengine_history_buffer_checkpoints_load_weights_only():
 def test_amp_on_cpu_is_refused_clearly():
     from mmengine.config import Config
 
-    from mmlinattn.apis import ConfigError, enable_amp
+    from mmlinattn.training.apis import ConfigError, enable_amp
     if torch.cuda.is_available():
         pytest.skip('a GPU is present: --amp is allowed')
     with pytest.raises(ConfigError, match='--amp needs a CUDA GPU'):
@@ -98,7 +98,7 @@ def test_reading_a_checkpoint_leaves_the_allow_list_as_it_was(tmp_path):
     import numpy as np
 
     import mmlinattn.upstream_fixes  # noqa: F401  (allows numpy process-wide on torch >= 2.6)
-    from mmlinattn.checkpoint import read_checkpoint
+    from mmlinattn.core.weights import read_checkpoint
     get = lambda: set(map(repr, getattr(torch.serialization, 'get_safe_globals', list)()))  # noqa: E731
     before = get()
     a = tmp_path / 'a.pth'
@@ -114,7 +114,7 @@ def test_safe_checkpoint_hook_leaves_other_storage_to_mmengine(tmp_path):
     """A SafeCheckpointHook whose file backend is not the local disk (backend_args or a path
     prefix) saves through the runner's own save_checkpoint under the final name, in one request:
     no temporary file and rename."""
-    from mmlinattn.hooks import SafeCheckpointHook
+    from mmlinattn.training.hooks import SafeCheckpointHook
     calls = []
 
     class Runner:
@@ -144,7 +144,7 @@ def test_patches_are_skipped_with_a_warning_on_other_mmengine_versions(monkeypat
     import mmengine
     from mmengine.logging import HistoryBuffer
 
-    import mmlinattn.compat as compat
+    import mmlinattn.training.compat as compat
     before = HistoryBuffer.__getstate__
     monkeypatch.setattr(compat, '_APPLIED', False)
     monkeypatch.setattr(compat, 'STATUS', {})
@@ -165,7 +165,7 @@ def test_patches_leave_an_upstream_that_is_already_fixed_alone(monkeypatch, recw
     load weights-only by default (torch < 2.6, or TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD)."""
     from mmengine.logging import HistoryBuffer
 
-    import mmlinattn.compat as compat
+    import mmlinattn.training.compat as compat
 
     def data_only(self):
         return {'max_length': self.max_length}
@@ -197,8 +197,8 @@ def test_runner_checkpoint_reader_allows_history_buffer_methods_only(tmp_path, m
 
     from mmengine.logging import HistoryBuffer
 
-    from mmlinattn.checkpoint import CheckpointError, load_runner_checkpoint
-    from mmlinattn.checkpoint.allowlist import runner_allowlist_supported
+    from mmlinattn.core.weights import CheckpointError, load_runner_checkpoint
+    from mmlinattn.core.weights.allowlist import runner_allowlist_supported
     if not runner_allowlist_supported():
         pytest.skip(f'torch {torch.__version__} has no weights-only allow-list')
     buf = HistoryBuffer()

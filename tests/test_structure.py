@@ -4,6 +4,8 @@ import ast
 import os
 import os.path as osp
 
+from tools.misc import draw_layout
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
@@ -30,8 +32,8 @@ def _imported_modules(path):
 
 
 def test_no_tool_imports_another_tool():
-    """A tool's helpers live in the library (mmlinattn.benchmarking, ...): a script imports neither
-    a sibling by its bare name (as when its folder is on sys.path) nor ``tools.*``."""
+    """A tool's helpers live in the library (mmlinattn.workshop.benchmarking, ...): a script imports
+    neither a sibling by its bare name (as when its folder is on sys.path) nor ``tools.*``."""
     tools = {osp.splitext(osp.basename(p))[0]: p for p in _py_files('tools')}
     bad = []
     for path in tools.values():
@@ -47,12 +49,12 @@ def test_conftest_patches_no_sys_path():
 
 
 def test_importing_the_library_loads_no_toolbox():
-    """``import mmlinattn.ops`` (and so ``import mmlinattn``, which it runs first) loads none of
-    mmdet, mmseg or mmpretrain: the math and the backbones need only torch, mmengine and mmcv. Read
-    from a fresh interpreter's ``sys.modules``."""
+    """``import mmlinattn.core.ops`` (and so ``import mmlinattn``, which it runs first) loads none
+    of mmdet, mmseg or mmpretrain: the math and the backbones need only torch, mmengine and mmcv.
+    Read from a fresh interpreter's ``sys.modules``."""
     import subprocess
     import sys
-    code = ('import sys, mmlinattn.ops, mmlinattn; '
+    code = ('import sys, mmlinattn.core.ops, mmlinattn; '
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'mmdet', 'mmseg', "
             "'mmpretrain'}))")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
@@ -60,35 +62,78 @@ def test_importing_the_library_loads_no_toolbox():
 
 
 def _module_graph(package='mmlinattn'):
-    """{module: modules of the package it imports}, from every import statement (inside functions
-    too); ``from a import b`` points at ``a.b`` where that is a module, else at ``a``."""
-    files = {}
-    for path in _py_files(package):
-        rel = osp.relpath(path, ROOT)[:-3].replace(os.sep, '.')
-        files[rel[:-len('.__init__')] if rel.endswith('.__init__') else rel] = path
-    graph = {}
-    for mod, path in files.items():
-        is_pkg = path.endswith('__init__.py')
-        deps = set()
-        for node in ast.walk(ast.parse(open(path).read(), path)):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ''
-                if node.level:
-                    parts = mod.split('.')[:len(mod.split('.')) - node.level + (1 if is_pkg else 0)]
-                    base = '.'.join(parts + ([base] if base else []))
-                names = [f'{base}.{a.name}' if f'{base}.{a.name}' in files else base
-                         for a in node.names]
-            else:
-                continue
-            for name in names:
-                while name and name not in files:  # a name inside a module: the module
-                    name = name.rpartition('.')[0]
-                if name and name != mod:
-                    deps.add(name)
-        graph[mod] = deps
-    return graph
+    return draw_layout.module_graph(package)
+
+
+def test_the_graph_reader_sees_every_kind_of_import(tmp_path):
+    """The reader (tools/misc/draw_layout.py) on a small made-up package: an absolute, a relative
+    (``from ..b import x``, ``from . import c``), an in-function and a name-inside-a-module import
+    each give their arrow, and nothing else does."""
+    pkg = tmp_path / 'pkg'
+    (pkg / 'sub').mkdir(parents=True)
+    (pkg / '__init__.py').write_text('from . import c\n')
+    (pkg / 'b.py').write_text('x = 1\n')
+    (pkg / 'c.py').write_text('def f():\n    import pkg.b\n')
+    (pkg / 'd.py').write_text('import os\n')
+    (pkg / 'sub' / '__init__.py').write_text('')
+    (pkg / 'sub' / 'e.py').write_text('from ..b import x\nfrom pkg.c import f\n')
+    graph = draw_layout.module_graph('pkg', root=str(tmp_path))
+    assert graph == {'pkg': {'pkg.c'}, 'pkg.b': set(), 'pkg.c': {'pkg.b'}, 'pkg.d': set(),
+                     'pkg.sub': set(), 'pkg.sub.e': {'pkg.b', 'pkg.c'}}
+
+
+def _part(module):
+    rest = module.split('.')[1] if '.' in module else ''
+    return rest if rest in ('core', 'training', 'workshop') else 'top'
+
+
+def test_the_core_imports_nothing_outside_itself():
+    """The product (mmlinattn.core: math, modules, backbones, weights, registration) stands alone:
+    no module of it imports training support, the workshop, or the package's top level (which
+    imports the fixes' switch and the hooks)."""
+    graph = _module_graph()
+    assert 'mmlinattn.core.models.backbones.mavit' in graph  # the layout this test is about
+    bad = [f'{m} -> {d}' for m, deps in graph.items() if _part(m) == 'core'
+           for d in deps if _part(d) != 'core']
+    assert not bad, bad
+
+
+def test_training_never_imports_the_workshop():
+    """Training support stands on the core only (and the package's top level); the tools' workshop
+    stands on both, never the other way."""
+    graph = _module_graph()
+    bad = [f'{m} -> {d}' for m, deps in graph.items() if _part(m) == 'training'
+           for d in deps if _part(d) == 'workshop']
+    assert not bad, bad
+
+
+def test_importing_the_core_loads_no_other_part():
+    """Read from a fresh interpreter: ``import mmlinattn.core`` runs the package's ``__init__``
+    (which registers the hooks), so this checks the core's own modules load no workshop module and
+    no fixes module (the monkeypatches)."""
+    import subprocess
+    import sys
+    code = ('import sys, mmlinattn.core; '
+            "print(sorted(m for m in sys.modules if m.startswith(('mmlinattn.workshop', "
+            "'mmlinattn.upstream_fixes', 'mmlinattn.training.compat', "
+            "'mmlinattn.training.apis'))))")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == '[]', out.stdout + out.stderr
+
+
+def test_the_old_core_paths_name_the_same_modules():
+    """``mmlinattn.ops`` / ``.models`` / ``.registry`` (the paths before 0.2) are the core's modules
+    themselves, submodules included, for one release (docs/changelog.md)."""
+    import importlib
+
+    import mmlinattn
+    for old, new in (('mmlinattn.ops.cores', 'mmlinattn.core.ops.cores'),
+                     ('mmlinattn.models.backbones.mavit', 'mmlinattn.core.models.backbones.mavit'),
+                     ('mmlinattn.registry', 'mmlinattn.core.registry')):
+        assert importlib.import_module(old) is importlib.import_module(new)
+    from mmlinattn.core.ops.cores import CORES as CORES2
+    from mmlinattn.ops import CORES
+    assert CORES is CORES2 and mmlinattn.models is importlib.import_module('mmlinattn.core.models')
 
 
 def test_no_import_cycle_in_the_library():
@@ -96,8 +141,6 @@ def test_no_import_cycle_in_the_library():
     placed inside functions (which only hide a cycle until the function runs)."""
     graph = _module_graph()
     # the graph sees relative, absolute and in-function imports
-    assert 'mmlinattn.ops.attention' in graph['mmlinattn.ops.cores']
-    assert 'mmlinattn.models.backbones' in graph['mmlinattn.models.classification']
     cycles, state = [], {}
 
     def visit(node, stack):

@@ -20,7 +20,7 @@ import pytest
 from mmengine.config import Config
 from PIL import Image
 
-from mmlinattn.apis import ConfigError, check_coco_annotations
+from mmlinattn.training.apis import ConfigError, check_coco_annotations
 from tools import test as test_tool
 
 import compare

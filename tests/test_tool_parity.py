@@ -33,7 +33,7 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
-from mmlinattn.apis import read_metrics
+from mmlinattn.training.apis import read_metrics
 from tools import test as test_tool
 
 import compare

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from mmlinattn.apis import read_metrics
+from mmlinattn.training.apis import read_metrics
 from tools import test as test_tool
 
 from helpers import make_toy_sets
@@ -136,7 +136,7 @@ def test_checkpoints_of_upstream_tools_without_our_fixes_resume_and_test(data, t
     (was: UnpicklingError after the model was built; the resume pre-check had let it through)."""
     import torch
 
-    from mmlinattn import compat
+    from mmlinattn.training import compat
     from tools import train as train_tool
     cfg = derived('configs/toy/fpn_mavit-t_toy-ade.py', 'seg', data, tmp_path / 'cfg.py')
     run = tmp_path / 'empty'

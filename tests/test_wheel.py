@@ -81,7 +81,7 @@ def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(instal
         from mmengine.config import Config
         from mmengine.config.utils import _get_cfg_metainfo
         from mmengine.utils import get_installed_path
-        from mmlinattn import benchmarking, flops
+        from mmlinattn.workshop import benchmarking, flops
         from mmlinattn.paths import config_path, resource_root
         pkg = get_installed_path('mmlinattn')
         meta = _get_cfg_metainfo(pkg, 'mavit/mask-rcnn_mavit-t_fpn_1x_coco.py')

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mmlinattn.apis.workdir_lock import LOCK_NAME, WorkDirBusy, lock_work_dir
+from mmlinattn.training.apis.workdir_lock import LOCK_NAME, WorkDirBusy, lock_work_dir
 
 from helpers import make_toy_sets, toy_seg_options
 
@@ -74,7 +74,7 @@ def test_a_lock_whose_owner_is_gone_never_blocks(tmp_path):
 
 
 def test_another_hosts_lock_expires_unless_refreshed(tmp_path, monkeypatch):
-    import mmlinattn.apis.workdir_lock as wl
+    import mmlinattn.training.apis.workdir_lock as wl
     path = _write_lock(tmp_path / 'w', host='node-elsewhere', pid=1, started='1', since='x',
                        command='train')
     with pytest.raises(WorkDirBusy, match='node-elsewhere'):

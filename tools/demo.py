@@ -21,8 +21,8 @@ import os.path as osp
 import sys
 import time
 
-from mmlinattn.apis import model_registry, read_metrics, run_script
-from mmlinattn.fileio import last_checkpoint
+from mmlinattn.training.apis import model_registry, read_metrics, run_script
+from mmlinattn.training.fileio import last_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py'
@@ -62,9 +62,10 @@ def job(config, work_dir, extra):
     run('tools/test.py', config, last, '--work-dir', work_dir + '/trained',
         log=osp.join(work_dir, 'test_trained.log'))
     # the pictures, through the OpenMMLab inferencer as a user would call it
-    # (mmlinattn.visualization)
-    run('-m', 'mmlinattn.visualization', config, last, '--out-dir', work_dir + '/predictions',
-        '--num-images', 4, log=osp.join(work_dir, 'predictions.log'))
+    # (mmlinattn.workshop.visualization)
+    run('-m', 'mmlinattn.workshop.visualization', config, last,
+        '--out-dir', work_dir + '/predictions', '--num-images', 4,
+        log=osp.join(work_dir, 'predictions.log'))
     return (read_metrics(osp.join(ROOT, work_dir, 'untrained')),
             read_metrics(osp.join(ROOT, work_dir, 'trained')))
 

@@ -32,8 +32,8 @@ import os.path as osp
 import sys
 import time
 
-from mmlinattn.apis import read_metrics, run_script
-from mmlinattn.fileio import last_checkpoint
+from mmlinattn.training.apis import read_metrics, run_script
+from mmlinattn.training.fileio import last_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
@@ -62,7 +62,7 @@ def export_authors_layout(classifier_ckpt, family, dst):
     """Step 2: the classifier's weights under the authors' keys, as ``{'model': state}``."""
     import torch
 
-    from mmlinattn.models import classifier_to_authors
+    from mmlinattn.core.models import classifier_to_authors
     ck = torch.load(classifier_ckpt, map_location='cpu', weights_only=True)
     state = classifier_to_authors(ck['state_dict'], family)
     torch.save({'model': state}, dst)

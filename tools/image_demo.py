@@ -38,13 +38,13 @@ import tempfile
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
-from mmlinattn.checkpoint import (
+from mmlinattn.core.weights import (
     CheckpointError,
     check_model_checkpoint,
     local_checkpoint,
     read_checkpoint,
 )
-from mmlinattn.visualization import ScopeError, build_inferencer, config_scope, load_config
+from mmlinattn.workshop.visualization import ScopeError, build_inferencer, config_scope, load_config
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
 

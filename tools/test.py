@@ -37,7 +37,8 @@ from mmengine.config import ConfigDict
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
-from mmlinattn.apis import (
+from mmlinattn.core.weights import CheckpointError, load_runner_checkpoint, local_checkpoint
+from mmlinattn.training.apis import (
     ConfigError,
     add_common_args,
     build_runner,
@@ -47,10 +48,9 @@ from mmlinattn.apis import (
     preflight,
     tool_error,
 )
-from mmlinattn.apis.runner import check_finite_checkpoint
-from mmlinattn.apis.runs import check_work_dir
-from mmlinattn.checkpoint import CheckpointError, load_runner_checkpoint, local_checkpoint
-from mmlinattn.datafaults import DataFileError
+from mmlinattn.training.apis.runner import check_finite_checkpoint
+from mmlinattn.training.apis.runs import check_work_dir
+from mmlinattn.training.datafaults import DataFileError
 
 
 def parse_args(argv=None):

@@ -13,7 +13,8 @@ import sys
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
-from mmlinattn.apis import (
+from mmlinattn.core.weights import CheckpointError, load_runner_checkpoint
+from mmlinattn.training.apis import (
     ConfigError,
     add_common_args,
     build_runner,
@@ -24,13 +25,13 @@ from mmlinattn.apis import (
     preflight,
     tool_error,
 )
-from mmlinattn.apis.preflight.checkpoints import prepare_checkpoints
-from mmlinattn.apis.runner import add_training_hooks
-from mmlinattn.apis.runs import check_work_dir
-from mmlinattn.apis.workdir_lock import lock_work_dir
-from mmlinattn.checkpoint import CheckpointError, latest_intact_checkpoint, load_runner_checkpoint
-from mmlinattn.datafaults import DataFileError
-from mmlinattn.hooks import CheckpointWriteError, TrainingStopped
+from mmlinattn.training.apis.preflight.checkpoints import prepare_checkpoints
+from mmlinattn.training.apis.runner import add_training_hooks
+from mmlinattn.training.apis.runs import check_work_dir
+from mmlinattn.training.apis.workdir_lock import lock_work_dir
+from mmlinattn.training.datafaults import DataFileError
+from mmlinattn.training.hooks import CheckpointWriteError, TrainingStopped
+from mmlinattn.training.resume import latest_intact_checkpoint
 
 
 def parse_args(argv=None):
@@ -78,7 +79,8 @@ def _build_cfg(args):
                               'add auto_scale_lr = dict(enable=True, base_batch_size=N), N the '
                               "total batch its optimizer's lr is for")
         cfg.auto_scale_lr.enable = True
-    # the config, every loader's paths, the files' contents, the model (mmlinattn.apis.preflight)
+    # the config, every loader's paths, the files' contents, the model
+    # (mmlinattn.training.apis.preflight)
     preflight(cfg, ('train_dataloader',) if args.no_validate else
               ('train_dataloader', 'val_dataloader'))
     if args.resume not in (None, 'auto'):  # --resume auto chose a file that reads this way
@@ -135,7 +137,8 @@ def _main(argv=None):
     return 0
 
 
-#: this process's work-dir run lock (mmlinattn.apis.workdir_lock), released when main returns
+#: this process's work-dir run lock (mmlinattn.training.apis.workdir_lock), released when main
+#: returns
 _LOCK = None
 
 

@@ -19,8 +19,13 @@ import numpy as np
 import torch
 
 import mmlinattn  # noqa: F401
-from mmlinattn.analysis import attention_map, collect_attention, matrices_for_cores, summarize
-from mmlinattn.models.backbones import FAMILIES
+from mmlinattn.core.models.backbones import FAMILIES
+from mmlinattn.workshop.analysis import (
+    attention_map,
+    collect_attention,
+    matrices_for_cores,
+    summarize,
+)
 
 BACKBONES = {cls.__name__: cls for cls in FAMILIES.values()}  # InLinePVT, InLineSwin, MAViT
 MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])

@@ -23,8 +23,8 @@ os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chat
 import torch  # noqa: E402
 
 import mmlinattn  # noqa: E402,F401
-from mmlinattn.benchmarking import build_reference, peak_memory, timeit  # noqa: E402
-from mmlinattn.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
+from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
+from mmlinattn.workshop.benchmarking import build_reference, peak_memory, timeit  # noqa: E402
 
 
 def build_models(names):

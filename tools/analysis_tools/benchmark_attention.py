@@ -3,7 +3,7 @@
     python tools/analysis_tools/benchmark_attention.py                 # N = 1k .. 64k, h=4, d=32
     python tools/analysis_tools/benchmark_attention.py --tokens 1024 4096 --out work_dirs/bench
 
-For every N it prints the time of every core of the table (mmlinattn.ops.CORES: softmax runs
+For every N it prints the time of every core of the table (mmlinattn.core.ops.CORES: softmax runs
 SDPA, then plain linear, InLine, MALA and any core registered since), the ratio of each linear-time
 core to the *floor* (the two unavoidable matmuls K^T V and Q (K^T V) of the same shapes timed alone
 in the same run), and the peak memory of each; the JSON file also keeps the GFLOP/s of a large GEMM
@@ -22,8 +22,9 @@ gradient products), and the peak memory of the step; softmax is left out.
     python tools/analysis_tools/benchmark_attention.py --train --repeats 3
 
 ``--passes`` prints, instead of timing, how many passes over (N x d) memory every linear-time core
-makes in the inference forward and in forward + backward (:func:`mmlinattn.profiling.count_passes`
-at a small N): the figure that does not depend on the CPU.
+makes in the inference forward and in forward + backward
+(:func:`mmlinattn.workshop.profiling.count_passes` at a small N): the figure that does not depend on
+the CPU.
 """
 import argparse
 import contextlib
@@ -37,9 +38,9 @@ os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chat
 
 import torch  # noqa: E402
 
-from mmlinattn.benchmarking import peak_memory, timeit  # noqa: E402
-from mmlinattn.ops import CORES  # noqa: E402
-from mmlinattn.profiling import count_passes  # noqa: E402
+from mmlinattn.core.ops import CORES  # noqa: E402
+from mmlinattn.workshop.benchmarking import peak_memory, timeit  # noqa: E402
+from mmlinattn.workshop.profiling import count_passes  # noqa: E402
 
 
 def gemm_gflops(n=2048):

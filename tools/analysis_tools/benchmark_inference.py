@@ -33,8 +33,8 @@ import time
 
 import torch
 
-from mmlinattn.benchmarking import swap_backbone
-from mmlinattn.deploy import Exportable, build_model, example_input, export, ort_session
+from mmlinattn.workshop.benchmarking import swap_backbone
+from mmlinattn.workshop.deploy import Exportable, build_model, example_input, export, ort_session
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 MODELS = {  # name: (config, reference backbone swapped in or None)
@@ -82,7 +82,7 @@ def parse_hw(s: str):
 
 
 def build(name: str, part: str) -> Exportable:
-    from mmlinattn.apis import load_config
+    from mmlinattn.training.apis import load_config
     config, ref = MODELS[name]
     cfg = load_config(osp.join(ROOT, config))
     if ref:

@@ -35,7 +35,8 @@ SyncBN is reverted to BN (one process).
 
 ``--profile`` runs one warm training step of each model under ``torch.profiler`` instead, and prints
 where its forward and backward time and its saved-for-backward memory go, by part (backbone stages,
-attention module, attention core, RoPE, FFN, norms, neck, heads): :mod:`mmlinattn.profiling`.
+attention module, attention core, RoPE, FFN, norms, neck, heads):
+:mod:`mmlinattn.workshop.profiling`.
 """
 import argparse
 import json
@@ -44,7 +45,7 @@ import os.path as osp
 import sys
 import time
 
-from mmlinattn.benchmarking import (
+from mmlinattn.workshop.benchmarking import (
     REFERENCES,
     ROOT,
     matrix_configs,
@@ -52,12 +53,12 @@ from mmlinattn.benchmarking import (
     recipe_name,
     reference_jobs,
 )
-from mmlinattn.profiling import profile_step, summary_table
+from mmlinattn.workshop.profiling import profile_step, summary_table
 
 
 def run_job(config, ref, args, size=None):
     """One config at one size in a fresh process (clean peak memory); returns its result dict."""
-    from mmlinattn.apis import run_script
+    from mmlinattn.training.apis import run_script
     cmd = ['--one', config, '--device', args.device, '--warmup', str(args.warmup)]
     if ref:
         cmd += ['--reference', ref]

@@ -25,9 +25,9 @@ import os.path as osp
 import sys
 import time
 
-from mmlinattn.apis import load_config, model_registry, read_metrics, run_script
-from mmlinattn.benchmarking import REFERENCE_BACKBONES, reference_cfg
-from mmlinattn.models import out_channels
+from mmlinattn.core.models import out_channels
+from mmlinattn.training.apis import load_config, model_registry, read_metrics, run_script
+from mmlinattn.workshop.benchmarking import REFERENCE_BACKBONES, reference_cfg
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
@@ -62,8 +62,8 @@ VARIANTS = {
                                                    drop_path_rate=0.0, out_norm=False,
                                                    init_scheme='mmdet_pvt'),
 }
-# mmdet's own backbones as references (mmlinattn.benchmarking): name -> (backbone config, channels
-# of its four maps), trained here without drop path
+# mmdet's own backbones as references (mmlinattn.workshop.benchmarking): name -> (backbone config,
+# channels of its four maps), trained here without drop path
 _REF_ARGS = dict(out_indices=(0, 1, 2, 3))
 REFERENCES = {
     'mmdet-swin-t': (reference_cfg('Swin-T', drop_path_rate=0.0, **_REF_ARGS),

@@ -28,7 +28,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
-from mmlinattn.benchmarking import (
+from mmlinattn.core.ops import CORES
+from mmlinattn.workshop.benchmarking import (
     BACKBONE_IN_NAME,
     CONFIG_DIRS,
     REFERENCES,
@@ -36,7 +37,6 @@ from mmlinattn.benchmarking import (
     cuda_attention_table,
     measure_one,
 )
-from mmlinattn.ops import CORES
 
 # the tests that need a GPU (each skips without one); tests/test_gpu_report.py checks that every
 # test file that skips without CUDA is listed here

@@ -48,8 +48,8 @@ import sys
 import time
 
 import mmlinattn  # noqa: F401  (registers the backbones)
-from mmlinattn.apis import CfgOptionsAction, ConfigError, load_config
-from mmlinattn.deploy import (
+from mmlinattn.training.apis import CfgOptionsAction, ConfigError, load_config
+from mmlinattn.workshop.deploy import (
     DEFAULT_OPSET,
     DEFAULT_RTOL,
     PARTS,

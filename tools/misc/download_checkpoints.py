@@ -6,7 +6,7 @@
 
 The URLs are the ones the authors' READMEs publish (LeapLabTHU/InLine: TsinghuaCloud, in their
 direct ``?dl=1`` form; qhfan/MALA: the Hugging Face repository aldjalkdf/MAViT, ``resolve/main/``
-form), kept in one table, :data:`mmlinattn.checkpoint.AUTHORS_CHECKPOINTS`. Each file is fetched
+form), kept in one table, :data:`mmlinattn.core.weights.AUTHORS_CHECKPOINTS`. Each file is fetched
 with ``torch.hub.download_url_to_file`` (progress bar; a temporary file renamed into place), checked
 to be a torch checkpoint that reads weights-only (an HTML page or a truncated file is removed and
 named), and its sha256 recorded in ``OUT_DIR/SHA256SUMS`` (``sha256sum -c`` format). A file already
@@ -22,14 +22,14 @@ import os
 import os.path as osp
 import sys
 
-from mmlinattn.checkpoint import (
+from mmlinattn.core.weights import (
     AUTHORS_CHECKPOINTS,
     CheckpointError,
     checkpoint_file_problem,
     extract_state_dict,
     read_checkpoint,
-    write_atomic,
 )
+from mmlinattn.training.fileio import write_atomic
 
 SUMS = 'SHA256SUMS'
 BASE_URL_ENV = 'MMLINATTN_CHECKPOINT_BASE_URL'

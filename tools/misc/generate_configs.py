@@ -16,14 +16,14 @@ import os.path as osp
 import sys
 import textwrap
 
-from mmlinattn.models.backbones import family_facts
+from mmlinattn.core.models.backbones import family_facts
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 # ---------------------------------------------------------------------------------------- backbones
 # Per family, what only the configs know: where the authors' ImageNet checkpoint goes and any
 # further backbone keys. Type, arch names, channels and drop-path rates come from the backbone
-# classes' arch tables (mmlinattn.models.backbones.family_facts), so they are written once.
+# classes' arch tables (mmlinattn.core.models.backbones.family_facts), so they are written once.
 CONFIG_EXTRAS = {
     'inline_pvt': dict(ckpt='checkpoints/inline_pvt_{a}.pth', extra={}),
     'inline_swin': dict(ckpt='checkpoints/inline_swin_{a}.pth', extra={}),

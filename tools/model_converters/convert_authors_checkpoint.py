@@ -14,8 +14,9 @@ import sys
 
 import torch
 
-from mmlinattn.checkpoint import CheckpointError, extract_state_dict, read_checkpoint, write_atomic
-from mmlinattn.models.backbones import FAMILIES, LAYOUTS
+from mmlinattn.core.models.backbones import FAMILIES, LAYOUTS
+from mmlinattn.core.weights import CheckpointError, extract_state_dict, read_checkpoint
+from mmlinattn.training.fileio import write_atomic
 
 
 def _save(obj, dst):

@@ -1,0 +1,309 @@
+"""InLine-Swin (docs/design.md section 2.1): Swin-T/S/B with InLine attention in the stages the
+authors chose and Swin's shifted-window softmax attention elsewhere.
+
+Parameter names equal the authors' timm-style ones (``patch_embed.{proj,norm}``,
+``layers.{s}.blocks.{b}.{norm1,attn.{qkv,proj,residual.0,residual.2,relative_position_bias_table},
+norm2,mlp.fc1,mlp.fc2}``, ``layers.{s}.downsample.{norm,reduction}``), so their ImageNet checkpoints
+load by dropping ``head`` and the final ``norm``. Outputs are each stage's features before patch
+merging, each through a new LayerNorm ``out_norms.{i}`` (as mmdet's Swin, eps 1e-5).
+
+InLine blocks attend globally over the whole map at any resolution (no partition, no shift), which
+at 224 is exactly what the released models computed (their 56-token window covers each stage map).
+``inline_window=56`` keeps the authors' literal classification behaviour at larger sizes instead:
+56 x 56 windows, shifted by 28 on odd blocks when the map is larger than the window.
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+
+from mmlinattn.core.models.layers import (
+    DropPath,
+    Mlp,
+    PatchEmbed,
+    TokenAttention,
+    WindowSoftmaxAttention,
+    pad_to_multiple,
+)
+from mmlinattn.core.ops.cores import get_core, parse_attn_type
+from mmlinattn.core.registry import MODELS
+from mmlinattn.core.weights import AuthorsLayout
+
+from .base import LinAttnBackbone, run_block
+
+MASK_VALUE = -100.0
+SWIN_NORM = dict(type='LN', eps=1e-5)  # torch's default eps, as Swin's nn.LayerNorm
+
+
+def window_partition(x: torch.Tensor, ws: int) -> torch.Tensor:
+    """(B, H, W, C) with H, W multiples of ws -> (B, nW, ws*ws, C)."""
+    b, h, w, c = x.shape
+    x = x.reshape(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(b, (h // ws) * (w // ws), ws * ws, c)
+
+
+def window_reverse(windows: torch.Tensor, ws: int, h: int, w: int) -> torch.Tensor:
+    b, _, _, c = windows.shape
+    x = windows.reshape(b, h // ws, w // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(b, h, w, c)
+
+
+def shift_mask(hp: int, wp: int, ws: int, shift: int, device) -> torch.Tensor:
+    """Swin's (nW, ws*ws, ws*ws) mask for a cyclically shifted, padded hp x wp map (0 / -100)."""
+    img = torch.zeros((1, hp, wp, 1), device=device)
+    cnt = 0
+    for hs in (slice(0, -ws), slice(-ws, -shift), slice(-shift, None)):
+        for wsl in (slice(0, -ws), slice(-ws, -shift), slice(-shift, None)):
+            img[:, hs, wsl, :] = cnt
+            cnt += 1
+    win = window_partition(img, ws).reshape(-1, ws * ws)
+    diff = win[:, None, :] - win[:, :, None]
+    return torch.zeros_like(diff).masked_fill(diff != 0, MASK_VALUE)
+
+
+class SwinBlock(nn.Module):
+    """One Swin block: ``x + attn(LN(x))``, then ``x + MLP(LN(x))``, each with drop path.
+
+    Args:
+        dim (int): channels.
+        num_heads (int): heads.
+        core (str): a core of :data:`mmlinattn.core.ops.cores.CORES`. A core marked ``windowed``
+            (softmax) runs in Swin's shifted windows with the relative position bias; the others run
+            over the whole map (``inline_window=None``) or in literal windows of ``inline_window``.
+        window_size (int): the softmax window side (7).
+        shift (bool): shift the windows by half a window (odd blocks).
+        mlp_ratio (float): MLP hidden width / ``dim``.
+        drop_path (float): stochastic depth rate of this block.
+        inline_window (int | None): window of the non-softmax cores (``None``: global).
+        attn_cfg (dict | None): further :class:`TokenAttention` options (``kernel``,
+            ``local_residual``, ``core_options``) for the non-window cores.
+        norm_cfg (dict): the two norms (``LN``, eps 1e-5 as Swin).
+    """
+
+    def __init__(self, dim: int, num_heads: int, core: str, window_size: int = 7,
+                 shift: bool = False, mlp_ratio: float = 4., drop_path: float = 0.,
+                 inline_window: Optional[int] = None, attn_cfg: Optional[dict] = None,
+                 norm_cfg: dict = SWIN_NORM):
+        super().__init__()
+        self.core, self.shift, self.window_size = core, shift, window_size
+        self.inline_window = inline_window
+        self.windowed = get_core(core).windowed
+        self.norm1 = build_norm_layer(norm_cfg, dim)[1]
+        if self.windowed:
+            self.attn = WindowSoftmaxAttention(dim, num_heads, window_size, core=core)
+        else:
+            self.attn = TokenAttention(dim, num_heads, core=core, qkv_layout='qkv',
+                                       **(attn_cfg or {}))
+        self.drop_path = DropPath(drop_path)
+        self.norm2 = build_norm_layer(norm_cfg, dim)[1]
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+
+    def _windowed(self, x: torch.Tensor, ws: int, shift: int, fn):
+        """Pad (B, H, W, C) to multiples of ws, roll by -shift, run fn on windows, undo."""
+        b, h, w, c = x.shape
+        x = pad_to_multiple(x, ws)
+        hp, wp = x.shape[1:3]
+        if shift:
+            x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
+        out = window_reverse(fn(window_partition(x, ws), hp, wp), ws, hp, wp)
+        if shift:
+            out = torch.roll(out, shifts=(shift, shift), dims=(1, 2))
+        return out[:, :h, :w, :]
+
+    def attention(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        b, n, c = x.shape
+        h, w = hw
+        if not self.windowed:
+            win = self.inline_window
+            if win is None or (h <= win and w <= win):
+                return self.attn(x, hw)
+            shift = win // 2 if (self.shift and min(h, w) > win) else 0
+
+            def run(windows, hp, wp):
+                bw, nw, nt, _ = windows.shape
+                return self.attn(windows.reshape(bw * nw, nt, c), (win, win)).reshape(bw, nw, nt, c)
+            return self._windowed(x.reshape(b, h, w, c), win, shift, run).reshape(b, n, c)
+
+        ws = self.window_size
+        if h <= ws and w <= ws:  # the whole map is one window; no shift (as Swin's own code)
+            return self.attn(x.unsqueeze(1), (h, w)).squeeze(1)
+        shift = ws // 2 if (self.shift and min(h, w) > ws) else 0
+
+        def run(windows, hp, wp):
+            mask = shift_mask(hp, wp, ws, shift, x.device) if shift else None
+            return self.attn(windows, (ws, ws), mask)
+        return self._windowed(x.reshape(b, h, w, c), ws, shift, run).reshape(b, n, c)
+
+    def forward(self, x, hw):
+        x = x + self.drop_path(self.attention(self.norm1(x), hw))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class PatchMerging(nn.Module):
+    """2x2 neighbourhood concat (timm order x00, x10, x01, x11) -> LN(4C) -> Linear(4C, C').
+
+    Odd maps are zero-padded at the bottom/right first.
+
+    Args:
+        dim (int): input channels C.
+        norm_cfg (dict): the norm over the 4C concatenation.
+        out_dim (int | None): output channels C', the next stage's width (``None``: 2C, Swin's).
+    """
+
+    def __init__(self, dim: int, norm_cfg: dict = SWIN_NORM, out_dim: Optional[int] = None):
+        super().__init__()
+        self.norm = build_norm_layer(norm_cfg, 4 * dim)[1]
+        self.reduction = nn.Linear(4 * dim, out_dim or 2 * dim, bias=False)
+
+    def forward(self, x, hw):
+        b, n, c = x.shape
+        x = pad_to_multiple(x.reshape(b, *hw, c), 2)
+        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], -1)
+        out_hw = (x.shape[1], x.shape[2])
+        return self.reduction(self.norm(x.reshape(b, -1, 4 * c))), out_hw
+
+
+class SwinStage(nn.Module):
+    """A stage: ``depth`` blocks (shifted windows on odd blocks) and the patch merging after them.
+
+    Args:
+        dim (int): channels.
+        depth (int): blocks.
+        num_heads (int): heads.
+        cores (list[str]): one core name per block.
+        dprs (list[float]): one drop-path rate per block.
+        downsample (bool): end with a :class:`PatchMerging` (all but the last stage).
+        window_size (int): softmax window side.
+        mlp_ratio (float): MLP hidden width / ``dim``.
+        inline_window (int | None): window of the non-softmax cores (``None``: global).
+        attn_cfg (dict | None): :class:`TokenAttention` options.
+        norm_cfg (dict): norms of the blocks and of the patch merging.
+        with_cp (bool): activation checkpointing of each block while training.
+        out_dim (int | None): the patch merging's output width, the next stage's (``None``: twice
+            ``dim``, as in every Swin arch).
+    """
+
+    def __init__(self, dim: int, depth: int, num_heads: int, cores: Sequence[str],
+                 dprs: Sequence[float], downsample: bool, window_size: int = 7,
+                 mlp_ratio: float = 4., inline_window: Optional[int] = None,
+                 attn_cfg: Optional[dict] = None, norm_cfg: dict = SWIN_NORM,
+                 with_cp: bool = False, out_dim: Optional[int] = None):
+        super().__init__()
+        self.with_cp = with_cp
+        self.blocks = nn.ModuleList([
+            SwinBlock(dim, num_heads, cores[i], window_size, shift=(i % 2 == 1),
+                      mlp_ratio=mlp_ratio,
+                      drop_path=dprs[i], inline_window=inline_window, attn_cfg=attn_cfg,
+                      norm_cfg=norm_cfg)
+            for i in range(depth)])
+        self.downsample = PatchMerging(dim, norm_cfg, out_dim) if downsample else None
+
+    def forward(self, x: Tuple[torch.Tensor, Tuple[int, int]], downsample: bool = True):
+        """``(tokens, hw)``: (B, N, C) tokens of an ``hw`` map -> ``(output, next stage's input)``:
+        the (B, C, H, W) map before the patch merging, and the merged ``(tokens, hw)`` (unmerged for
+        the last stage or when ``downsample`` is False)."""
+        x, hw = x
+        for blk in self.blocks:
+            x = run_block(blk, self.with_cp, x, hw)
+        out = x.transpose(1, 2).reshape(x.shape[0], -1, *hw)
+        if downsample and self.downsample is not None:
+            return out, self.downsample(x, hw)
+        return out, (x, hw)
+
+
+@MODELS.register_module()
+class InLineSwin(LinAttnBackbone):
+    """InLine-Swin backbone (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
+    Attention").
+
+    Args:
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'`` or a dict with ``embed_dims`` (stage
+            1's width, doubling per stage, or a list), ``depths``, ``num_heads`` (and optionally
+            ``attn_type``, ``drop_path_rate``).
+        in_channels (int): image channels.
+        attn_type (str | list | None): the core of every block (see
+            :func:`mmlinattn.core.ops.cores.parse_attn_type`): one letter per stage (``I`` InLine,
+            ``S`` Swin's shifted-window softmax, ``L`` linear, ``M`` MALA, ...) or a mixed stage in
+            parentheses; default the arch's (tiny ``IIIS``, small ``IISS``, base ``II(I2S)S``: two
+            InLine blocks, then softmax, in stage 3). The old spelling ``IIMS2`` still reads, with a
+            ``FutureWarning``.
+        attn_cfg (dict | None): :class:`TokenAttention` options (``kernel``, ``local_residual``,
+            ``core_options``) for ablations.
+        out_indices (Sequence[int]): stages whose features are returned.
+        frozen_stages (int): -1 nothing frozen, 0 the patch embedding, k also stages 1..k.
+        norm_eval (bool): keep BatchNorm layers in eval mode while training.
+        with_cp (bool): activation checkpointing of each block while training.
+        drop_path_rate (float | None): stochastic depth at the last block (``None``: the arch's).
+        window_size (int): softmax window (7).
+        patch_size (int): patch embedding stride (4).
+        mlp_ratio (float): MLP hidden width / channels (4).
+        inline_window (int | None): ``None`` global InLine (default); an int for the authors'
+            literal windowed behaviour.
+        out_norm (bool): a LayerNorm on each returned stage (``out_norms.<i>``, as mmdet's Swin).
+        norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-5, as Swin): the blocks' two
+            norms and the output norms, and the patch embedding's and patch merging's, which Swin
+            builds from the same setting.
+        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors'
+            file.
+    """
+    arch_zoo = {
+        'tiny': dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24],
+                     attn_type='IIIS', drop_path_rate=0.2),
+        'small': dict(embed_dims=96, depths=[2, 2, 18, 2], num_heads=[3, 6, 12, 24],
+                      attn_type='IISS', drop_path_rate=0.3),
+        'base': dict(embed_dims=128, depths=[2, 2, 18, 2], num_heads=[4, 8, 16, 32],
+                     attn_type='II(I2S)S', drop_path_rate=0.5),
+    }
+    arch_keys = ('embed_dims', 'depths', 'num_heads')
+    default_attn_type = 'IIII'
+    # classification parts: the final norm (our out_norms.3 in the classifier) and the head; the
+    # window index and shift-mask buffers of the released files are recomputed here
+    authors_layout = AuthorsLayout(
+        'inline_swin', classification=('head.', 'norm.'),
+        recomputed=('relative_position_index', 'attn_mask'),
+        classifier=(('head.', 'head.fc.'), ('norm.', 'backbone.out_norms.3.norm.')))
+
+    def __init__(self, arch='tiny', in_channels: int = 3, attn_type: Optional[str] = None,
+                 attn_cfg: Optional[dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3),
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
+                 drop_path_rate: Optional[float] = None, window_size: int = 7, patch_size: int = 4,
+                 mlp_ratio: float = 4., inline_window: Optional[int] = None, out_norm: bool = True,
+                 norm_cfg: dict = SWIN_NORM, init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
+        self._check_attn_cfg(attn_cfg, TokenAttention, ('dim', 'num_heads', 'core', 'qkv_layout'))
+        heads, n = list(arch['num_heads']), self.num_stages
+        self._set_dims(self.stage_channels(arch))
+        dims = self.embed_dims
+        # legacy_mixed: the old 'IIMS2' spelling of a mixed stage, read with a FutureWarning
+        cores = parse_attn_type(attn_type or arch.get('attn_type') or self.default_attn_type,
+                                self.depths, type(self).__name__, legacy_mixed=True)
+        self.patch_embed = PatchEmbed(in_channels, dims[0], patch_size, pad=True, norm_cfg=norm_cfg)
+        self.layers = nn.ModuleList([
+            SwinStage(dims[i], self.depths[i], heads[i], cores[i], self.dpr[i], i < n - 1,
+                      window_size, mlp_ratio, inline_window, attn_cfg, norm_cfg, with_cp,
+                      out_dim=dims[i + 1] if i < n - 1 else None)
+            for i in range(n)])
+        self._build_out_norms(out_norm, norm_cfg)
+        self._freeze_stages()
+
+    @classmethod
+    def stage_channels(cls, arch) -> List[int]:
+        """``embed_dims`` is stage 1's width (doubling per stage) or a list of all four."""
+        arch = cls.resolve_arch(arch)
+        dims0 = arch['embed_dims']
+        if isinstance(dims0, int):
+            return [dims0 * 2 ** i for i in range(len(arch['depths']))]
+        return [int(c) for c in dims0]
+
+    def _post_init(self):
+        for m in self.modules():
+            if isinstance(m, WindowSoftmaxAttention):
+                nn.init.trunc_normal_(m.relative_position_bias_table, std=.02)
+
+    def _stage_modules(self, i):
+        return [self.patch_embed] if i == 0 else [self.layers[i - 1]]
+
+    def forward_stem(self, x):
+        return self.patch_embed(x)  # (tokens, hw)

@@ -1,0 +1,101 @@
+"""Swin's window attention (W-MSA / SW-MSA) with its relative position bias, on any core of the
+table that takes an additive bias (:data:`mmlinattn.core.ops.cores.CORES`; softmax by default)."""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from mmlinattn.core.ops.cores import get_core
+
+
+def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+    """Swin's (Wh*Ww, Wh*Ww) index into a (2*window-1)^2 bias table; ``size`` (h, w) <= window
+    gives the index for a smaller window, reusing the same table entries for the same offsets."""
+    h, w = size or (window, window)
+    coords = torch.stack(torch.meshgrid(torch.arange(h), torch.arange(w), indexing='ij')).flatten(1)
+    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (window - 1)
+    return rel[..., 0] * (2 * window - 1) + rel[..., 1]
+
+
+class WindowSoftmaxAttention(nn.Module):
+    """Swin's window multi-head self-attention with relative position bias.
+
+    Input (B, nW, N, C) windows of ``window_hw`` tokens; ``mask`` (nW, N, N) with 0 / -100 entries.
+    Parameter names follow Swin: ``qkv``, ``proj``, ``relative_position_bias_table``.
+
+    Args:
+        dim (int): channels.
+        num_heads (int): heads.
+        window_size (int): window side (7); the bias table has (2 * window_size - 1)^2 rows.
+        qkv_bias (bool): biases in the ``qkv`` projection.
+        attn_drop (float): attention dropout (while training).
+        proj_drop (float): dropout after the output projection.
+        core (str): a core of :data:`mmlinattn.core.ops.cores.CORES` that takes an additive
+        attention
+            bias (``bias=True``); ``'softmax'``, Swin's, by default.
+    """
+
+    def __init__(self, dim: int, num_heads: int, window_size: int = 7, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0., core: str = 'softmax'):
+        super().__init__()
+        entry = get_core(core)
+        if not entry.bias:
+            raise ValueError(f'window attention needs a core that takes an attention bias; '
+                             f'{core!r} does not')
+        self.core, self.core_entry = core, entry
+        self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size - 1) ** 2, num_heads))
+        self.register_buffer('relative_position_index', relative_position_index(window_size),
+                             persistent=False)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=.02)
+
+    def bias(self, window_hw: Tuple[int, int]) -> torch.Tensor:
+        if tuple(window_hw) == (self.window_size, self.window_size):
+            index = self.relative_position_index
+        else:
+            index = relative_position_index(self.window_size, window_hw).to(
+                self.relative_position_bias_table.device)
+        n = window_hw[0] * window_hw[1]
+        table = self.relative_position_bias_table
+        return table[index.reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
+
+    def _qkv(self, x):
+        b, nw, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, nw, n, 3, self.num_heads,
+                                  self.head_dim).permute(3, 0, 1, 4, 2, 5)
+        return qkv[0], qkv[1], qkv[2]  # (B, nW, h, N, d)
+
+    def _attn_bias(self, window_hw, mask, dtype):
+        bias = self.bias(window_hw)  # (h, N, N)
+        if mask is not None:
+            bias = bias[None] + mask[:, None]  # (nW, h, N, N)
+        return bias.to(dtype)
+
+    def forward(self, x: torch.Tensor, window_hw: Tuple[int, int],
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        b, nw, n, c = x.shape
+        q, k, v = self._qkv(x)
+        out = self.core_entry(q, k, v, scale=self.scale,
+                              attn_bias=self._attn_bias(window_hw, mask, q.dtype),
+                              dropout_p=self.attn_drop if self.training else 0.)
+        out = out.transpose(2, 3).reshape(b, nw, n, c)
+        return self.proj_drop(self.proj(out))
+
+    @torch.no_grad()
+    def queries_keys(self, x: torch.Tensor, window_hw=None, mask=None):
+        """The (B, nW, h, N, d) queries and keys of the windows ``x``."""
+        q, k, _ = self._qkv(x)
+        return q, k
+
+    @torch.no_grad()
+    def attention_matrix(self, x, window_hw, mask=None):
+        q, k = self.queries_keys(x)
+        return self.core_entry.attention_matrix(
+            q, k, scale=self.scale, attn_bias=self._attn_bias(window_hw, mask, q.dtype))

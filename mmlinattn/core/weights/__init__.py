@@ -1,0 +1,39 @@
+"""The authors' checkpoints (and ours), as the backbones load them: reading files safely, http(s)
+URLs, fitting a state dict to a backbone with an exact report, and the families' released layouts.
+
+* :mod:`.reading` - the weights-only reader with its restricted unpickler, ``extract_state_dict``
+  and ``load_runner_checkpoint`` (a Runner's checkpoint read the way the Runner will);
+* :mod:`.urls` - URLs fetched once into a cache keyed by URL, and the authors' URL table;
+* :mod:`.fitting` - ``fit_state_dict``, ``fit_backbone_checkpoint`` (the one path a backbone's
+  pretrained file is fitted through) and ``check_model_checkpoint``;
+* :mod:`.layouts` - :class:`AuthorsLayout`.
+
+Part of the core: imports nothing of mmlinattn outside :mod:`mmlinattn.core`. Writing checkpoints
+(atomically) and the ``--resume`` search belong to training: :mod:`mmlinattn.training.fileio`,
+:mod:`mmlinattn.training.resume`.
+"""
+from .errors import CheckpointError
+from .fitting import check_model_checkpoint, fit_backbone_checkpoint, fit_state_dict
+from .layouts import AuthorsLayout
+from .reading import (
+    ForeignObject,
+    _RestrictedUnpickler,
+    extract_state_dict,
+    load_runner_checkpoint,
+    read_checkpoint,
+)
+from .urls import (
+                   AUTHORS_CHECKPOINTS,
+                   AuthorsCheckpoint,
+                   checkpoint_file_problem,
+                   is_url,
+                   local_checkpoint,
+                   url_cache_path,
+)
+
+__all__ = ['AUTHORS_CHECKPOINTS', 'AuthorsCheckpoint', 'AuthorsLayout', 'CheckpointError',
+           'ForeignObject', 'check_model_checkpoint', 'checkpoint_file_problem',
+           'extract_state_dict', 'fit_backbone_checkpoint', 'fit_state_dict', 'is_url',
+           'load_runner_checkpoint', 'local_checkpoint',
+           'read_checkpoint', 'url_cache_path',
+           '_RestrictedUnpickler']

@@ -1,0 +1,161 @@
+"""Fitting a state dict to a model with an exact report: what loads, what is dropped, ignored or
+new, and one error naming the first misfits when a file belongs to another architecture."""
+import logging
+from collections import OrderedDict
+from typing import Dict, Iterable, List, Optional, Sequence
+
+import torch
+
+from .errors import CheckpointError
+from .reading import extract_state_dict, read_checkpoint
+
+Tensor = torch.Tensor
+
+
+def _fmt(keys: Sequence[str], limit: int = 12) -> str:
+    keys = list(keys)
+    more = f' ... (+{len(keys) - limit} more)' if len(keys) > limit else ''
+    return ', '.join(keys[:limit]) + more
+
+
+def _misfit(mismatched: List[str], missing: List[str], unexpected: List[str], limit: int) -> str:
+    """'N shape mismatch(es): ...; N key(s) missing from the checkpoint: ...; N key(s) not in the
+    model: ...' (the non-empty parts: the first ``limit`` mismatches, ``2 * limit`` keys)."""
+    parts = []
+    for items, what, n in ((mismatched, 'shape mismatch(es)', limit),
+                           (missing, 'key(s) missing from the checkpoint', 2 * limit),
+                           (unexpected, 'key(s) not in the model', 2 * limit)):
+        if items:
+            parts.append(f'{len(items)} {what}: {_fmt(items, n)}')
+    return '; '.join(parts)
+
+
+def fit_state_dict(model: torch.nn.Module, state: Dict[str, Tensor], *,
+                   tolerated: Iterable[str] = (), new_prefixes: Iterable[str] = (),
+                   path: str = '<checkpoint>', logger: Optional[logging.Logger] = None,
+                   check_only: bool = False) -> Dict[str, List[str]]:
+    """Load ``state`` into ``model`` with an exact report (``check_only=True``: the same checks and
+    report, nothing loaded - the pre-flight of a backbone ``init_cfg``, through
+    :func:`fit_backbone_checkpoint`).
+
+    * keys whose last name is in ``tolerated`` (buffers such as ``relative_position_index``,
+      ``attn_mask``) are ignored when the model has no such entry;
+    * model keys starting with ``new_prefixes`` (output norms) may be missing and are listed as new;
+    * anything else missing, unexpected or of a different shape raises :class:`CheckpointError`
+      naming the first keys and shapes - a checkpoint of another architecture never loads half-way.
+    """
+    logger = logger or logging.getLogger('mmlinattn')
+    own = model.state_dict()
+    tolerated, new_prefixes = set(tolerated), tuple(new_prefixes)
+    ignored, unexpected, mismatched = [], [], []
+    to_load = OrderedDict()
+    for k, v in state.items():
+        if k not in own:
+            (ignored if k.rsplit('.', 1)[-1] in tolerated else unexpected).append(k)
+        elif own[k].shape != v.shape:
+            mismatched.append(f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}')
+        else:
+            to_load[k] = v
+    missing = [k for k in own if k not in to_load and k.rsplit('.', 1)[-1] not in tolerated]
+    new = [k for k in missing if new_prefixes and k.startswith(new_prefixes)]
+    missing = [k for k in missing if k not in new]
+    if mismatched or unexpected or missing:
+        raise CheckpointError(
+            f'{path} does not fit {type(model).__name__}'
+            f'{" (" + model.arch_name + ")" if hasattr(model, "arch_name") else ""} - is it the '
+            f'checkpoint of another architecture/size? '
+            + _misfit(mismatched, missing, unexpected, 6))
+    if check_only:
+        return dict(loaded=list(to_load), dropped=[], ignored=ignored, new=new)
+    model.load_state_dict(to_load, strict=False)
+    logger.info(f'loaded {len(to_load)} tensors from {path} into {type(model).__name__}')
+    if ignored:
+        logger.info(f'ignored {len(ignored)} recomputed buffers: {_fmt(ignored, 8)}')
+    if new:
+        logger.info(f'newly initialised (not in the checkpoint): {_fmt(new, 50)}')
+    return dict(loaded=list(to_load), dropped=[], ignored=ignored, new=new)
+
+
+def fit_backbone_checkpoint(backbone: torch.nn.Module, checkpoint: str, *, obj=None,
+                            use_ema: bool = False, prefix: str = '', allow_unsafe: bool = False,
+                            check_only: bool = False, logger: Optional[logging.Logger] = None
+                            ) -> Dict[str, List[str]]:
+    """The one path from a backbone checkpoint to one of our backbones, shared by
+    ``LinAttnBackbone.load_pretrained`` (loads) and the training pre-flight (``check_only=True``:
+    the same filter and checks, nothing loaded; see
+    :mod:`mmlinattn.training.apis.preflight.checkpoints`).
+
+    ``obj`` is the checkpoint as already read (the pre-flight reads ``load_from`` once, on the
+    ``meta`` device); without it ``checkpoint`` is read here (on the CPU, or on ``meta`` with
+    ``check_only``). A whole detector/segmentor file is recognised by its ``backbone.`` keys and
+    read under that ``prefix``; an explicit ``prefix`` that no key carries is an error. The state
+    goes through the family's ``backbone.authors_layout`` filter (classification keys dropped,
+    recomputed buffers ignored) and :func:`fit_state_dict`. Raises :class:`CheckpointError` on a
+    misfit; returns the report (``loaded``, ``dropped``, ``ignored``, ``new`` key lists).
+    """
+    logger = logger or logging.getLogger('mmlinattn')
+    if obj is None:
+        obj = read_checkpoint(checkpoint, map_location='meta' if check_only else 'cpu',
+                              allow_unsafe=allow_unsafe, logger=logger)
+    state = extract_state_dict(obj, use_ema=use_ema, path=checkpoint)
+    if not prefix and any(k.startswith('backbone.') for k in state):
+        prefix = 'backbone.'  # a whole detector/segmentor checkpoint
+    if prefix:
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        if not state:
+            raise CheckpointError(f'{checkpoint}: no key starts with prefix {prefix!r}')
+    layout = backbone.authors_layout
+    state, filtered = layout.filter(state, backbone)
+    report = fit_state_dict(backbone, state, tolerated=layout.tolerated,
+                            new_prefixes=backbone._new_prefixes, path=checkpoint, logger=logger,
+                            check_only=check_only)
+    if filtered['dropped'] and not check_only:
+        logger.info(f'dropped {len(filtered["dropped"])} classification keys: '
+                    f'{", ".join(filtered["dropped"][:50])}')
+    report['dropped'] = filtered['dropped']
+    report['ignored'] = filtered['ignored'] + report['ignored']
+    return report
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model a whole-model checkpoint was saved from: without DDP / TTA wrappers."""
+    from mmengine.model import BaseTTAModel, is_model_wrapper
+    while is_model_wrapper(model) or isinstance(model, BaseTTAModel):
+        model = model.module
+    return model
+
+
+def check_model_checkpoint(model: torch.nn.Module, path: str, *, partial: bool = False,
+                           what: str = 'checkpoint', logger: Optional[logging.Logger] = None
+                           ) -> Dict[str, List[str]]:
+    """Refuse a whole-model checkpoint (``tools/test.py CKPT``, ``load_from``, ``--resume``) that
+    does not fit ``model`` before anything is loaded, evaluated or trained.
+
+    mmengine itself loads such files non-strictly: a checkpoint of another architecture or size
+    loads the keys that happen to fit, logs the rest and evaluates a half-random model. Here every
+    key of the checkpoint must exist in the model with the same shape and every model key must be
+    in the checkpoint, else :class:`CheckpointError` names the file and the first offending keys.
+    With ``partial=True`` (fine-tuning a detector on other classes) the differences are logged as a
+    warning instead and mmengine's non-strict load goes ahead.
+    """
+    logger = logger or logging.getLogger('mmlinattn')
+    state = extract_state_dict(read_checkpoint(path, logger=logger), path=path)
+    own = _unwrap(model).state_dict()
+    mismatched = [f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}'
+                  for k, v in state.items() if k in own and own[k].shape != v.shape]
+    unexpected = [k for k in state if k not in own]
+    missing = [k for k in own if k not in state]
+    report = dict(mismatched=mismatched, unexpected=unexpected, missing=missing)
+    if not (mismatched or unexpected or missing):
+        return report
+    name = type(_unwrap(model)).__name__
+    msg = f'{what} {path} does not fit the config\'s model ({name}): ' + \
+        _misfit(mismatched, missing, unexpected, 4)
+    if partial:
+        logger.warning(msg + ' - loading the fitting keys only (partial load requested)')
+        return report
+    raise CheckpointError(
+        msg + '. Is it the checkpoint of another architecture, size or class count? Nothing was '
+        'loaded. An ImageNet backbone file goes in model.backbone.init_cfg=dict(type="Pretrained", '
+        'checkpoint=...); to fine-tune a whole detector/segmentor on other classes, pass '
+        '--partial-load to tools/train.py.')

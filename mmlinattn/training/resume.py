@@ -1,0 +1,53 @@
+"""Which checkpoint ``--resume`` continues from: the newest intact one of a work dir."""
+import logging
+import os
+import os.path as osp
+from typing import Optional
+
+from ..core.weights.errors import CheckpointError
+from ..core.weights.reading import extract_state_dict, load_runner_checkpoint
+from .fileio import last_checkpoint
+
+
+def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = None
+                             ) -> Optional[str]:
+    """The checkpoint ``--resume`` (auto) should use: the one ``last_checkpoint`` names if it reads,
+    else the newest readable ``*.pth`` of ``work_dir`` (with a warning naming each skipped file).
+    A file "reads" when it loads the way our tools' runner will load it
+    (:func:`load_runner_checkpoint`), so what this lets through resumes.
+
+    Returns ``None`` when the work dir holds no checkpoint (a fresh start); raises
+    :class:`CheckpointError` listing the files when there are checkpoints but none is readable.
+    """
+    logger = logger or logging.getLogger('mmlinattn')
+    if not osp.isdir(work_dir):
+        return None
+    candidates = []
+    named = last_checkpoint(work_dir, must_exist=False)
+    if named:
+        candidates.append(named)
+    files = [osp.join(work_dir, f) for f in os.listdir(work_dir) if f.endswith('.pth')]
+    for f in sorted(files, key=lambda p: (osp.getmtime(p), p), reverse=True):
+        if not any(osp.realpath(f) == osp.realpath(c) for c in candidates):
+            candidates.append(f)
+    skipped = []
+    for path in candidates:
+        if not osp.isfile(path):
+            skipped.append(f'{path} (not found)')
+            continue
+        try:
+            obj = load_runner_checkpoint(path)
+            extract_state_dict(obj, path=path)
+        except CheckpointError as err:
+            why = str(err).split('(', 1)[-1].rstrip(')')[:120] if '(' in str(err) else str(err)
+            skipped.append(f'{path} (unreadable: {why})')
+            continue
+        if skipped:
+            logger.warning('--resume: skipped ' + '; '.join(skipped) +
+                           f' - resuming from {path}, the newest intact checkpoint')
+        return path
+    if skipped:
+        raise CheckpointError(
+            f'--resume: no intact checkpoint in {work_dir}: ' + '; '.join(skipped) +
+            '. Pass one explicitly (--resume PATH) or start without --resume.')
+    return None

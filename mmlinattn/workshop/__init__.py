@@ -1,0 +1,5 @@
+"""The tools' workshop: what the benchmark, profiling, FLOP, analysis, export and demo tools share
+(:mod:`.benchmarking`, :mod:`.profiling`, :mod:`.flops`, :mod:`.analysis`, :mod:`.deploy`,
+:mod:`.visualization`). Stands on :mod:`mmlinattn.core` and :mod:`mmlinattn.training`; neither
+imports it. Importing this package imports no submodule.
+"""

@@ -1,0 +1,347 @@
+"""What the benchmark tools share (tools/analysis_tools/benchmark*.py, gpu_report.py,
+from_scratch_study.py): timing and memory helpers, mmdet's reference backbones (Swin-T, PVT-S)
+defined once, the config matrix as it is on disk, synthetic detection / segmentation batches, and
+one measured training step + inference of a whole config (:func:`measure_one`).
+
+Nothing here runs at import; the tools are thin command lines over it.
+"""
+import os
+import os.path as osp
+import re
+import resource
+import time
+
+import torch
+
+from mmlinattn.core.models.backbones import FAMILIES
+from mmlinattn.paths import resource_root
+
+#: where configs/ is: the checkout, or the installed package's .mim folder (mmlinattn.paths)
+ROOT = resource_root()
+#: the config matrix: one folder of configs/ per family, in the family table's order
+CONFIG_DIRS = tuple(FAMILIES)
+# our backbone in a config name, e.g. "mavit-t"; the arch letters smallest first
+BACKBONE_IN_NAME = re.compile('(' + '|'.join(f.replace('_',
+                                                       '-') for f in FAMILIES) + r')-([tsmbl])')
+ARCH_ORDER = 'tsmbl'
+
+
+def timeit(fn, min_time: float = 0.3, max_reps: int = 50) -> float:
+    """Best wall time of ``fn()`` over repetitions (after one warm-up call), in seconds."""
+    fn()
+    reps, total, best = 0, 0.0, float('inf')
+    while reps < max_reps and (total < min_time or reps < 3):
+        t = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t
+        best, total, reps = min(best, dt), total + dt, reps + 1
+        if dt > 2.0:
+            break
+    return best
+
+
+def peak_memory(fn) -> int:
+    """Peak bytes that ``fn()`` allocates beyond what existed when it started (CPU: torch profiler
+    memory events; CUDA: the caching allocator's peak)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        fn()
+    # an event's cpu_memory_usage includes what the ops it calls allocate, so a sum of those counts
+    # one allocation once per enclosing op: walk the self (exclusive) figures in time order instead
+    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage),
+                    key=lambda e: e.time_range.start)
+    cur = peak = 0
+    for e in events:
+        cur += e.self_cpu_memory_usage
+        peak = max(peak, cur)
+    return peak
+
+
+#: mmdet's own backbones that our families are measured against: name -> (type, kwargs, channels of
+#: the four stages). Swin-T and PVT-S have the sizes of InLine-Swin-T / InLine-PVT-S (the papers'
+#: baselines); PVT-T and ResNet-18 serve the from-scratch study.
+REFERENCE_BACKBONES = {
+    'Swin-T': ('mmdet.SwinTransformer',
+               dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], window_size=7,
+                    drop_path_rate=0.2, convert_weights=False),
+               [96, 192, 384, 768]),
+    'PVT-S': ('mmdet.PyramidVisionTransformer', dict(num_layers=[3, 4, 6, 3], drop_path_rate=0.1),
+              [64, 128, 320, 512]),
+    'PVT-T': ('mmdet.PyramidVisionTransformer', dict(num_layers=[2, 2, 2, 2], drop_path_rate=0.1),
+              [64, 128, 320, 512]),
+    'ResNet-18': ('mmdet.ResNet', dict(depth=18, num_stages=4, frozen_stages=-1,
+                                       norm_cfg=dict(type='BN',
+                                                     requires_grad=True), norm_eval=False,
+                                       style='pytorch'),
+                  [64, 128, 256, 512]),
+}
+#: the reference rows of the step benchmarks (their two ratio columns)
+REFERENCES = {k: REFERENCE_BACKBONES[k] for k in ('Swin-T', 'PVT-S')}
+
+
+def reference_cfg(name: str, **overrides) -> dict:
+    """The backbone config of mmdet's backbone ``name`` (a key of :data:`REFERENCE_BACKBONES`)."""
+    kind, kwargs, _ = REFERENCE_BACKBONES[name]
+    return dict(type=kind, **{**kwargs, **overrides})
+
+
+def build_reference(name: str, **overrides):
+    """mmdet's backbone ``name`` (a key of :data:`REFERENCE_BACKBONES`), built from its registry."""
+    from mmdet.registry import MODELS
+    cfg = reference_cfg(name, init_cfg=None, **overrides)
+    cfg['type'] = cfg['type'].split('.')[-1]
+    return MODELS.build(cfg)
+
+
+def matrix_cells():
+    """The config matrix as it is on disk: {recipe: the smallest variant of each family that has
+    it}, recipes in name order, families in folder order."""
+    cells = {}
+    for family in CONFIG_DIRS:
+        folder = osp.join('configs', family)
+        for name in sorted(os.listdir(osp.join(ROOT, folder)), key=_smallest_first):
+            if BACKBONE_IN_NAME.search(name) and name.endswith('.py'):
+                cells.setdefault(recipe_name(name), {}).setdefault(family, osp.join(folder, name))
+    return {recipe: list(fams.values()) for recipe, fams in sorted(cells.items())}
+
+
+def _smallest_first(name):
+    m = BACKBONE_IN_NAME.search(name)
+    return (ARCH_ORDER.index(m.group(2)) if m else len(ARCH_ORDER), name)
+
+
+def matrix_configs():
+    return [cfg for cfgs in matrix_cells().values() for cfg in cfgs]
+
+
+def reference_jobs():
+    """(config, reference name): per detector / segmentor recipe, its first family's smallest config
+    with each reference backbone."""
+    return [(cfgs[0], ref) for cfgs in matrix_cells().values() for ref in REFERENCES]
+
+
+def swap_backbone(cfg, ref):
+    ch = REFERENCE_BACKBONES[ref][2]
+    old = cfg.model.backbone
+    out_indices = tuple(old.get('out_indices', (0, 1, 2, 3)))
+    cfg.model.backbone = reference_cfg(ref, out_indices=out_indices, init_cfg=None)
+    used = [ch[i] for i in out_indices]
+    if cfg.model.get('neck') and 'in_channels' in cfg.model.neck:
+        cfg.model.neck.in_channels = used
+    elif cfg.model.get('decode_head'):  # no neck (UperNet): the heads read the backbone directly
+        cfg.model.decode_head.in_channels = used
+        if cfg.model.get('auxiliary_head'):
+            cfg.model.auxiliary_head.in_channels = ch[2]
+
+
+def _scales(cfg, size=None):
+    """(train hw, test hw) at the config's real scale, or both ``size`` (H, W) if given."""
+    if size:
+        if cfg.default_scope == 'mmseg' and cfg.model.data_preprocessor.get('size'):
+            cfg.model.data_preprocessor.size = tuple(size)  # it pads every input to this size
+        return tuple(size), tuple(size)
+    if cfg.default_scope == 'mmseg':
+        size = tuple(cfg.model.data_preprocessor.get('size') or (512, 512))
+        return size, size
+    return (800, 1333), (800, 1333)
+
+
+def det_batch(n, hw, with_mask):
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+    g = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for _ in range(n):
+        s = DetDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw,
+                                        scale_factor=(1., 1.),
+                                        batch_input_shape=hw))
+        h, w = hw
+        boxes = torch.tensor([[0.1 * w, 0.1 * h, 0.4 * w, 0.5 * h],
+                              [0.5 * w, 0.3 * h, 0.9 * w, 0.9 * h],
+                              [0.2 * w, 0.6 * h, 0.35 * w, 0.8 * h]])
+        inst = InstanceData(bboxes=boxes, labels=torch.tensor([0, 5, 17]))
+        if with_mask:
+            masks = torch.zeros(3, h, w, dtype=torch.uint8)
+            for j, (x0, y0, x1, y1) in enumerate(boxes.int().tolist()):
+                masks[j, y0:y1, x0:x1] = 1
+            inst.masks = BitmapMasks(masks.numpy(), h, w)
+        s.gt_instances = inst
+        inputs.append(torch.randint(0, 255, (3, *hw), dtype=torch.uint8, generator=g))
+        samples.append(s)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def seg_batch(n, hw):
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    g = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for _ in range(n):
+        s = SegDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw))
+        s.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, *hw), generator=g))
+        inputs.append(torch.randint(0, 255, (3, *hw), dtype=torch.uint8, generator=g))
+        samples.append(s)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def _peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None, compiled=False):
+    """The model of ``config`` (optionally with a reference backbone) built as the benchmarks time
+    it, with its optimizer: a namespace with ``model``, ``train_step()`` (forward + backward +
+    optimizer step on a synthetic batch at the training scale), ``infer()`` (predict on one image at
+    the test scale), ``n`` (images per training step), ``train_hw``, ``test_hw`` and
+    ``params_m``."""
+    from types import SimpleNamespace
+
+    from mmengine.config import Config
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.optim import build_optim_wrapper
+
+    from mmlinattn.core.registry import model_registry
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    cfg.model.backbone.init_cfg = None
+    if ref:
+        swap_backbone(cfg, ref)
+    train_hw, test_hw = _scales(cfg, size)
+    models = model_registry(cfg)
+    model = revert_sync_batchnorm(models.build(cfg.model)).to(device)
+    model.init_weights()
+    if compiled:
+        model.backbone = torch.compile(model.backbone)
+    n = batch or cfg.train_dataloader.batch_size
+    det = cfg.default_scope == 'mmdet'
+    make = (lambda k, hw: det_batch(k, hw, 'mask_head' in str(cfg.model))) if det else seg_batch
+    ow_cfg = dict(cfg.optim_wrapper)
+    if amp and device == 'cuda':
+        ow_cfg.update(type='AmpOptimWrapper', loss_scale='dynamic')
+    optim = build_optim_wrapper(model, ow_cfg)
+    ac_dtype = torch.float16 if device == 'cuda' else torch.bfloat16
+
+    def train_step():
+        model.train()
+        data = model.data_preprocessor(make(n, train_hw), True)
+        with torch.autocast(device, dtype=ac_dtype, enabled=amp):
+            losses = model(**data, mode='loss')
+            loss, _ = model.parse_losses(losses)
+        optim.update_params(loss)
+
+    test = make(1, test_hw)
+
+    def infer():
+        model.eval()
+        with torch.no_grad(), torch.autocast(device, dtype=ac_dtype, enabled=amp):
+            model(**model.data_preprocessor(test, False), mode='predict')
+    return SimpleNamespace(cfg=cfg, model=model, optim=optim, train_step=train_step, infer=infer,
+                           n=n, train_hw=train_hw, test_hw=test_hw, make=make,
+                           params_m=sum(p.numel() for p in model.parameters()) / 1e6)
+
+
+def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1, size=None,
+                compiled=False, train=True):
+    """Time one training step (unless ``train`` is False) and one inference of
+    :func:`bench_model`'s model after ``warmup`` untimed steps; returns a dict."""
+    bench = bench_model(config, ref, device, amp, batch, size, compiled)
+    if compiled:
+        warmup = max(warmup, 1)  # the first call compiles
+    cuda = device == 'cuda'
+
+    def timed(fn, untimed):
+        """Run ``fn`` ``untimed`` times, then once timed: (seconds, peak memory in MB)."""
+        base_rss = _peak_rss_mb()  # after building the model, before any step
+        for _ in range(untimed):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        peak = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else _peak_rss_mb() - base_rss
+        return seconds, peak
+
+    t_train, mem_train = timed(bench.train_step, warmup) if train else (None, None)
+    t_infer, mem_infer = timed(bench.infer, 1)
+    mem_infer = mem_infer if cuda else None
+    return dict(config=osp.basename(config)[:-3], backbone=ref or bench.cfg.model.backbone.type,
+                params_m=round(bench.params_m, 2), batch=bench.n, train_hw=list(bench.train_hw),
+                test_hw=list(bench.test_hw), size=list(size) if size else None, compiled=compiled,
+                train_s=_round(t_train, 3), infer_s=round(t_infer, 3),
+                train_mem_mb=_round(mem_train, 1), infer_mem_mb=_round(mem_infer, 1),
+                device=device, amp=amp, threads=torch.get_num_threads())
+
+
+def _round(x, digits):
+    return None if x is None else round(x, digits)
+
+
+def recipe_name(name):
+    """The config name without its backbone: rows of the same detector / segmentor share it."""
+    return BACKBONE_IN_NAME.sub('{}', name)
+
+
+def cuda_attention_table(tokens, log=print, heads=4, head_dim=32, reps=10) -> list:
+    """Per N: fp16 / bf16 error of every linear-time core of the table (mmlinattn.core.ops.CORES)
+    against fp32, and their fp16 times against SDPA flash."""
+    import torch.nn.functional as F
+
+    from mmlinattn.core.ops import CORES, probes
+    probes.require('the flash-attention column', probes.has_sdpa_kernel_choice(),
+                   'torch.nn.attention.sdpa_kernel (torch >= 2.3)')
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    cores = {name: core for name, core in CORES.items() if name != 'softmax'}  # flash is softmax's
+
+    def cuda_ms(fn):
+        fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            ts.append(a.elapsed_time(b))
+        return sorted(ts)[len(ts) // 2]
+
+    rows = []
+    for n in tokens:
+        g = torch.Generator(device='cuda').manual_seed(0)
+        q, k, v = (torch.randn(1, heads, n, head_dim, device='cuda', generator=g) for _ in range(3))
+        row = dict(tokens=n)
+        with torch.no_grad():
+            for name, core in cores.items():
+                fn = core
+                ref = fn(q, k, v)
+                scale = ref.abs().max().item()
+                row[f'{name}_fp32_ms'] = cuda_ms(lambda: fn(q, k, v))
+                for dt in (torch.float16, torch.bfloat16):
+                    qh, kh, vh = q.to(dt), k.to(dt), v.to(dt)
+                    out = fn(qh, kh, vh)
+                    err = (out.float() - ref).abs().max().item()
+                    row[f'{name}_{str(dt)[6:]}_err'] = err / scale
+                    if dt == torch.float16:
+                        row[f'{name}_fp16_ms'] = cuda_ms(lambda: fn(qh, kh, vh))
+            qh, kh, vh = q.half(), k.half(), v.half()
+            try:
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    row['flash_fp16_ms'] = cuda_ms(lambda: F.scaled_dot_product_attention(qh, kh,
+                                                                                          vh))
+            except RuntimeError as e:
+                row['flash_error'] = str(e).splitlines()[0][:120]
+        log(f'attention N={n}: ' + ', '.join(f'{k} {v:.3g}' for k, v in row.items()
+                                            if isinstance(v, float)))
+        rows.append(row)
+    return rows

@@ -1,0 +1,353 @@
+"""ONNX export of our models' backbone, backbone + neck or whole segmentor, and its check against
+eager PyTorch with ONNX Runtime (CPU). ``tools/deployment/export_onnx.py`` is the command line over
+these functions; its docstring (and docs/deployment.md) describe the parts, the graph's input and
+output, the size rule of dynamic exports and the parity criterion.
+
+Needs the optional packages of ``requirements/deploy.txt`` (onnx, onnxscript, onnxruntime) for
+:func:`export` and :func:`check`; everything else runs without them.
+"""
+import math
+import os
+import os.path as osp
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+PARTS = ('backbone', 'neck', 'model')
+INPUT_NAME = 'input'
+DEFAULT_RTOL = 1e-4
+DEFAULT_OPSET = 18
+
+
+class ExportError(ValueError):
+    """A part or shape that cannot be exported as asked; the message says what to change."""
+
+
+# --------------------------------------------------------------------------------------------------
+# model and the exported module
+# --------------------------------------------------------------------------------------------------
+def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
+    """The config's model, built through its toolbox's registry (``default_scope``), in eval mode on
+    the CPU, SyncBN reverted to BN; the whole-model ``checkpoint`` loaded (it must fit key for key),
+    else a random initialisation (the backbone's ImageNet ``init_cfg`` is not loaded)."""
+    from mmengine.model import revert_sync_batchnorm
+
+    from mmlinattn.core.weights import check_model_checkpoint, extract_state_dict, read_checkpoint
+    from mmlinattn.training.apis import model_registry
+    backbone = cfg.model.get('backbone')
+    if isinstance(backbone, dict):
+        backbone['init_cfg'] = None
+    model = revert_sync_batchnorm(model_registry(cfg).build(cfg.model))
+    if checkpoint:
+        check_model_checkpoint(model, checkpoint, what='checkpoint')
+        model.load_state_dict(extract_state_dict(read_checkpoint(checkpoint), path=checkpoint))
+    else:
+        _quiet_init(model)
+    return model.eval()
+
+
+def _quiet_init(model: nn.Module) -> None:
+    """``init_weights`` without mmengine's one log record per parameter."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        model.init_weights()
+    finally:
+        logger.setLevel(level)
+
+
+def _kind(model: nn.Module) -> str:
+    """'segmentor', 'detector' or the model's class name."""
+    mro = [c.__module__.split('.')[0] for c in type(model).__mro__]
+    if 'mmseg' in mro and hasattr(model, 'encode_decode'):
+        return 'segmentor'
+    if 'mmdet' in mro:
+        return 'detector'
+    return type(model).__name__
+
+
+class Exportable(nn.Module):
+    """The part of ``model`` that is exported, as a module from the normalised image to a tuple of
+    tensors (see the module docstring for the three parts)."""
+
+    def __init__(self, model: nn.Module, part: str):
+        super().__init__()
+        if part not in PARTS:
+            raise ExportError(f'--part must be one of {PARTS}, got {part!r}')
+        kind = _kind(model)
+        if not hasattr(model, 'backbone'):
+            raise ExportError(f'{type(model).__name__} has no backbone to export')
+        if part == 'neck' and not getattr(model, 'with_neck', False):
+            raise ExportError(f'{type(model).__name__} of this config has no neck: export --part '
+                              'backbone' + (' or --part model' if kind == 'segmentor' else ''))
+        if part == 'model' and kind != 'segmentor':
+            if kind == 'detector':
+                raise ExportError(
+                    'the whole detector is not exported: its RoI heads, box decoding and NMS are '
+                    "mmdeploy's job (its rewriters and custom ops). Export the backbone + neck "
+                    '(--part neck) and run the heads there.')
+            raise ExportError(f'--part model exports mmseg segmentors (EncoderDecoder) only, not '
+                              f'{type(model).__name__}: use --part backbone')
+        self.model, self.part, self.kind = model, part, kind
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        if self.part != 'model':
+            return self.features(x)
+        # mmseg's encode_decode: extract_feat + decode head, resized to img_shape (a torch.Size is
+        # used as the size as it is, so the traced graph resizes to the input's own height / width)
+        return (self.model.encode_decode(x, [dict(img_shape=x.shape[2:])]),)
+
+    def output_names(self, n: int) -> List[str]:
+        if self.part == 'model':
+            return ['seg_logits']
+        return [('out' if self.part == 'backbone' else 'neck') + str(i) for i in range(n)]
+
+    def features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """The feature maps whose strides bound the input size: the backbone's outputs for
+        ``part='backbone'``, else ``extract_feat`` (the neck's, or the backbone's without a
+        neck)."""
+        model = self.model
+        return tuple(model.backbone(x) if self.part == 'backbone' else model.extract_feat(x))
+
+
+# --------------------------------------------------------------------------------------------------
+# the size rule of a dynamic export
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class SizeRule:
+    """The input sizes one dynamic graph serves, per side: multiples of ``multiple`` in
+    ``[low, high]`` (``high`` None: no upper bound); ``why`` lists the reasons, for messages."""
+    multiple: int = 1
+    low: Tuple[int, int] = (1, 1)
+    high: Tuple[Optional[int], Optional[int]] = (None, None)
+    why: List[str] = field(default_factory=list)
+
+    def side(self, i: int) -> str:
+        hi = self.high[i]
+        m = f'a multiple of {self.multiple}, ' if self.multiple > 1 else ''
+        return f'{m}>= {self.low[i]}' + (f' and <= {hi}' if hi is not None else '')
+
+    def text(self) -> str:
+        return (f'height {self.side(0)}; width {self.side(1)} ({"; ".join(self.why)})')
+
+    def allows(self, shape: Sequence[int]) -> bool:
+        return all(s % self.multiple == 0 and s >= self.low[i] and
+                   (self.high[i] is None or s <= self.high[i]) for i, s in enumerate(shape))
+
+    def check(self, shape: Sequence[int], what: str = 'shape') -> None:
+        if not self.allows(shape):
+            raise ExportError(f'{what} {shape[0]}x{shape[1]} is outside the size rule of this '
+                              f'dynamic export: {self.text()}')
+
+    def dims(self):
+        """torch.export dims of height and width."""
+        from torch.export import Dim
+        out = []
+        for i, name in enumerate(('height', 'width')):
+            m, hi = self.multiple, self.high[i]
+            if m == 1:
+                out.append(Dim(name, min=self.low[i], max=hi))
+            else:  # a multiple of m: m times a dim of its own (torch.export's derived dims)
+                out.append(m * Dim(f'{name}_{m}', min=-(-self.low[i] // m),
+                                   max=None if hi is None else hi // m))
+        return out
+
+    def near(self, shape: Sequence[int]) -> Tuple[int, int]:
+        """A second shape for the parity check: ``shape`` + (64, 32), on the rule's grid,
+        clamped."""
+        out = []
+        for i, (s, step) in enumerate(zip(shape, (64, 32))):
+            v = int(math.ceil((s + step) / self.multiple)) * self.multiple
+            hi = self.high[i]
+            if hi is not None and v > hi:
+                v = int(math.ceil((s - step) / self.multiple)) * self.multiple
+            out.append(max(v, int(math.ceil(self.low[i] / self.multiple)) * self.multiple))
+        return tuple(out)
+
+
+def _windowed_stages(backbone) -> List[Tuple[int, int]]:
+    """InLine-Swin: (stride, window) of every stage with windowed attention."""
+    out = []
+    patch = backbone.patch_embed.patch
+    for s, layer in enumerate(backbone.layers):
+        for blk in layer.blocks:
+            win = blk.window_size if blk.windowed else blk.inline_window
+            if win is not None:
+                out.append((patch * 2 ** s, int(win)))
+                break
+    return out
+
+
+def dynamic_blockers(wrapper: Exportable) -> List[str]:
+    """What in the exported part cannot take a dynamic height / width (known cases, found before
+    a long export fails): adaptive pooling to more than 1 x 1 (UperNet's pyramid pooling; ONNX pools
+    with fixed kernels) and upsampling by a scale factor (mmseg's Semantic FPN head; torch.export
+    computes that output size in floating point and cannot relate it to the other levels')."""
+    model = wrapper.model
+    parts = [('backbone', model.backbone)]
+    if wrapper.part in ('neck', 'model') and getattr(model, 'with_neck', False):
+        parts.append(('neck', model.neck))
+    if wrapper.part == 'model':
+        parts.append(('decode_head', model.decode_head))
+    found = []
+    for prefix, module in parts:
+        for name, m in module.named_modules(prefix=prefix):
+            if isinstance(m, (nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)) and \
+                    m.output_size not in (1, (1, 1), None):
+                found.append(f'{name}: adaptive pooling to {m.output_size} (no ONNX form for a '
+                             'dynamic input size)')
+            elif type(m).__name__ == 'Upsample' and getattr(m, 'scale_factor', None) and \
+                    getattr(m, 'size', None) is None:
+                found.append(f'{name}: upsampling by the scale factor {m.scale_factor} '
+                             '(torch.export cannot relate that output size to the other levels\')')
+    return found
+
+
+def size_rule(wrapper: Exportable, shape: Sequence[int]) -> SizeRule:
+    """The size rule of a dynamic export of ``wrapper`` from the example ``shape`` (H, W); raises
+    :class:`ExportError` if ``shape`` itself breaks it."""
+    from mmlinattn.core.models import InLineSwin
+    backbone = wrapper.model.backbone
+    rule = SizeRule()
+    if isinstance(backbone, InLineSwin):
+        rule.multiple = backbone.patch_embed.patch * 2 ** (len(backbone.layers) - 1)
+        rule.why.append(f'InLine-Swin: a multiple of {rule.multiple}, so that nothing is padded')
+    # every feature map at least 2 x 2 (torch.export specialises sizes 0 and 1)
+    with torch.no_grad():
+        feats = wrapper.features(torch.zeros(1, 3, *shape))
+    stride = max(max(round(shape[0] / f.shape[-2]), round(shape[1] / f.shape[-1])) for f in feats)
+    low = max(2 * stride, rule.multiple)
+    rule.low = (low, low)
+    rule.why.append(f'>= 2 x the largest feature stride ({stride})')
+    if isinstance(backbone, InLineSwin):
+        lows, highs = [low, low], [None, None]
+        for stride_s, win in _windowed_stages(backbone):
+            edge = stride_s * win  # the stage's map is one window per side up to this input size
+            for i in range(2):
+                if shape[i] <= edge:
+                    highs[i] = edge if highs[i] is None else min(highs[i], edge)
+                else:
+                    lows[i] = max(lows[i], edge + 1)
+            rule.why.append(f'the {win}x{win} windows of the stage at stride {stride_s}: one '
+                            f'window per side up to {edge} px, several above, fixed by the example')
+        rule.low = tuple(-(-v // rule.multiple) * rule.multiple for v in lows)
+        rule.high = tuple(highs)
+    rule.check(shape, 'the example shape')
+    return rule
+
+
+# --------------------------------------------------------------------------------------------------
+# export and check
+# --------------------------------------------------------------------------------------------------
+def example_input(shape: Sequence[int], batch: int = 1, seed: int = 0) -> torch.Tensor:
+    """A normalised-image-like input: standard normal values."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, 3, *shape, generator=g)
+
+
+def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = False,
+           batch: int = 1, opset: int = DEFAULT_OPSET,
+           meta: Optional[dict] = None) -> Optional[SizeRule]:
+    """Export ``wrapper`` at ``shape`` (H, W) to the ONNX file ``out``; returns the size rule of a
+    dynamic export (None for a static one)."""
+    from mmlinattn.core.ops import probes
+    probes.require('ONNX export', probes.has_export(), 'torch.export with dynamic shapes and '
+                   'torch.onnx.export(dynamo=True) (torch >= 2.5)')
+    import onnx
+    x = example_input(shape, batch)
+    if dynamic:
+        blockers = dynamic_blockers(wrapper)
+        if blockers:
+            shown = '; '.join(blockers[:3]) + (f'; ... ({len(blockers)} in all)'
+                                               if len(blockers) > 3 else '')
+            raise ExportError(f'this {wrapper.part} cannot be exported with a dynamic height / '
+                              f'width: {shown}. Export without --dynamic, one file per input size.')
+    rule = size_rule(wrapper, shape) if dynamic else None
+    dynamic_shapes = (dict(zip((2, 3), rule.dims())),) if rule else None
+    with torch.no_grad():
+        outs = wrapper(x)
+        try:
+            program = torch.export.export(wrapper, (x,), dynamic_shapes=dynamic_shapes,
+                                          strict=False)
+        except torch._dynamo.exc.UserError as e:  # a guard the size rule did not foresee
+            lines = str(e).splitlines()
+            raise ExportError(
+                f'torch.export could not keep height / width dynamic within the size rule '
+                f'({rule.text() if rule else "static"}); a part of the model fixes them (below). '
+                'Export without --dynamic, one file per input size.\n'
+                + '\n'.join(lines[:6])) from None
+    onnx_program = torch.onnx.export(program, (x,), input_names=[INPUT_NAME],
+                                     output_names=wrapper.output_names(len(outs)),
+                                     opset_version=opset, dynamo=True, external_data=False,
+                                     verbose=False)
+    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+    onnx_program.save(out, external_data=False)
+    model = onnx.load(out)
+    props = dict(meta or {}, **{'mmlinattn.part': wrapper.part,
+                                'mmlinattn.input': f'{INPUT_NAME}: normalised image (B, 3, H, W), '
+                                                   'float32',
+                                'mmlinattn.size_rule': rule.text() if rule else
+                                f'static {batch}x3x{shape[0]}x{shape[1]}'})
+    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, **props})
+    onnx.save(model, out)
+    return rule
+
+
+def ort_session(path: str, threads: Optional[int] = None):
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads or torch.get_num_threads()
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(path, opts, providers=['CPUExecutionProvider'])
+
+
+def compare(onnx_outs, eager_outs, names, rtol: float = DEFAULT_RTOL) -> List[dict]:
+    """Per output: shape, largest absolute error, largest error relative to the output's largest
+    magnitude, and whether ``|onnx - eager| <= rtol * (|eager| + max|eager|)`` holds everywhere."""
+    import numpy as np
+    rows = []
+    for name, o, e in zip(names, onnx_outs, eager_outs):
+        e = e.detach().float().numpy()
+        if o.shape != e.shape:
+            rows.append(dict(output=name, shape=list(e.shape), onnx_shape=list(o.shape), ok=False,
+                             max_abs=float('nan'), max_rel=float('nan')))
+            continue
+        scale = float(np.abs(e).max()) or 1.0
+        err = np.abs(o - e)
+        ok = bool((err <= rtol * (np.abs(e) + scale)).all())
+        rows.append(dict(output=name, shape=list(e.shape), max_abs=float(err.max()),
+                         max_rel=float(err.max() / scale), ok=ok))
+    return rows
+
+
+def check(path: str, wrapper: Exportable, shapes: Sequence[Sequence[int]], batch: int = 1,
+          rtol: float = DEFAULT_RTOL, seed: int = 1) -> List[dict]:
+    """Run the ONNX file with ONNX Runtime (CPU) and eager PyTorch at each shape; one row per output
+    and shape (see :func:`compare`)."""
+    sess = ort_session(path)
+    names = [o.name for o in sess.get_outputs()]
+    rows = []
+    for shape in shapes:
+        x = example_input(shape, batch, seed)
+        with torch.no_grad():
+            eager = wrapper(x)
+        got = sess.run(None, {INPUT_NAME: x.numpy()})
+        for r in compare(got, eager, names, rtol):
+            rows.append(dict(r, input=list(shape)))
+    return rows
+
+
+def format_rows(rows: List[dict]) -> str:
+    lines = [f'{"input":>11} | {"output":>10} | {"shape":>22} | {"max abs err":>11} | '
+             f'{"max rel err":>11} | ok']
+    for r in rows:
+        lines.append(f'{"x".join(map(str, r["input"])):>11} | {r["output"]:>10} | '
+                     f'{"x".join(map(str, r["shape"])):>22} | {r["max_abs"]:11.2e} | '
+                     f'{r["max_rel"]:11.2e} | {"yes" if r["ok"] else "NO"}')
+    return '\n'.join(lines)

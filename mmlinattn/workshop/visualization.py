@@ -1,0 +1,254 @@
+"""Run a trained detector / segmentor through OpenMMLab's inferencers and draw its predictions.
+
+- :func:`build_inferencer` - mmdet's ``DetInferencer`` or mmseg's ``MMSegInferencer`` for a config,
+  picked by the config's ``default_scope`` (tools/image_demo.py uses it); a checkpoint without class
+  names (the authors' released files, converted ones) gets those of the config's dataset
+  (:func:`config_dataset_meta`) instead of the toolbox's COCO / Cityscapes default, with one
+  warning;
+- :func:`draw_val_predictions` - for the first images of a config's validation set, the ground truth
+  (left) next to the model's prediction (right), drawn by mmdet's ``DetLocalVisualizer`` (boxes,
+  masks) or mmseg's ``SegLocalVisualizer`` (overlay), one PNG per image (``make demo`` calls it on
+  its trained models).
+
+    python -m mmlinattn.workshop.visualization CONFIG CHECKPOINT --out-dir DIR [--num-images 4]
+"""
+import argparse
+import copy
+import importlib
+import os
+import os.path as osp
+import sys
+import warnings
+from typing import List, Optional, Union
+
+from mmengine.config import Config
+
+from mmlinattn.core.registry import add_function_registries
+
+#: the inferencer of each toolbox scope
+INFERENCERS = {'mmdet': ('mmdet.apis', 'DetInferencer'), 'mmseg': ('mmseg.apis', 'MMSegInferencer')}
+
+
+class ScopeError(ValueError):
+    """A config of a toolbox with no detection / segmentation inferencer here (say mmpretrain)."""
+
+
+def load_config(config: Union[str, Config]) -> Config:
+    """A private copy of the config (the inferencers edit the one they are given)."""
+    if isinstance(config, Config):
+        return copy.deepcopy(config)
+    return Config.fromfile(config)
+
+
+def config_scope(cfg: Config, name: str = 'the config') -> str:
+    """``'mmdet'`` or ``'mmseg'``; :class:`ScopeError` naming the scope otherwise."""
+    scope = cfg.get('default_scope')
+    if scope not in INFERENCERS:
+        raise ScopeError(
+            f'{name} has default_scope={scope!r}: only detection (mmdet) and segmentation (mmseg) '
+            'configs can be run here, through mmdet\'s DetInferencer or mmseg\'s MMSegInferencer')
+    return scope
+
+
+class ClassesFromConfigWarning(UserWarning):
+    """The checkpoint carries no class names; the config's dataset gave them."""
+
+
+#: the warnings mmdet's / mmseg's inferencers give when they fall back to COCO / Cityscapes classes
+_DEFAULT_CLASSES_WARNINGS = ('dataset_meta or class names are not saved', 'weights is None, use')
+
+
+def _dataset_cfg(loader_cfg):
+    """The dataset config inside a data loader config, through dataset wrappers (``RepeatDataset``,
+    ``ClassBalancedDataset``: ``dataset``; ``ConcatDataset``: the first of ``datasets``)."""
+    ds = (loader_cfg or {}).get('dataset')
+    while isinstance(ds, dict) and 'metainfo' not in ds:
+        inner = ds.get('dataset') or (ds.get('datasets') or [None])[0]
+        if not isinstance(inner, dict):
+            break
+        ds = inner
+    return ds if isinstance(ds, dict) and ds.get('type') else None
+
+
+def config_dataset_meta(cfg: Config, scope: str) -> Optional[dict]:
+    """``{'classes', 'palette', 'source'}`` of the config's test (else val, else train) dataset: its
+    class's ``METAINFO`` with the config's ``metainfo`` over it, as the dataset itself merges them
+    (built with ``lazy_init=True``, which reads no annotation); ``None`` if no dataset names
+    classes.
+    """
+    from mmengine.registry import init_default_scope
+    init_default_scope(scope)
+    datasets = importlib.import_module(f'{scope}.registry').DATASETS
+    for key in ('test_dataloader', 'val_dataloader', 'train_dataloader'):
+        ds = _dataset_cfg(cfg.get(key))
+        if ds is None:
+            continue
+        ds = copy.deepcopy(ds)
+        try:
+            ds['lazy_init'] = True
+            meta = dict(datasets.build(ds).metainfo)
+        except Exception:  # noqa: BLE001 - a dataset that does not build without its files
+            cls = datasets.get(ds['type'])
+            meta = dict(getattr(cls, 'METAINFO', None) or {})
+            meta.update(ds.get('metainfo') or {})
+        if meta.get('classes'):
+            return dict(classes=list(meta['classes']), palette=meta.get('palette'),
+                        source=f'{key}.dataset ({ds["type"]})')
+    return None
+
+
+def build_inferencer(config: Union[str, Config], checkpoint: str = None, device: str = 'cpu',
+                     show_progress: bool = False):
+    """``DetInferencer`` / ``MMSegInferencer`` (chosen by the config's scope) with the checkpoint.
+
+    When the checkpoint carries no ``dataset_meta`` (class names), both inferencers fall back to a
+    default list (COCO's 80 classes, Cityscapes' 19) that need not be the model's: a 150-class
+    ADE20K segmentor then fails on its first pixel of class 19 and a detector's boxes get COCO
+    names. Here the classes and palette of the config's dataset (:func:`config_dataset_meta`) are
+    used instead, with one :class:`ClassesFromConfigWarning` in place of the toolbox's."""
+    cfg = load_config(config)
+    scope = config_scope(cfg, config if isinstance(config, str) else 'the config')
+    if 'visualizer' in cfg:
+        # the inferencers save drawings themselves (out_dir / out_file) or return them; the
+        # runtime's LocalVisBackend is for the Runner's logs and only warns here, having no save_dir
+        cfg.visualizer.vis_backends = []
+    module, name = INFERENCERS[scope]
+    add_function_registries((scope,))  # before the inferencer looks its collate function up
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        inferencer = getattr(importlib.import_module(module), name)(
+            model=cfg, weights=checkpoint, device=device)
+    # large images: no full-resolution logits (mmlinattn.training.seg_postprocess)
+    if scope == 'mmseg':
+        from mmlinattn.training.seg_postprocess import lean_postprocess
+        lean_postprocess(inferencer.model)
+    fell_back = [w for w in caught if str(w.message).startswith(_DEFAULT_CLASSES_WARNINGS)]
+    meta = config_dataset_meta(cfg, scope) if fell_back else None
+    for w in caught:  # the other warnings, as they came
+        if meta is None or w not in fell_back:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if meta is not None:
+        source = meta.pop('source')
+        if meta['palette'] is None:  # keep the toolbox's (mmdet: 'random'; mmseg: its own)
+            meta['palette'] = inferencer.model.dataset_meta.get('palette')
+        dataset_meta = inferencer.model.dataset_meta
+        dataset_meta.clear()  # the same dict as mmdet's visualizer.dataset_meta
+        dataset_meta.update(meta)
+        if scope == 'mmdet':
+            inferencer.visualizer.dataset_meta = dataset_meta
+        what = f'checkpoint {checkpoint} carries' if checkpoint else 'no checkpoint, so'
+        warnings.warn(f'{what} no dataset_meta (class names): using the {len(meta["classes"])} '
+                      f'classes of the config\'s {source}', ClassesFromConfigWarning, stacklevel=2)
+    inferencer.show_progress = show_progress
+    return inferencer
+
+
+def predict(inferencer, inputs) -> list:
+    """The inferencer's data samples (``DetDataSample`` / ``SegDataSample``) as a list, one per
+    image (the two inferencers return one sample or a list differently)."""
+    out = inferencer(inputs, return_datasamples=True)
+    if isinstance(out, dict):
+        out = out['predictions']
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _visualizer(inferencer, scope):
+    vis = inferencer.visualizer
+    meta = inferencer.model.dataset_meta
+    if scope == 'mmseg':
+        vis.set_dataset_meta(meta.get('classes'), meta.get('palette'))
+    else:
+        vis.dataset_meta = meta
+    return vis
+
+
+def _ground_truth(cfg: Config, scope: str):
+    """The validation set loading each image and its annotations at their own size (the frame of
+    the inferencer's predictions), and ``pack(results, scale)``: the toolbox's ``Resize`` by
+    ``scale`` (if not 1) and its ``Pack*Inputs``."""
+    from mmengine.registry import init_default_scope
+    init_default_scope(scope)
+    registry = importlib.import_module(f'{scope}.registry')
+    dataset_cfg = copy.deepcopy(cfg.val_dataloader.dataset)
+    pipeline = dataset_cfg.pipeline
+    load_ann = [t for t in pipeline if t['type'].split('.')[-1] == 'LoadAnnotations']
+    pack = [t for t in pipeline if t['type'].split('.')[-1].startswith('Pack')]
+    if not load_ann or not pack:
+        raise ValueError('val_dataloader.dataset.pipeline has no LoadAnnotations / Pack*Inputs: no '
+                         'ground truth to draw')
+    dataset_cfg.pipeline = [dict(type='LoadImageFromFile'), load_ann[0]]
+    packer = registry.TRANSFORMS.build(dict(type=pack[0]['type']))
+
+    def pack_scaled(results, scale):
+        if scale != 1:
+            resize = dict(type='Resize', scale_factor=scale, keep_ratio=True)
+            results = registry.TRANSFORMS.build(resize)(results)
+        return packer(results)
+    return registry.DATASETS.build(dataset_cfg), pack_scaled
+
+
+def draw_val_predictions(config: Union[str, Config], checkpoint: str, out_dir: str,
+                         num_images: int = 4, device: str = 'cpu', score_thr: float = 0.3,
+                         scale: float = None, inferencer=None) -> List[str]:
+    """Draw the ground truth and the prediction of the first ``num_images`` validation images.
+
+    The prediction comes from the OpenMMLab inferencer (the call of a user's
+    ``DetInferencer(model=config, weights=checkpoint)(image)``), the ground truth from the config's
+    validation set; the toolbox's own visualizer draws both side by side (ground truth left): boxes
+    and masks with score >= ``score_thr`` for detectors, the class overlay for segmentors. Small
+    images are first enlarged ``scale`` times (default: a whole factor that brings the longer side
+    to at least 384 px, so that the labels stay legible) - the model still sees them at its test
+    size. Writes ``out_dir/<image name>.png`` and returns the paths.
+    """
+    import math
+    cfg = load_config(config)
+    scope = config_scope(cfg, config if isinstance(config, str) else 'the config')
+    if inferencer is None:
+        inferencer = build_inferencer(cfg, checkpoint, device)
+    dataset, pack = _ground_truth(cfg, scope)
+    visualizer = _visualizer(inferencer, scope)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for i in range(min(num_images, len(dataset))):
+        results = dataset[i]
+        factor = float(scale or max(1, math.ceil(384 / max(results["img"].shape[:2]))))
+        item = pack(results, factor)
+        truth = item['data_samples']
+        image = item['inputs'].permute(1, 2, 0).numpy()  # BGR, at the drawing size
+        sample = predict(inferencer, image.copy())[0]
+        if scope == 'mmdet':
+            # boxes as plain tensors, as mmdet's data preprocessor hands them to the visualizer
+            from mmdet.models.utils import samplelist_boxtype2tensor
+            samplelist_boxtype2tensor([truth])
+            sample.gt_instances = truth.gt_instances
+            extra = dict(pred_score_thr=score_thr)
+        else:
+            sample.gt_sem_seg = truth.gt_sem_seg
+            extra = {}
+        stem = osp.splitext(osp.basename(truth.img_path))[0]
+        path = osp.join(out_dir, stem + '.png')
+        visualizer.add_datasample(stem, image[..., ::-1].copy(), sample, draw_gt=True,
+                                  draw_pred=True, show=False, out_file=path, **extra)
+        paths.append(path)
+    return paths
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('config')
+    p.add_argument('checkpoint')
+    p.add_argument('--out-dir', required=True)
+    p.add_argument('--num-images', type=int, default=4)
+    p.add_argument('--score-thr', type=float, default=0.3)
+    p.add_argument('--scale', type=float, help='enlarge the pictures (default: to >= 384 px)')
+    p.add_argument('--device', default='cpu')
+    args = p.parse_args(argv)
+    paths = draw_val_predictions(args.config, args.checkpoint, args.out_dir, args.num_images,
+                                 args.device, args.score_thr, args.scale)
+    print(f'{len(paths)} pictures (ground truth | prediction) in {args.out_dir}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
