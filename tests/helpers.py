@@ -12,10 +12,12 @@ from collections import OrderedDict
 
 import torch
 
+from mmlinattn.core.families import FAMILIES
+
 KEYS_DIR = osp.join(osp.dirname(osp.abspath(__file__)), 'data', 'authors_keys')
-FAMILY_ARCHS = {'inline_swin': ('tiny', 'small', 'base'),
-                'inline_pvt': ('tiny', 'small', 'medium', 'large'),
-                'mavit': ('tiny', 'small', 'base', 'large')}
+#: family -> the archs the authors released a file for (the family table's rows; each has its key
+#: layout under tests/data/authors_keys, which tests/test_families.py checks)
+FAMILY_ARCHS = {name: tuple(fam.checkpoints) for name, fam in FAMILIES.items()}
 
 
 def authors_manifest(family: str, arch: str) -> dict:

@@ -18,8 +18,9 @@ import pytest
 import torch
 import torch.hub
 
+from mmlinattn.core.families import AUTHORS_CHECKPOINTS
 from mmlinattn.core.models import InLinePVT, MAViT
-from mmlinattn.core.weights import AUTHORS_CHECKPOINTS, CheckpointError
+from mmlinattn.core.weights import CheckpointError
 
 from helpers import make_toy_sets, save_authors_file
 
@@ -189,18 +190,35 @@ def test_tsinghua_share_page_hint(served, tmp_path):
     assert url_cache_path(url).endswith('/abc.pth') and url_cache_path(url) in str(e.value)
 
 
-def test_readme_lists_the_library_table():
-    """checkpoints/README.md shows the URLs and local names of mmlinattn.core.weights's one table,
-    and every local name is one the configs point at."""
-    readme = open(osp.join(ROOT, 'checkpoints/README.md')).read()
+def test_every_local_name_is_one_the_configs_load():
+    """The local names of the family table's checkpoints are exactly the files the configs'
+    init_cfg point at under checkpoints/ (read from the config files on disk)."""
     configs = set()
     import glob
     for p in glob.glob(osp.join(ROOT, 'configs/**/*.py'), recursive=True):
         configs.update(re.findall(r"checkpoints/([\w.-]+\.pth)", open(p).read()))
-    for name, entry in AUTHORS_CHECKPOINTS.items():
-        assert entry.url in readme and f'`{entry.filename}`' in readme, name
-        assert entry.filename in configs, name
     assert set(e.filename for e in AUTHORS_CHECKPOINTS.values()) == configs
+
+
+def test_readme_table_is_the_tools_output():
+    """checkpoints/README.md's table (between its markers) is what ``download_checkpoints.py
+    --list --markdown`` prints: prose around it may change freely; each row's glob finds the
+    configs that load that file."""
+    import glob
+
+    from tools.misc import download_checkpoints as dl
+    readme = open(osp.join(ROOT, 'checkpoints/README.md')).read()
+    block = re.search(r'<!-- checkpoint-table:start[^>]*-->\n(.*?)\n<!-- checkpoint-table:end -->',
+                      readme, re.S)
+    assert block, 'checkpoints/README.md lost its checkpoint-table markers'
+    assert block.group(1) == dl.markdown_table(), ('stale table: run python '
+                                                   'tools/misc/download_checkpoints.py --list '
+                                                   '--markdown')
+    for name, entry in AUTHORS_CHECKPOINTS.items():
+        pattern = re.search(r'`(configs/[^`]+)`', dl.markdown_table([name])).group(1)
+        found = glob.glob(osp.join(ROOT, pattern + '.py'))
+        assert found and all(f'checkpoints/{entry.filename}' in open(f).read() for f in found), \
+            name
 
 
 # --------------------------------------------------------------------------- tools

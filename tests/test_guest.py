@@ -36,10 +36,10 @@ def test_backbones_run_where_torch_compiler_lacks_the_probes():
             # torch 2.1's own flag: a plain function that dynamo replaces while it traces (today's
             # torch keeps a deprecated alias of torch.compiler.is_compiling under this name)
             torch._utils.is_compiling = lambda: False
-        from mmlinattn.core.models.backbones import FAMILIES
+        from mmlinattn.core.families import FAMILIES
         done = []
-        for family, cls in FAMILIES.items():
-            m = cls(arch='tiny')
+        for family, row in FAMILIES.items():
+            m = row.backbone(arch='tiny')
             x = torch.randn(1, 3, 64, 64)
             m.train()
             sum(o.mean() for o in m(x)).backward()

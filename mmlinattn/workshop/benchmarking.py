@@ -13,17 +13,15 @@ import time
 
 import torch
 
-from mmlinattn.core.models.backbones import FAMILIES
+from mmlinattn.core.families import FAMILIES
 from mmlinattn.paths import resource_root
 
 #: where configs/ is: the checkout, or the installed package's .mim folder (mmlinattn.paths)
 ROOT = resource_root()
 #: the config matrix: one folder of configs/ per family, in the family table's order
 CONFIG_DIRS = tuple(FAMILIES)
-# our backbone in a config name, e.g. "mavit-t"; the arch letters smallest first
-BACKBONE_IN_NAME = re.compile('(' + '|'.join(f.replace('_',
-                                                       '-') for f in FAMILIES) + r')-([tsmbl])')
-ARCH_ORDER = 'tsmbl'
+# our backbone in a config name, e.g. "mavit-t": (family prefix, arch letter)
+BACKBONE_IN_NAME = re.compile('(' + '|'.join(f.prefix for f in FAMILIES.values()) + r')-([a-z])')
 
 
 def timeit(fn, min_time: float = 0.3, max_reps: int = 50) -> float:
@@ -113,8 +111,14 @@ def matrix_cells():
 
 
 def _smallest_first(name):
+    """Sort key: the arch's place in its family's arch table (smallest first), then the name."""
     m = BACKBONE_IN_NAME.search(name)
-    return (ARCH_ORDER.index(m.group(2)) if m else len(ARCH_ORDER), name)
+    if m:
+        fam = next(f for f in FAMILIES.values() if f.prefix == m.group(1))
+        letters = list(fam.archs)
+        if m.group(2) in letters:
+            return (letters.index(m.group(2)), name)
+    return (99, name)
 
 
 def matrix_configs():

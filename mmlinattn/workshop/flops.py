@@ -35,7 +35,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from mmlinattn.core.models.backbones import FAMILIES
+from mmlinattn.core.families import FAMILIES, backbone_classes
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ CONVENTIONS: Dict[str, Convention] = {
     'inline': Convention(),
     'mala': Convention(softmax_matmuls=False, core_matmuls=False),
 }
-#: the paper each family's numbers come from, by config folder
-FAMILY_CONVENTION = {'inline_pvt': 'inline', 'inline_swin': 'inline', 'mavit': 'mala'}
+#: the paper each family's numbers come from, by config folder (the family table's ``paper``)
+FAMILY_CONVENTION = {name: fam.paper for name, fam in FAMILIES.items()}
 
 #: the papers' whole-model GFLOPs by config name (InLine Tab. 7 and 9; MALA Tab. 3, 4 and 5)
 PAPER_GFLOPS = {
@@ -79,16 +79,13 @@ PAPER_GFLOPS = {
     **{f'fpn_mavit-{a}_80k_ade20k-512x512': g for a, g in zip('tsbl', (136, 180, 292, 424))},
     **{f'upernet_mavit-{a}_160k_ade20k-512x512': g for a, g in zip('tsbl', (893, 937, 1050, 1182))},
 }
-#: the papers' backbone GFLOPs at 224x224 (InLine Tab. 5, MALA Tab. 2), by (class name, arch)
-PAPER_BACKBONE_GFLOPS = {
-    ('InLineSwin', 'tiny'): 4.5, ('InLineSwin', 'small'): 8.7, ('InLineSwin', 'base'): 15.4,
-    ('InLinePVT', 'tiny'): 2.0, ('InLinePVT', 'small'): 3.9, ('InLinePVT', 'medium'): 6.9,
-    ('InLinePVT', 'large'): 10.2, ('MAViT', 'tiny'): 2.5, ('MAViT', 'small'): 4.6,
-    ('MAViT', 'base'): 9.9, ('MAViT', 'large'): 16.1}
+#: the papers' backbone GFLOPs at 224x224 (InLine Tab. 5, MALA Tab. 2), by (class name, arch),
+#: from the family table
+PAPER_BACKBONE_GFLOPS = {(fam.backbone.__name__, arch): g for fam in FAMILIES.values()
+                         for arch, g in fam.paper_backbone_gflops.items()}
 #: the ops of :attr:`Convention.core_matmuls`
 CORE_MATMULS = ('aten::matmul', 'aten::bmm', 'aten::baddbmm', 'aten::einsum')
-BACKBONE_CONVENTION = {'InLineSwin': 'inline', 'InLinePVT': 'inline', 'MAViT': 'mala'}
-BACKBONES = {cls.__name__: cls for cls in FAMILIES.values()}
+BACKBONES = backbone_classes()
 #: the papers' whole-model input sizes (H, W) by task (ImageNet classification: 224)
 PAPER_SIZES = {'mmdet': (800, 1280), 'mmseg': (512, 2048), 'mmpretrain': (224, 224)}
 

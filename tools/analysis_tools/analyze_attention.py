@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import mmlinattn  # noqa: F401
-from mmlinattn.core.models.backbones import FAMILIES
+from mmlinattn.core.families import backbone_classes
 from mmlinattn.workshop.analysis import (
     attention_map,
     collect_attention,
@@ -27,7 +27,7 @@ from mmlinattn.workshop.analysis import (
     summarize,
 )
 
-BACKBONES = {cls.__name__: cls for cls in FAMILIES.values()}  # InLinePVT, InLineSwin, MAViT
+BACKBONES = backbone_classes()  # InLinePVT, InLineSwin, MAViT
 MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
 
 

@@ -6,7 +6,7 @@
 
 The URLs are the ones the authors' READMEs publish (LeapLabTHU/InLine: TsinghuaCloud, in their
 direct ``?dl=1`` form; qhfan/MALA: the Hugging Face repository aldjalkdf/MAViT, ``resolve/main/``
-form), kept in one table, :data:`mmlinattn.core.weights.AUTHORS_CHECKPOINTS`. Each file is fetched
+form), kept in one table, :data:`mmlinattn.core.families.AUTHORS_CHECKPOINTS`. Each file is fetched
 with ``torch.hub.download_url_to_file`` (progress bar; a temporary file renamed into place), checked
 to be a torch checkpoint that reads weights-only (an HTML page or a truncated file is removed and
 named), and its sha256 recorded in ``OUT_DIR/SHA256SUMS`` (``sha256sum -c`` format). A file already
@@ -22,8 +22,8 @@ import os
 import os.path as osp
 import sys
 
+from mmlinattn.core.families import AUTHORS_CHECKPOINTS
 from mmlinattn.core.weights import (
-    AUTHORS_CHECKPOINTS,
     CheckpointError,
     checkpoint_file_problem,
     extract_state_dict,
@@ -136,6 +136,19 @@ def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
     return f'{name}: downloaded {url} -> {dst} ({size:.1f} MiB, sha256 {digest})'
 
 
+def markdown_table(names=None) -> str:
+    """The table of checkpoints/README.md (between its ``checkpoint-table`` markers), from the
+    family table: download key, local name, the authors' URL, the configs that load the file."""
+    from mmlinattn.core.families import FAMILIES
+    lines = ['| backbone (`--only`) | local name (`checkpoints/...`) | URL (the authors\' README) '
+             '| configs |', '|---|---|---|---|']
+    for n in names or list(AUTHORS_CHECKPOINTS):
+        e = AUTHORS_CHECKPOINTS[n]
+        glob = f'configs/{e.family}/*{FAMILIES[e.family].prefix}-{e.arch[0]}_*'
+        lines.append(f'| {n} | `{e.filename}` | {e.url} | `{glob}` |')
+    return '\n'.join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,9 +161,14 @@ def main(argv=None):
                         f'{BASE_URL_ENV})')
     p.add_argument('--force', action='store_true', help='download again even if present')
     p.add_argument('--list', action='store_true', help='print the table and exit')
+    p.add_argument('--markdown', action='store_true',
+                   help='with --list: the table as checkpoints/README.md shows it')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
     args = p.parse_args(argv)
     names = select(args.only)
+    if args.list and args.markdown:
+        print(markdown_table(names))
+        return 0
     if args.list:
         for n in names:
             e = AUTHORS_CHECKPOINTS[n]

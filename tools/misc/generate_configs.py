@@ -16,51 +16,43 @@ import os.path as osp
 import sys
 import textwrap
 
-from mmlinattn.core.models.backbones import family_facts
+from mmlinattn.core.families import FAMILIES as FAMILY_ROWS
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 # ---------------------------------------------------------------------------------------- backbones
-# Per family, what only the configs know: where the authors' ImageNet checkpoint goes and any
-# further backbone keys. Type, arch names, channels and drop-path rates come from the backbone
-# classes' arch tables (mmlinattn.core.models.backbones.family_facts), so they are written once.
-CONFIG_EXTRAS = {
-    'inline_pvt': dict(ckpt='checkpoints/inline_pvt_{a}.pth', extra={}),
-    'inline_swin': dict(ckpt='checkpoints/inline_swin_{a}.pth', extra={}),
-    # the released detectors trained the stem/downsampling BN with SyncBN (their norm_eval never
-    # took effect, see mmlinattn/models/backbones/mavit.py)
-    'mavit': dict(ckpt='checkpoints/MAViT_{A}.pth',
-                  extra=dict(conv_norm_cfg="dict(type='SyncBN', requires_grad=True)")),
-}
-
-# family -> type, prefix, archs {letter: name}, channels / drop_path {letter: ...}, ckpt, extra
-FAMILIES = {family: dict(facts, **CONFIG_EXTRAS[family])
-            for family, facts in family_facts().items()}
+# Everything per family comes from its row of the family table (mmlinattn.core.families): type,
+# config-name prefix, arch names, channels and drop-path rates (from the class's arch table), the
+# authors' ImageNet file under checkpoints/, further backbone keys, and the family's recipes (archs,
+# lr, weight decay, source). This script keeps only the per-cell exceptions below.
+FAMILIES = {name: dict(type=fam.backbone.__name__, prefix=fam.prefix, archs=fam.archs,
+                       channels={a: fam.channels(a) for a in fam.archs},
+                       drop_path={a: fam.drop_path(a) for a in fam.archs},
+                       ckpt={a: 'checkpoints/' + fam.checkpoints[arch][1]
+                             for a, arch in fam.archs.items() if arch in fam.checkpoints},
+                       extra=dict(fam.config_extra), recipes=fam.recipes)
+            for name, fam in FAMILY_ROWS.items()}
 
 # --------------------------------------------------------------- recipes (docs/design.md section 4)
-# recipe -> (config name, bases: model, dataset, schedule; lr / weight decay per family, at the
-# source's total batch). The runtime base is the detection or the segmentation one.
+# recipe -> (config name, bases: model, dataset, schedule). The runtime base is the detection or
+# the segmentation one. Which families have a recipe, for which archs, with which lr / weight decay
+# (at the source's total batch) and after which source: the family table's rows.
 _RECIPES = {
-    'mask-rcnn_1x': ('mask-rcnn_{bb}_fpn_1x_coco', 'mask-rcnn_fpn', 'coco_instance', 'schedule_1x',
-                     {'inline_pvt': (2e-4, 1e-4), 'inline_swin': (1e-4, 0.05),
-                      'mavit': (4e-4, 0.05)}),
+    'mask-rcnn_1x': ('mask-rcnn_{bb}_fpn_1x_coco', 'mask-rcnn_fpn', 'coco_instance', 'schedule_1x'),
     'mask-rcnn_3x': ('mask-rcnn_{bb}_fpn_ms-3x_coco', 'mask-rcnn_fpn', 'coco_instance_ms-3x',
-                     'schedule_3x', {'inline_swin': (1e-4, 0.05), 'mavit': (4e-4, 0.05)}),
+                     'schedule_3x'),
     'cascade_3x': ('cascade-mask-rcnn_{bb}_fpn_ms-3x_coco', 'cascade-mask-rcnn_fpn_4conv1fc-giou',
-                   'coco_instance_ms-3x', 'schedule_3x',
-                   {'inline_swin': (1e-4, 0.05), 'mavit': (4e-4, 0.05)}),
-    'retinanet_1x': ('retinanet_{bb}_fpn_1x_coco', 'retinanet_fpn', 'coco_detection', 'schedule_1x',
-                     {'inline_pvt': (1e-4, 1e-4), 'inline_swin': (0.01, 1e-4),
-                      'mavit': (4e-4, 1e-4)}),
-    'fpn_80k': ('fpn_{bb}_80k_ade20k-512x512', 'fpn_ade20k', 'ade20k_512x512', 'schedule_80k',
-                {'inline_pvt': (1e-4, 1e-4), 'mavit': (1e-4, 1e-4)}),
+                   'coco_instance_ms-3x', 'schedule_3x'),
+    'retinanet_1x': ('retinanet_{bb}_fpn_1x_coco', 'retinanet_fpn', 'coco_detection',
+                     'schedule_1x'),
+    'fpn_80k': ('fpn_{bb}_80k_ade20k-512x512', 'fpn_ade20k', 'ade20k_512x512', 'schedule_80k'),
     'upernet_160k': ('upernet_{bb}_160k_ade20k-512x512', 'upernet_ade20k', 'ade20k_512x512',
-                     'schedule_160k', {'inline_swin': (6e-5, 0.01), 'mavit': (6e-5, 0.01)}),
+                     'schedule_160k'),
 }
-RECIPES = {recipe: dict(name=name, opt=opt, bases=[
+RECIPES = {recipe: dict(name=name, bases=[
     f'models/{model}.py', f'datasets/{data}.py', f'schedules/{sched}.py',
     f'default_runtime_{"seg" if data.startswith("ade20k") else "det"}.py'])
-    for recipe, (name, model, data, sched, opt) in _RECIPES.items()}
+    for recipe, (name, model, data, sched) in _RECIPES.items()}
 # Bases a cell takes instead of its recipe's: (recipe, family) -> {recipe base: replacement}.
 BASE_SWAPS = {
     # PVT tests at the keep-ratio scale rounded up to multiples of 32 (its AlignResize)
@@ -68,36 +60,12 @@ BASE_SWAPS = {
 }
 
 # ------------------------------------------------------------------------------- provenance
-# Where each cell's recipe comes from. MALA released its downstream configs; InLine did not, and its
-# paper trains "with the same setting as the baseline": PVT's and Swin's official downstream configs
-# (mmdet's for the Swin RetinaNet, which Swin's repository lacks). Keys (recipe, family) or
-# (recipe, family, arch); {a} is the arch letter, {swin} Swin's size name.
-_MALA = 'qhfan/MALA '
-_PVT = 'whai362/PVT '
-_SWIN_DET = 'SwinTransformer/Swin-Transformer-Object-Detection configs/swin/'
-_SWIN_SEG = 'SwinTransformer/Swin-Transformer-Semantic-Segmentation configs/swin/'
-SOURCES = {
-    ('mask-rcnn_1x', 'mavit'): _MALA + 'detect/configs/MALA/maskrcnn_{a}_1x.py',
-    ('mask-rcnn_3x', 'mavit'): _MALA + 'detect/configs/MALA/maskrcnn_{a}_3x.py',
-    ('cascade_3x', 'mavit'): _MALA + 'detect/configs/MALA/casrcnn_{a}_3x.py',
-    ('retinanet_1x', 'mavit'): _MALA + 'detect/configs/MALA/retinanet_{a}_1x.py',
-    ('fpn_80k', 'mavit'): _MALA + 'segmentation/configs/MALA/FPN_{a}_1x.py',
-    ('upernet_160k', 'mavit'): _MALA + 'segmentation/configs/MALA/Uper_{a}_2x.py',
-    ('mask-rcnn_1x', 'inline_pvt'): _PVT + 'detection/configs/mask_rcnn_pvt_{a}_fpn_1x_coco.py',
-    ('retinanet_1x', 'inline_pvt'): _PVT + 'detection/configs/retinanet_pvt_{a}_fpn_1x_coco.py',
-    ('fpn_80k', 'inline_pvt'): _PVT + 'segmentation/configs/sem_fpn/PVT/fpn_pvt_{a}_ade20k_40k.py',
-    ('mask-rcnn_1x', 'inline_swin'):
-        _SWIN_DET + 'mask_rcnn_swin_tiny_patch4_window7_mstrain_480-800_adamw_1x_coco.py',
-    ('mask-rcnn_3x', 'inline_swin'):
-        _SWIN_DET + 'mask_rcnn_swin_{swin}_patch4_window7_mstrain_480-800_adamw_3x_coco.py',
+# Where each cell's recipe comes from: the family row's recipe source, except the cells below
+# (recipe, family, arch) -> source.
+SOURCE_EXCEPTIONS = {
     ('mask-rcnn_3x', 'inline_swin', 'b'):
-        _SWIN_DET + 'mask_rcnn_swin_small_patch4_window7_mstrain_480-800_adamw_3x_coco.py',
-    ('cascade_3x', 'inline_swin'): _SWIN_DET + 'cascade_mask_rcnn_swin_{swin}_patch4_window7_'
-                                   'mstrain_480-800_giou_4conv1f_adamw_3x_coco.py',
-    ('retinanet_1x', 'inline_swin'):
-        'open-mmlab/mmdetection configs/swin/retinanet_swin-t-p4-w7_fpn_1x_coco.py',
-    ('upernet_160k', 'inline_swin'):
-        _SWIN_SEG + 'upernet_swin_{swin}_patch4_window7_512x512_160k_ade20k.py',
+        'SwinTransformer/Swin-Transformer-Object-Detection configs/swin/'
+        'mask_rcnn_swin_small_patch4_window7_mstrain_480-800_adamw_3x_coco.py',
 }
 # Cells with no setting in their paper (the InLine paper reports Mask R-CNN 1x for PVT, Cascade 3x
 # for Swin-S/B, Semantic FPN for PVT and UperNet for Swin): the recipe is ours, after the source.
@@ -106,7 +74,7 @@ NO_PAPER_SETTING = {('retinanet_1x', 'inline_pvt'), ('retinanet_1x', 'inline_swi
                     ('cascade_3x', 'inline_swin', 't')}
 
 # Downstream drop-path rates of the InLine families (their baselines' downstream values, not the
-# ImageNet ones); MAViT uses the authors' (the FAMILIES table). (recipe, family) -> {arch: rate}.
+# ImageNet ones); MAViT uses the authors' (its arch table). (recipe, family) -> {arch: rate}.
 DROP_PATH = {
     ('mask-rcnn_1x', 'inline_pvt'): {'t': 0.1, 's': 0.1, 'm': 0.0, 'l': 0.0},
     ('retinanet_1x', 'inline_pvt'): {'t': 0.1, 's': 0.1, 'm': 0.0, 'l': 0.0},
@@ -196,15 +164,9 @@ DEVIATIONS = {
         "the literal split)",
 }
 
-# The matrix: which archs of which family for each recipe.
-MATRIX = {
-    'mask-rcnn_1x': {'inline_pvt': 'tsml', 'inline_swin': 'tsb', 'mavit': 'tsbl'},
-    'mask-rcnn_3x': {'inline_swin': 'tsb', 'mavit': 'sbl'},
-    'cascade_3x': {'inline_swin': 'tsb', 'mavit': 'sbl'},
-    'retinanet_1x': {'inline_pvt': 'tsml', 'inline_swin': 't', 'mavit': 'tsbl'},
-    'fpn_80k': {'inline_pvt': 'tsml', 'mavit': 'tsbl'},
-    'upernet_160k': {'inline_swin': 'tsb', 'mavit': 'tsbl'},
-}
+# The matrix: which archs of which family for each recipe (the family rows' recipes).
+MATRIX = {recipe: {name: fam['recipes'][recipe].archs for name, fam in FAMILIES.items()
+                   if recipe in fam['recipes']} for recipe in RECIPES}
 
 
 def lookup(table, recipe, family, a, default=None):
@@ -216,7 +178,7 @@ def lookup(table, recipe, family, a, default=None):
 
 def backbone_lines(family, a, out_indices=(0, 1, 2, 3), recipe=None):
     fam = FAMILIES[family]
-    ckpt = fam['ckpt'].format(a=a, A=a.upper())
+    ckpt = fam['ckpt'][a]
     drop_path = DROP_PATH.get((recipe, family), fam['drop_path'])[a]
     lines = ['    backbone=dict(', '        _delete_=True,', f"        type='{fam['type']}',",
              f"        arch='{fam['archs'][a]}',", f'        drop_path_rate={drop_path},',
@@ -227,14 +189,17 @@ def backbone_lines(family, a, out_indices=(0, 1, 2, 3), recipe=None):
 
 
 def source_of(recipe, family, a):
-    src = lookup(SOURCES, recipe, family, a).format(a=a, swin=FAMILIES[family]['archs'][a])
+    fam = FAMILIES[family]
+    src = SOURCE_EXCEPTIONS.get((recipe, family, a), fam['recipes'][recipe].source)
+    src = src.format(a=a, arch=fam['archs'][a])
     if (recipe, family) in NO_PAPER_SETTING or (recipe, family, a) in NO_PAPER_SETTING:
         return f'our choice (no setting in the paper), following {src}'
     return src
 
 
 def optimizer_lines(recipe, family, a):
-    lr, wd = RECIPES[recipe]['opt'][family]
+    cell = FAMILIES[family]['recipes'][recipe]
+    lr, wd = cell.lr, cell.weight_decay
     one_per_gpu = ONE_PER_GPU.get((recipe, family, a))
     if one_per_gpu:
         lr = float(f'{one_per_gpu:.4g}')

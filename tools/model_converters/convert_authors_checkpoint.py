@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from mmlinattn.core.models.backbones import FAMILIES, LAYOUTS
+from mmlinattn.core.families import FAMILIES
 from mmlinattn.core.weights import CheckpointError, extract_state_dict, read_checkpoint
 from mmlinattn.training.fileio import write_atomic
 
@@ -26,14 +26,14 @@ def _save(obj, dst):
 def convert_classifier(family, src, dst, use_ema=False, allow_unsafe=False):
     """The whole classifier (backbone + neck + head) for configs/classification/."""
     state = extract_state_dict(read_checkpoint(src, allow_unsafe=allow_unsafe), use_ema, src)
-    out = LAYOUTS[family].to_classifier(state)
+    out = FAMILIES[family].backbone.authors_layout.to_classifier(state)
     _save({'state_dict': out, 'meta': dict(source=osp.basename(src), family=family)}, dst)
     return out
 
 
 def convert(family, arch, src, dst, use_ema=False, allow_unsafe=False):
     """The backbone alone, through the family's checkpoint filter (as ``init_cfg`` Pretrained)."""
-    model = FAMILIES[family](arch=arch)
+    model = FAMILIES[family].backbone(arch=arch)
     report = model.load_pretrained(src, use_ema=use_ema, allow_unsafe=allow_unsafe)
     new = set(report['new'])
     state = {k: v for k, v in model.state_dict().items() if k not in new}

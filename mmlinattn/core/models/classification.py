@@ -41,10 +41,10 @@ class MAViTClsNeck(BaseModule):
 
 
 def _layout(family: str):
-    from .backbones import LAYOUTS
-    if family not in LAYOUTS:
-        raise KeyError(f'unknown family {family!r}; choose one of {sorted(LAYOUTS)}')
-    return LAYOUTS[family]
+    from ..families import FAMILIES
+    if family not in FAMILIES:
+        raise KeyError(f'unknown family {family!r}; choose one of {sorted(FAMILIES)}')
+    return FAMILIES[family].backbone.authors_layout
 
 
 def authors_to_classifier(state: Dict[str, torch.Tensor], family: str) -> Dict[str, torch.Tensor]:

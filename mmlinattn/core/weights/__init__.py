@@ -3,7 +3,7 @@ URLs, fitting a state dict to a backbone with an exact report, and the families'
 
 * :mod:`.reading` - the weights-only reader with its restricted unpickler, ``extract_state_dict``
   and ``load_runner_checkpoint`` (a Runner's checkpoint read the way the Runner will);
-* :mod:`.urls` - URLs fetched once into a cache keyed by URL, and the authors' URL table;
+* :mod:`.urls` - URLs fetched once into a cache keyed by URL;
 * :mod:`.fitting` - ``fit_state_dict``, ``fit_backbone_checkpoint`` (the one path a backbone's
   pretrained file is fitted through) and ``check_model_checkpoint``;
 * :mod:`.layouts` - :class:`AuthorsLayout`.
@@ -23,15 +23,13 @@ from .reading import (
     read_checkpoint,
 )
 from .urls import (
-                   AUTHORS_CHECKPOINTS,
-                   AuthorsCheckpoint,
                    checkpoint_file_problem,
                    is_url,
                    local_checkpoint,
                    url_cache_path,
 )
 
-__all__ = ['AUTHORS_CHECKPOINTS', 'AuthorsCheckpoint', 'AuthorsLayout', 'CheckpointError',
+__all__ = ['AuthorsLayout', 'CheckpointError',
            'ForeignObject', 'check_model_checkpoint', 'checkpoint_file_problem',
            'extract_state_dict', 'fit_backbone_checkpoint', 'fit_state_dict', 'is_url',
            'load_runner_checkpoint', 'local_checkpoint',

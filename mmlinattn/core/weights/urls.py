@@ -1,57 +1,14 @@
-"""Checkpoints given as http(s) URLs: fetched once into torch's hub cache, checked, then read like
-local files; the authors' ImageNet files and where their READMEs publish them."""
+"""Checkpoints given as http(s) URLs: fetched once into a cache keyed by the URL, checked, then read
+like local files. The authors' files and where their READMEs publish them are in the family table
+(:data:`mmlinattn.core.families.AUTHORS_CHECKPOINTS`)."""
 import hashlib
 import logging
 import os
 import os.path as osp
 import re
-from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from .errors import CheckpointError
-
-
-@dataclass(frozen=True)
-class AuthorsCheckpoint:
-    """One ImageNet file the authors publish: where their README links it and the name our configs
-    give it under ``checkpoints/``."""
-    url: str
-    filename: str
-    family: str
-    arch: str
-
-
-_TSINGHUA = 'https://cloud.tsinghua.edu.cn/f/{}/?dl=1'  # the share page's direct-download form
-_MALA_HUB = 'https://huggingface.co/aldjalkdf/MAViT/resolve/main/{}'  # the file, not the tree page
-
-#: The authors' ImageNet checkpoints, by backbone name: the InLine README (LeapLabTHU/InLine) links
-#: TsinghuaCloud share pages, whose file is served with ``?dl=1`` (without it, an HTML page); the
-#: MALA README (qhfan/MALA) links the Hugging Face repository ``aldjalkdf/MAViT``, whose files are
-#: served under ``resolve/main/`` (``tree/main`` and ``blob/main`` are HTML pages). ``filename`` is
-#: the name the configs' ``init_cfg`` use under ``checkpoints/``.
-AUTHORS_CHECKPOINTS: Dict[str, AuthorsCheckpoint] = OrderedDict(
-    (name, AuthorsCheckpoint(url, filename, family, arch))
-    for name, url, filename, family, arch in (
-        ('InLine_PVT_T', _TSINGHUA.format('90ac52b1555b401eb5e6'), 'inline_pvt_t.pth', 'inline_pvt',
-         'tiny'),
-        ('InLine_PVT_S', _TSINGHUA.format('1ab953b2479d433080a3'), 'inline_pvt_s.pth', 'inline_pvt',
-         'small'),
-        ('InLine_PVT_M', _TSINGHUA.format('a72aec31e6084bc0a280'), 'inline_pvt_m.pth', 'inline_pvt',
-         'medium'),
-        ('InLine_PVT_L', _TSINGHUA.format('efd91318ba964f01b288'), 'inline_pvt_l.pth', 'inline_pvt',
-         'large'),
-        ('InLine_Swin_T', _TSINGHUA.format('32810869fcc34410966b'), 'inline_swin_t.pth',
-         'inline_swin', 'tiny'),
-        ('InLine_Swin_S', _TSINGHUA.format('e9657fd247c04c7cb1a1'), 'inline_swin_s.pth',
-         'inline_swin', 'small'),
-        ('InLine_Swin_B', _TSINGHUA.format('bf23564bb64c420aafe1'), 'inline_swin_b.pth',
-         'inline_swin', 'base'),
-        ('MAViT_T', _MALA_HUB.format('MAViT_T.pth'), 'MAViT_T.pth', 'mavit', 'tiny'),
-        ('MAViT_S', _MALA_HUB.format('MAViT_S.pth'), 'MAViT_S.pth', 'mavit', 'small'),
-        ('MAViT_B', _MALA_HUB.format('MAViT_B.pth'), 'MAViT_B.pth', 'mavit', 'base'),
-        ('MAViT_L', _MALA_HUB.format('MAViT_L.pth'), 'MAViT_L.pth', 'mavit', 'large'),
-    ))
 
 
 def is_url(path) -> bool:

@@ -1,0 +1,245 @@
+"""The family table: one row per backbone family, and everything the package and its tools derive
+from it.
+
+A family is its backbone class (registered, with its ``arch_zoo`` and ``authors_layout``) plus one
+:class:`Family` row here. From the rows come: the config folders and the config-name prefixes
+(``configs/inline_pvt``, ``inline-pvt-t``), the family names the converter and the classifier
+helpers take, the authors' checkpoint table (:data:`AUTHORS_CHECKPOINTS`: URLs, local file names,
+download keys), the FLOP convention of each family's paper and the papers' backbone GFLOPs, the
+recipes of the config matrix (``tools/misc/generate_configs.py``), and the tests' family lists.
+``tests/test_families.py`` builds a made-up fourth family from a class and a row and runs it
+through every derived table.
+
+Adding a family: write its class (``mmlinattn/core/models/backbones/``), add its row to
+:data:`ROWS`, run ``python tools/misc/generate_configs.py`` for its configs. A family defined
+outside the package (a class registered in your own project) joins with :func:`register_family`
+before the tools' modules are imported; the tables the workshop and the tools derive are read when
+they are imported.
+"""
+import inspect
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .models.backbones import InLinePVT, InLineSwin, MAViT
+
+
+@dataclass(frozen=True)
+class AuthorsCheckpoint:
+    """One ImageNet file the authors publish: where their README links it and the name our configs
+    give it under ``checkpoints/``."""
+    url: str
+    filename: str
+    family: str
+    arch: str
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A family's cell of one recipe of the config matrix: the archs it is written for (letters),
+    its optimizer's lr and weight decay at the source's total batch, and the source config it
+    follows (``{a}``: arch letter, ``{arch}``: arch name)."""
+    archs: str
+    lr: float
+    weight_decay: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """One backbone family.
+
+    Args:
+        name: the config folder under ``configs/`` and the family name the tools take
+            (``inline_pvt``); config names use it with ``-`` (``mask-rcnn_inline-pvt-t_...``).
+        backbone: the registered backbone class (its ``arch_zoo`` gives archs, channels,
+            drop-path rates; its ``authors_layout`` the released files' key layout).
+        title: the family's name in docs and in the metafiles' Collection (``InLine-PVT``); its
+            checkpoints' download keys are ``title`` with ``_`` and the arch letter
+            (``InLine_PVT_T``).
+        paper: which paper reports the family, and so how its FLOPs are counted there
+            (``'inline'`` or ``'mala'``, a key of ``mmlinattn.workshop.flops.CONVENTIONS``).
+        reference_channels: the stage widths of each arch in the authors' released models,
+            typed from their files' tensor shapes; the tests hold the class's arch table to them.
+        paper_backbone_gflops: the paper's backbone GFLOPs at 224x224, by arch.
+        checkpoints: the authors' ImageNet files by arch: (URL, local file name under
+            ``checkpoints/``).
+        config_extra: further backbone keys the family's configs set (name -> Python source).
+        recipes: the family's cells of the config matrix, by recipe name.
+    """
+    name: str
+    backbone: type
+    title: str
+    paper: str
+    reference_channels: Dict[str, Tuple[int, ...]]
+    paper_backbone_gflops: Dict[str, float]
+    checkpoints: Dict[str, Tuple[str, str]]
+    config_extra: Dict[str, str] = field(default_factory=dict)
+    recipes: Dict[str, Recipe] = field(default_factory=dict)
+
+    @property
+    def prefix(self) -> str:
+        """The family in config names: ``inline-pvt``."""
+        return self.name.replace('_', '-')
+
+    @property
+    def archs(self) -> Dict[str, str]:
+        """{letter: arch name} of the class's arch table, in its order (``{'t': 'tiny', ...}``)."""
+        return {name[0]: name for name in self.backbone.arch_zoo}
+
+    def channels(self, arch: str) -> List[int]:
+        """The stage channels of ``arch`` (a name or its letter), from the class's arch table."""
+        return self.backbone.stage_channels(self.archs.get(arch, arch))
+
+    def drop_path(self, arch: str) -> float:
+        """The arch's ImageNet drop-path rate, from the class's arch table."""
+        return self.backbone.resolve_arch(self.archs.get(arch, arch))['drop_path_rate']
+
+    def checkpoint_key(self, arch: str) -> str:
+        """The download key of ``arch``'s file: ``InLine_PVT_T``."""
+        return f"{self.title.replace('-', '_')}_{self.archs.get(arch, arch)[0].upper()}"
+
+
+_TSINGHUA = 'https://cloud.tsinghua.edu.cn/f/{}/?dl=1'  # the share page's direct-download form
+_MALA_HUB = 'https://huggingface.co/aldjalkdf/MAViT/resolve/main/{}'  # the file, not the tree page
+_MALA = 'qhfan/MALA '
+_PVT = 'whai362/PVT '
+_SWIN_DET = 'SwinTransformer/Swin-Transformer-Object-Detection configs/swin/'
+_SWIN_SEG = 'SwinTransformer/Swin-Transformer-Semantic-Segmentation configs/swin/'
+
+#: The rows. Checkpoint URLs: the InLine README (LeapLabTHU/InLine) links TsinghuaCloud share
+#: pages, whose file is served with ``?dl=1`` (without it, an HTML page); the MALA README
+#: (qhfan/MALA) links the Hugging Face repository ``aldjalkdf/MAViT``, whose files are served under
+#: ``resolve/main/``.
+#: Recipes: MALA released its downstream configs; InLine did not, and its paper trains "with the
+#: same setting as the baseline": PVT's and Swin's official downstream configs (mmdet's for the Swin
+#: RetinaNet, which Swin's repository lacks). Per-cell exceptions (drop path, batch, precision,
+#: deviations) are in tools/misc/generate_configs.py.
+ROWS = (
+    Family(
+        name='inline_pvt', backbone=InLinePVT, title='InLine-PVT', paper='inline',
+        reference_channels={a: (64, 128, 320, 512) for a in ('tiny', 'small', 'medium', 'large')},
+        paper_backbone_gflops={'tiny': 2.0, 'small': 3.9, 'medium': 6.9, 'large': 10.2},
+        checkpoints={
+            'tiny': (_TSINGHUA.format('90ac52b1555b401eb5e6'), 'inline_pvt_t.pth'),
+            'small': (_TSINGHUA.format('1ab953b2479d433080a3'), 'inline_pvt_s.pth'),
+            'medium': (_TSINGHUA.format('a72aec31e6084bc0a280'), 'inline_pvt_m.pth'),
+            'large': (_TSINGHUA.format('efd91318ba964f01b288'), 'inline_pvt_l.pth')},
+        recipes={
+            'mask-rcnn_1x': Recipe('tsml', 2e-4, 1e-4,
+                                   _PVT + 'detection/configs/mask_rcnn_pvt_{a}_fpn_1x_coco.py'),
+            'retinanet_1x': Recipe('tsml', 1e-4, 1e-4,
+                                   _PVT + 'detection/configs/retinanet_pvt_{a}_fpn_1x_coco.py'),
+            'fpn_80k': Recipe('tsml', 1e-4, 1e-4, _PVT + 'segmentation/configs/sem_fpn/PVT/'
+                                                         'fpn_pvt_{a}_ade20k_40k.py')}),
+    Family(
+        name='inline_swin', backbone=InLineSwin, title='InLine-Swin', paper='inline',
+        reference_channels={'tiny': (96, 192, 384, 768), 'small': (96, 192, 384, 768),
+                            'base': (128, 256, 512, 1024)},
+        paper_backbone_gflops={'tiny': 4.5, 'small': 8.7, 'base': 15.4},
+        checkpoints={
+            'tiny': (_TSINGHUA.format('32810869fcc34410966b'), 'inline_swin_t.pth'),
+            'small': (_TSINGHUA.format('e9657fd247c04c7cb1a1'), 'inline_swin_s.pth'),
+            'base': (_TSINGHUA.format('bf23564bb64c420aafe1'), 'inline_swin_b.pth')},
+        recipes={
+            'mask-rcnn_1x': Recipe('tsb', 1e-4, 0.05, _SWIN_DET + 'mask_rcnn_swin_tiny_patch4_'
+                                   'window7_mstrain_480-800_adamw_1x_coco.py'),
+            'mask-rcnn_3x': Recipe('tsb', 1e-4, 0.05, _SWIN_DET + 'mask_rcnn_swin_{arch}_patch4_'
+                                   'window7_mstrain_480-800_adamw_3x_coco.py'),
+            'cascade_3x': Recipe('tsb', 1e-4, 0.05, _SWIN_DET + 'cascade_mask_rcnn_swin_{arch}_'
+                                 'patch4_window7_mstrain_480-800_giou_4conv1f_adamw_3x_coco.py'),
+            'retinanet_1x': Recipe('t', 0.01, 1e-4, 'open-mmlab/mmdetection '
+                                   'configs/swin/retinanet_swin-t-p4-w7_fpn_1x_coco.py'),
+            'upernet_160k': Recipe('tsb', 6e-5, 0.01, _SWIN_SEG + 'upernet_swin_{arch}_patch4_'
+                                   'window7_512x512_160k_ade20k.py')}),
+    Family(
+        name='mavit', backbone=MAViT, title='MAViT', paper='mala',
+        reference_channels={'tiny': (64, 128, 256, 512), 'small': (64, 128, 320, 512),
+                            'base': (96, 192, 384, 512), 'large': (96, 192, 448, 640)},
+        paper_backbone_gflops={'tiny': 2.5, 'small': 4.6, 'base': 9.9, 'large': 16.1},
+        checkpoints={a: (_MALA_HUB.format(f'MAViT_{a[0].upper()}.pth'), f'MAViT_{a[0].upper()}.pth')
+                     for a in ('tiny', 'small', 'base', 'large')},
+        # the released detectors trained the stem/downsampling BN with SyncBN (their norm_eval
+        # never took effect, see mmlinattn/core/models/backbones/mavit.py)
+        config_extra={'conv_norm_cfg': "dict(type='SyncBN', requires_grad=True)"},
+        recipes={
+            'mask-rcnn_1x': Recipe('tsbl', 4e-4, 0.05,
+                                   _MALA + 'detect/configs/MALA/maskrcnn_{a}_1x.py'),
+            'mask-rcnn_3x': Recipe('sbl', 4e-4, 0.05,
+                                   _MALA + 'detect/configs/MALA/maskrcnn_{a}_3x.py'),
+            'cascade_3x': Recipe('sbl', 4e-4, 0.05,
+                                 _MALA + 'detect/configs/MALA/casrcnn_{a}_3x.py'),
+            'retinanet_1x': Recipe('tsbl', 4e-4, 1e-4,
+                                   _MALA + 'detect/configs/MALA/retinanet_{a}_1x.py'),
+            'fpn_80k': Recipe('tsbl', 1e-4, 1e-4,
+                              _MALA + 'segmentation/configs/MALA/FPN_{a}_1x.py'),
+            'upernet_160k': Recipe('tsbl', 6e-5, 0.01,
+                                   _MALA + 'segmentation/configs/MALA/Uper_{a}_2x.py')}),
+)
+
+#: family name -> row, in the table's order
+FAMILIES: 'OrderedDict[str, Family]' = OrderedDict((row.name, row) for row in ROWS)
+
+
+def authors_checkpoints(families=None) -> 'OrderedDict[str, AuthorsCheckpoint]':
+    """The authors' ImageNet files of every family, by download key (``InLine_PVT_T``)."""
+    out = OrderedDict()
+    for fam in (FAMILIES if families is None else families).values():
+        for arch, (url, filename) in fam.checkpoints.items():
+            out[fam.checkpoint_key(arch)] = AuthorsCheckpoint(url, filename, fam.name, arch)
+    return out
+
+
+#: the authors' ImageNet files, by download key (``tools/misc/download_checkpoints.py``)
+AUTHORS_CHECKPOINTS = authors_checkpoints()
+
+
+def register_family(row: Family) -> Family:
+    """Add ``row`` to :data:`FAMILIES` (and its files to :data:`AUTHORS_CHECKPOINTS`). Its class
+    must be registered in mmengine's root ``MODELS`` registry (as ours are) for configs to build it.
+    Raises ``ValueError`` for a name, class or prefix a row already has."""
+    for fam in FAMILIES.values():
+        if row.name == fam.name or row.backbone is fam.backbone or row.prefix == fam.prefix:
+            raise ValueError(f'family {row.name!r} ({row.backbone.__name__}) collides with the '
+                             f'row {fam.name!r} ({fam.backbone.__name__})')
+    FAMILIES[row.name] = row
+    AUTHORS_CHECKPOINTS.update(authors_checkpoints({row.name: row}))
+    return row
+
+
+def backbone_classes(families=None) -> Dict[str, type]:
+    """{class name: class} of every family (``InLinePVT`` ...)."""
+    return {f.backbone.__name__: f.backbone for f in (families or FAMILIES).values()}
+
+
+def family_of(backbone: str, families=None) -> Optional[Family]:
+    """The row whose class is named ``backbone`` (a config's ``type``, scope prefix allowed)."""
+    name = str(backbone).split('.')[-1]
+    for fam in (families or FAMILIES).values():
+        if fam.backbone.__name__ == name:
+            return fam
+    return None
+
+
+def out_channels(backbone_cfg: dict, families=None) -> List[int]:
+    """Channels of the maps an mmlinattn backbone config returns (its ``out_indices``), read from
+    the backbone class's arch table without building it, e.g.
+    ``out_channels(dict(type='MAViT', arch='tiny'))`` -> ``[64, 128, 256, 512]``.
+
+    Raises ``KeyError`` for a ``type`` that is not one of ours."""
+    cfg = dict(backbone_cfg)
+    fam = family_of(cfg.get('type', ''), families)
+    if fam is None:
+        raise KeyError(f"{str(cfg.get('type', '')).split('.')[-1]!r} is not an mmlinattn backbone; "
+                       f'choose one of {sorted(backbone_classes(families))}')
+    defaults = inspect.signature(fam.backbone.__init__).parameters
+    arch = cfg.get('arch', defaults['arch'].default)
+    out_indices = cfg.get('out_indices', defaults['out_indices'].default)
+    out_indices = list(out_indices) if isinstance(out_indices, (list, tuple)) else [out_indices]
+    channels = fam.backbone.stage_channels(arch)
+    return [channels[i] for i in out_indices]
+
+
+__all__ = ['AUTHORS_CHECKPOINTS', 'AuthorsCheckpoint', 'FAMILIES', 'Family', 'ROWS', 'Recipe',
+           'authors_checkpoints', 'backbone_classes', 'family_of', 'out_channels',
+           'register_family']

@@ -1,0 +1,161 @@
+"""The family table (mmlinattn.core.families): every row agrees with its class and with the files
+and names the authors and the configs use; and a fourth family is its class plus one row - a
+made-up family, defined in a fresh interpreter, reaches every table derived from the rows
+(channels, the checkpoint table, the FLOP convention, the benchmark matrix, the config generator,
+the converter's and the classifier helpers' family names) and its generated configs build."""
+import json
+import os.path as osp
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mmlinattn.core.families import AUTHORS_CHECKPOINTS, FAMILIES, Family, register_family
+from mmlinattn.core.registry import MODELS
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+KEYS_DIR = osp.join(ROOT, 'tests', 'data', 'authors_keys')
+
+# the download keys as checkpoints/README.md and the tool's users have typed them since 0.1
+# (the authors' names for their files: InLine_PVT_T in LeapLabTHU/InLine, MAViT_T in qhfan/MALA)
+KNOWN_KEYS = ['InLine_PVT_T', 'InLine_PVT_S', 'InLine_PVT_M', 'InLine_PVT_L', 'InLine_Swin_T',
+              'InLine_Swin_S', 'InLine_Swin_B', 'MAViT_T', 'MAViT_S', 'MAViT_B', 'MAViT_L']
+
+
+def test_the_rows_are_the_three_families_in_order():
+    assert list(FAMILIES) == ['inline_pvt', 'inline_swin', 'mavit']
+    assert [f.backbone.__name__ for f in FAMILIES.values()] == ['InLinePVT', 'InLineSwin', 'MAViT']
+    assert [f.prefix for f in FAMILIES.values()] == ['inline-pvt', 'inline-swin', 'mavit']
+
+
+@pytest.mark.parametrize('name', list(FAMILIES))
+def test_every_row_agrees_with_its_class_and_the_repository(name):
+    """The class is the registered one; the typed reference channels equal the class's arch table
+    for every arch; every released file has its authors' key layout in tests/data and a config
+    folder with a metafile; every recipe names archs the class has; the FLOP convention exists."""
+    from mmlinattn.workshop.flops import CONVENTIONS
+    fam = FAMILIES[name]
+    assert MODELS.get(fam.backbone.__name__) is fam.backbone
+    assert set(fam.reference_channels) == set(fam.backbone.arch_zoo)
+    for arch, channels in fam.reference_channels.items():
+        assert fam.backbone.stage_channels(arch) == list(channels), arch
+        assert fam.channels(arch[0]) == list(channels)
+    assert set(fam.checkpoints) == set(fam.backbone.arch_zoo)
+    for arch in fam.checkpoints:
+        assert osp.isfile(osp.join(KEYS_DIR, f'{name}_{arch}.json')), arch
+    assert set(fam.paper_backbone_gflops) == set(fam.backbone.arch_zoo)
+    assert osp.isfile(osp.join(ROOT, 'configs', name, 'metafile.yml'))
+    assert fam.paper in CONVENTIONS
+    for recipe in fam.recipes.values():
+        assert set(recipe.archs) <= set(fam.archs) and recipe.lr > 0
+
+
+def test_the_checkpoint_table_is_the_rows():
+    """Download keys and local names: the keys users type (KNOWN_KEYS), each local name the
+    checkpoint of that arch that the family's configs load."""
+    assert list(AUTHORS_CHECKPOINTS) == KNOWN_KEYS
+    for key, entry in AUTHORS_CHECKPOINTS.items():
+        fam = FAMILIES[entry.family]
+        assert (entry.url, entry.filename) == fam.checkpoints[entry.arch]
+        assert key.endswith('_' + entry.arch[0].upper())
+
+
+def test_a_row_that_collides_is_refused():
+    fam = FAMILIES['mavit']
+    with pytest.raises(ValueError, match="collides with the row 'mavit'"):
+        register_family(Family(name='mavit2', backbone=fam.backbone, title='X', paper='mala',
+                               reference_channels={}, paper_backbone_gflops={}, checkpoints={}))
+    assert list(FAMILIES) == ['inline_pvt', 'inline_swin', 'mavit']
+
+
+FOURTH_FAMILY = textwrap.dedent('''
+    import json, os, os.path as osp, sys
+    from mmlinattn.core.registry import MODELS
+    from mmlinattn.core.models import MAViT
+    from mmlinattn.core.families import (AUTHORS_CHECKPOINTS, Family, Recipe, out_channels,
+                                         register_family)
+
+    # ---- the class ...
+    @MODELS.register_module()
+    class ToyNet(MAViT):
+        arch_zoo = {'nano': dict(embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1],
+                                 num_heads=[1, 1, 2, 2], drop_path_rate=0.0,
+                                 layer_scale=[1.0] * 4)}
+
+    # ---- ... and one row
+    register_family(Family(
+        name='toy_net', backbone=ToyNet, title='ToyNet', paper='mala',
+        reference_channels={'nano': (16, 32, 48, 64)}, paper_backbone_gflops={'nano': 0.1},
+        checkpoints={'nano': ('http://127.0.0.1:9/toynet_n.pth', 'toynet_n.pth')},
+        recipes={'mask-rcnn_1x': Recipe('n', 4e-4, 0.05, 'nowhere/{a}'),
+                 'fpn_80k': Recipe('n', 1e-4, 1e-4, 'nowhere/{a}')}))
+
+    # ---- everything below is derived: nothing else is written for the new family
+    import torch
+    from mmlinattn.core.models import authors_to_classifier
+    from mmlinattn.workshop import benchmarking, flops
+    from tools.misc import download_checkpoints, generate_configs
+    from tools.model_converters import convert_authors_checkpoint
+    out = dict(
+        out_channels=out_channels(dict(type='ToyNet', arch='nano', out_indices=(1, 3))),
+        keys=[k for k, e in AUTHORS_CHECKPOINTS.items() if e.family == 'toy_net'],
+        selected=download_checkpoints.select(['toynet-n']),
+        convention=flops.FAMILY_CONVENTION['toy_net'],
+        paper_gflops=flops.PAPER_BACKBONE_GFLOPS[('ToyNet', 'nano')],
+        flops_backbone='ToyNet' in flops.BACKBONES,
+        config_dirs=list(benchmarking.CONFIG_DIRS),
+        in_name=benchmarking.recipe_name('mask-rcnn_toy-net-n_fpn_1x_coco'),
+        classifier_keys=sorted(authors_to_classifier({'head.weight': torch.zeros(2, 3)},
+                                                     'toy_net')),
+    )
+    try:
+        convert_authors_checkpoint.main(['toy_net', 'nano', '/nonexistent.pth', '/tmp/x.pth'])
+    except SystemExit as e:  # argparse's refusal of an unknown family exits 2
+        out['converter_exit'] = e.code
+    except Exception as e:  # the family is accepted; the file is what is missing
+        out['converter_error'] = type(e).__name__
+    configs = [(rel, text) for rel, text in generate_configs.all_configs() if 'toy_net' in rel]
+    out['configs'] = sorted(osp.basename(rel) for rel, _ in configs)
+    work = sys.argv[1]
+    os.makedirs(osp.join(work, 'configs', 'toy_net'))
+    os.symlink(osp.join(os.getcwd(), 'configs', '_base_'), osp.join(work, 'configs', '_base_'))
+    import torch
+    from mmengine.config import Config
+    from mmlinattn.core.registry import model_registry
+    from mmlinattn.training.apis.preflight import check_model_channels
+    built = {}
+    for rel, text in configs:
+        path = osp.join(work, rel)
+        with open(path, 'w') as f:
+            f.write(text)
+        cfg = Config.fromfile(path)
+        check_model_channels(cfg)
+        model = model_registry(cfg).build(cfg.model)
+        feats = model.backbone(torch.zeros(1, 3, 64, 64))
+        built[osp.basename(rel)] = [type(model.backbone).__name__, [f.shape[1] for f in feats]]
+    out['built'] = built
+    print('RESULT ' + json.dumps(out))
+''')
+
+
+def test_a_fourth_family_is_its_class_and_one_row(tmp_path):
+    """A made-up family (a registered class with its own arch table, and one row) in a fresh
+    interpreter: every derived table and tool knows it, the config generator writes its recipes'
+    configs, and they build with the neck reading the class's channels. The expected values are
+    the ones typed into the made-up class and row here."""
+    proc = subprocess.run([sys.executable, '-c', FOURTH_FAMILY, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('RESULT ')]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(lines[-1][len('RESULT '):])
+    assert out['out_channels'] == [32, 64]
+    assert out['keys'] == ['ToyNet_N'] and out['selected'] == ['ToyNet_N']
+    assert out['convention'] == 'mala' and out['paper_gflops'] == 0.1 and out['flops_backbone']
+    assert out['config_dirs'] == ['inline_pvt', 'inline_swin', 'mavit', 'toy_net']
+    assert out['in_name'] == 'mask-rcnn_{}_fpn_1x_coco'
+    assert out['classifier_keys'] == ['head.fc.weight']
+    assert 'converter_exit' not in out, 'the converter refused the family'
+    assert out['configs'] == ['fpn_toy-net-n_80k_ade20k-512x512.py',
+                              'mask-rcnn_toy-net-n_fpn_1x_coco.py']
+    assert out['built'] == {name: ['ToyNet', [16, 32, 48, 64]] for name in out['configs']}
