@@ -1,18 +1,22 @@
-"""FLOP counting (mmlinattn.flops, tools/analysis_tools/get_flops.py) against the papers' tables.
+"""FLOP counting (mmlinattn.workshop.flops, tools/analysis_tools/get_flops.py) against the papers'
+tables.
 
 The expected numbers are typed here from the papers (InLine: Tab. 5 backbones at 224, Tab. 7 Mask /
-Cascade Mask R-CNN on COCO at 1280x800, Tab. 9 Semantic FPN / UperNet on ADE20K at 2048x512;
+Cascade Mask R-CNN on COCO at 1280x800, Tab. 9 and 13 Semantic FPN / UperNet on ADE20K at 2048x512;
 MALA: Tab. 2 backbones, Tab. 3 and 4 COCO, Tab. 5 ADE20K), not read from the library's own table.
 Each whole model is counted under its paper's convention (InLine: every matmul; MALA: the layers
-only, no attention core products) and must come within 5 %. The smallest variants run by
-default, the rest are marked heavy (a large model at 1280x800 takes about a minute on 2 cores)."""
+only, no attention core products) and must come within 5 %; the zoo's metafiles
+(configs/*/metafile.yml) must hold the paper numbers typed here and the counts made here. The
+smallest variants run by default, the rest are marked heavy (a large model at 1280x800 takes about
+a minute on 2 cores)."""
 import os.path as osp
 import re
 
 import pytest
 import torch
+import yaml
 
-from mmlinattn import flops
+from mmlinattn.workshop import flops
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
@@ -26,12 +30,15 @@ PAPERS = [
     # InLine, Tab. 7 (b): Cascade Mask R-CNN 3x
     ('inline_swin/cascade-mask-rcnn_inline-swin-s_fpn_ms-3x_coco', 'inline', 835),
     ('inline_swin/cascade-mask-rcnn_inline-swin-b_fpn_ms-3x_coco', 'inline', 978),
-    # InLine, Tab. 9: Semantic FPN and UperNet on ADE20K
+    # InLine, Tab. 9 (PVT-M: appendix Tab. 13): Semantic FPN and UperNet on ADE20K
     ('inline_pvt/fpn_inline-pvt-t_80k_ade20k-512x512', 'inline', 127),
     ('inline_pvt/fpn_inline-pvt-s_80k_ade20k-512x512', 'inline', 168),
     ('inline_pvt/fpn_inline-pvt-m_80k_ade20k-512x512', 'inline', 229),
     ('inline_pvt/fpn_inline-pvt-l_80k_ade20k-512x512', 'inline', 298),
     ('inline_swin/upernet_inline-swin-t_160k_ade20k-512x512', 'inline', 941),
+    # InLine, Tab. 13 (appendix): UperNet with the larger InLine-Swin
+    ('inline_swin/upernet_inline-swin-s_160k_ade20k-512x512', 'inline', 1035),
+    ('inline_swin/upernet_inline-swin-b_160k_ade20k-512x512', 'inline', 1183),
     # MALA, Tab. 4: Mask R-CNN 1x and RetinaNet 1x
     ('mavit/mask-rcnn_mavit-t_fpn_1x_coco', 'mala', 219),
     ('mavit/mask-rcnn_mavit-s_fpn_1x_coco', 'mala', 262),
@@ -82,9 +89,15 @@ def _cases():
 @pytest.mark.parametrize('config,convention,paper', list(_cases()))
 def test_whole_model_within_5_percent_of_the_paper(config, convention, paper):
     path = osp.join(ROOT, 'configs', config + '.py')
-    _, count, _, shape = flops.model_flops(path, convention=convention)
+    params, count, _, shape = flops.model_flops(path, convention=convention)
     assert shape == ((800, 1280) if config.endswith('_coco') else (512, 2048))
     assert abs(count / 1e9 - paper) / paper < 0.05, (count / 1e9, paper)
+    # the zoo entry holds this count (and, where the paper counts everything, as its FLOPs)
+    meta = _zoo_metadata()[config.split('/')[1]]
+    assert f'{count / 1e9:.1f}' == f'{meta["Paper-Convention FLOPs (G)"]:.1f}'
+    assert params == meta['Parameters']
+    if convention == 'inline':
+        assert count == meta['FLOPs']
 
 
 @pytest.mark.parametrize('name,arch,convention,paper', BACKBONE_CASES)
@@ -149,29 +162,29 @@ def test_roi_heads_counted_as_mmdet2_forward_dummy():
     assert whole - dense == 1000 * per_box + 100 * per_mask
 
 
-def test_readme_paper_columns_are_the_papers_and_within_5_percent():
-    """Each zoo README's "paper GFLOPs" cell reads "ours / paper": the paper number is the one typed
-    above, ours under the paper's convention is within 5 % of it; models the papers do not report
-    read "-"."""
+def _zoo_metadata():
+    """config name -> the Metadata of its zoo entry (configs/<family>/metafile.yml)."""
+    meta = {}
+    for family in ('inline_pvt', 'inline_swin', 'mavit'):
+        with open(osp.join(ROOT, 'configs', family, 'metafile.yml')) as f:
+            meta.update((m['Name'], m['Metadata']) for m in yaml.safe_load(f)['Models'])
+    return meta
+
+
+def test_metafile_paper_flops_are_the_papers_and_within_5_percent():
+    """Each zoo entry's "Paper FLOPs (G)" is the paper number typed above, and its
+    "Paper-Convention FLOPs (G)" (our count under the paper's convention) is within 5 % of it;
+    models the papers do not report have neither."""
     typed = {c.split('/')[1]: p for c, _, p in PAPERS}
     seen = set()
-    for family in ('inline_pvt', 'inline_swin', 'mavit'):
-        with open(osp.join(ROOT, 'configs', family, 'README.md')) as f:
-            lines = f.read().splitlines()
-        header = next(ln for ln in lines if ln.startswith('| config | backbone |'))
-        col = [c.strip() for c in header.strip('|').split('|')].index('paper GFLOPs')
-        for line in lines:
-            if not line.startswith('| ['):
-                continue
-            name = re.match(r'\| \[([^\]]+)\]', line).group(1)
-            cell = [c.strip() for c in line.strip().strip('|').split('|')][col]
-            if name not in typed:
-                assert cell == '-', name
-                continue
-            ours, paper = (float(v) for v in cell.split(' / '))
-            assert paper == typed[name], name
-            assert abs(ours - paper) / paper < 0.05, name
-            seen.add(name)
+    for name, meta in _zoo_metadata().items():
+        if name not in typed:
+            assert 'Paper FLOPs (G)' not in meta and 'Paper-Convention FLOPs (G)' not in meta, name
+            continue
+        ours, paper = meta['Paper-Convention FLOPs (G)'], meta['Paper FLOPs (G)']
+        assert paper == typed[name], name
+        assert abs(ours - paper) / paper < 0.05, name
+        seen.add(name)
     assert seen == set(typed)
 
 

@@ -5,13 +5,14 @@ kept out of weight decay (custom keys, norm_decay_mult), warm-up, milestones or 
 minimum lr, length, batch per GPU and the total batch the lr is for, drop path, precision (fp16 /
 loss scale) and the test resize - and its inherited parts (pipelines, heads) equal upstream mmdet
 / mmseg configs of the same recipe, so a drift in the generator table or in our `_base_` files
-fails here. The deviations we keep are listed with their reason in each config's header and family
-README, and checked to be there."""
+fails here. The deviations we keep are listed with their reason in each config's header and checked
+to be there; the cells without a setting in their paper are "our choice" in the header and in the
+zoo's metafile (configs/<family>/metafile.yml, "No Paper Setting")."""
 import glob
 import os.path as osp
-import re
 
 import pytest
+import yaml
 from mmengine.config import Config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -155,7 +156,7 @@ KEPT = {
     'upernet_mavit-l_160k_ade20k-512x512': 'source sets 1 per GPU',
 }
 # Cells without a setting in their paper (the InLine paper reports Mask R-CNN 1x for PVT, Cascade 3x
-# for Swin-S/B, Semantic FPN for PVT and UperNet for Swin): "our choice" in header and README.
+# for Swin-S/B, Semantic FPN for PVT and UperNet for Swin): "our choice" in header and metafile.
 OUR_CHOICE = ({f'retinanet_inline-pvt-{a}_fpn_1x_coco' for a in 'tsml'}
               | {'retinanet_inline-swin-t_fpn_1x_coco',
                  'cascade-mask-rcnn_inline-swin-t_fpn_ms-3x_coco'}
@@ -286,7 +287,7 @@ def _param_groups(name):
     """The optimizer's parameter groups the config's rules give the backbone."""
     from mmengine.optim import build_optim_wrapper
 
-    from mmlinattn.registry import model_registry
+    from mmlinattn.core.registry import model_registry
     cfg = load(name)
     cfg.model.backbone.init_cfg = None
     backbone = model_registry(cfg).build(cfg.model.backbone)
@@ -312,22 +313,17 @@ def test_swin_rules_spare_norms_and_bias_tables():
     assert all(v == 0.05 for n, v in wd.items() if n not in spared)
 
 
-# ---------------------------------------------------------------------------------------- READMEs
-def _readme_rows(family):
-    with open(osp.join(ROOT, 'configs', family, 'README.md')) as f:
-        rows = [line for line in f if line.startswith('| [')]
-    return {re.match(r'\| \[([^\]]+)\]', r).group(1):
-            [c.strip() for c in r.strip().strip('|').split('|')]
-            for r in rows}
-
-
+# ------------------------------------------------------------------------------------- metafiles
 @pytest.mark.parametrize('family', FAMILIES)
-def test_zoo_tables_say_which_cells_have_no_paper_setting(family):
-    rows = _readme_rows(family)
-    assert set(rows) == {n for n in NAMES if family_of(n) == family}
-    for name, cells in rows.items():
-        # columns: config | backbone | paper AP / mIoU | ...
-        assert ('our choice' in cells[2]) == (name in OUR_CHOICE), (name, cells[2])
+def test_metafiles_say_which_cells_have_no_paper_setting(family):
+    """The zoo's data (from which the family README's table is generated) marks exactly the cells
+    without a paper setting as our choice."""
+    with open(osp.join(ROOT, 'configs', family, 'metafile.yml')) as f:
+        models = {m['Name']: m['Metadata'] for m in yaml.safe_load(f)['Models']
+                  if m['Config'].startswith(f'configs/{family}/')}
+    assert set(models) == {n for n in NAMES if family_of(n) == family}
+    for name, meta in models.items():
+        assert ('No Paper Setting' in meta) == (name in OUR_CHOICE), name
 
 
 # ---------------------------------------------------------------------------------------- upstream
