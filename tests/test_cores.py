@@ -171,7 +171,7 @@ def test_unknown_letter_lists_registered_cores(cosine_core):
 def test_core_options_are_the_one_way_to_set_malas_switches():
     """QKVOAttention takes MALA's beta / gamma in ``core_options`` like every module; its output is
     the paper's reference function (``mala_attention_reference``) on the module's own q, k, v, with
-    the same switch. The former ``beta=`` keyword still reads, with a FutureWarning."""
+    the same switch. The former ``beta=`` keyword is refused (tests/test_attention_modules.py)."""
     torch.manual_seed(0)
     x = torch.randn(1, 16, 4, 5, dtype=torch.float64)
     ref_mod = QKVOAttention(16, 2, core='mala', use_rope=False).double().eval()
@@ -189,9 +189,6 @@ def test_core_options_are_the_one_way_to_set_malas_switches():
         got_q, got_k = m.queries_keys(x)
         torch.testing.assert_close(got_q, q.detach())
         torch.testing.assert_close(got_k, k.detach())
-    with pytest.warns(FutureWarning, match='core_options'):
-        old = QKVOAttention(16, 2, core='mala', beta=False)
-    assert old.core_options == {'beta': False}
     # a MAViT block passes the backbone's attn_cfg through
     m = MAViT(arch='tiny', attn_cfg=dict(core_options=dict(gamma=False)))
     assert m.layers[0].blocks[0].attn.core_options == {'gamma': False}

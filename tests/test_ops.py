@@ -319,7 +319,7 @@ def test_softmax_stages_run_sdpas_fused_kernel():
     assert flash in got and math not in got, got
     got = _sdpa_kernels(lambda: m(x, rope).sum().backward())
     assert flash in got and flash + '_backward' in got and math not in got, got
-    w = WindowSoftmaxAttention(48, 3, 7)
+    w = WindowSoftmaxAttention(48, 3, window_size=7)
     windows = torch.randn(2, 4, 49, 48)
     # Swin's windows always carry the relative position bias: an attention mask, which the fused
     # CPU kernel takes from torch 2.3 on (its schema names attn_mask); before, SDPA's math path

@@ -79,7 +79,7 @@ def collect_attention(model: torch.nn.Module, x: Tensor,
                 hw = tuple(inp.shape[-2:])
                 if hw[0] * hw[1] > max_tokens:
                     return
-                q, k = module.queries_keys(inp, rope)
+                q, k = module.queries_keys(inp)
                 a = module.attention_matrix(inp, rope)
             records.append(dict(name=name, core=module.core, attn=a.detach(),
                                 queries=q.detach(), keys=k.detach(), hw=tuple(hw)))

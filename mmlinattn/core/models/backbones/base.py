@@ -11,7 +11,7 @@ from mmengine.model import BaseModule
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmlinattn.core.models.layers import LayerNorm2d
-from mmlinattn.core.ops.cores import parse_attn_type
+from mmlinattn.core.ops.cores import CORES, parse_attn_type
 from mmlinattn.core.weights import AuthorsLayout
 from mmlinattn.core.weights.fitting import fit_backbone_checkpoint
 
@@ -46,22 +46,34 @@ class LinAttnBackbone(BaseModule):
         return parse_attn_type(spec, self.depths, type(self).__name__)
 
     # ------------------------------------------------------------------ construction
-    def _check_attn_cfg(self, attn_cfg: Optional[dict], module: type,
+    def _check_attn_cfg(self, attn_cfg: Optional[dict], modules,
                         owned: Sequence[str] = ('dim', 'num_heads', 'core')) -> None:
-        """``attn_cfg`` holds options of the attention ``module`` that the backbone does not set
-        itself (``owned``); anything else is named with the keys it may hold."""
+        """``attn_cfg`` holds keyword options of the family's attention ``modules`` (one class or
+        several) that the backbone does not set itself (``owned``); anything else is named with
+        the keys it may hold (and a core's option, MALA's ``beta``, with where it goes)."""
         if attn_cfg is None:
             return
         owner = type(self).__name__
         if not isinstance(attn_cfg, dict):
             raise TypeError(f'{owner}: attn_cfg must be a dict, got {type(attn_cfg).__name__}')
-        valid = [p for p in inspect.signature(module.__init__).parameters
-                 if p not in ('self', *owned)]
+        modules = tuple(modules) if isinstance(modules, (list, tuple)) else (modules,)
+        valid: List[str] = []
+        for module in modules:
+            for p in inspect.signature(module.__init__).parameters.values():
+                if p.name not in ('self', *owned, *valid) and \
+                        p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                    valid.append(p.name)
         bad = [k for k in attn_cfg if k not in valid]
         if bad:
-            raise ValueError(f'{owner}: attn_cfg {bad} are not options of its attention module '
-                             f'({module.__name__}); it takes {valid} (the backbone sets '
-                             f'{list(owned)} itself)')
+            core_opts = sorted(k for k in bad if k != 'dropout_p'
+                               and any(k in c.options for c in CORES.values()))
+            hint = (f'; {core_opts} belong to the attention core: write attn_cfg=dict('
+                    f'core_options=dict({", ".join(f"{k}={attn_cfg[k]!r}" for k in core_opts)}))'
+                    if core_opts else '')
+            names = ', '.join(m.__name__ for m in modules)
+            raise ValueError(f'{owner}: attn_cfg {bad} are not options of its attention '
+                             f'module{"s" if len(modules) > 1 else ""} ({names}); it takes '
+                             f'{valid} (the backbone sets {list(owned)} itself){hint}')
 
     def _setup(self, arch, out_indices: Sequence[int], frozen_stages: int, norm_eval: bool,
                with_cp: bool, drop_path_rate: Optional[float]) -> dict:

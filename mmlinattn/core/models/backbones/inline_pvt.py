@@ -35,7 +35,8 @@ class PVTBlock(nn.Module):
         core (str): a core of :data:`mmlinattn.core.ops.cores.CORES`.
         drop_path (float): stochastic depth rate of this block.
         sr_ratio (int): spatial reduction of keys/values (cores marked ``reduced_kv`` only).
-        attn_cfg (dict | None): further :class:`TokenAttention` options.
+        attn_cfg (dict | None): further :class:`TokenAttention` keywords (the shared ones,
+            ``local_residual``, ``norm_eps``).
         norm_cfg (dict): the two norms (``LN``, eps 1e-6).
     """
 
@@ -91,8 +92,10 @@ class InLinePVT(LinAttnBackbone):
             :func:`mmlinattn.core.ops.cores.parse_attn_type`): one letter per stage, ``I`` InLine
             (default ``'IIII'``), ``S`` softmax (PVT's spatial-reduction attention, sr ratios
             8/4/2/1), ``L`` plain linear, ``M`` MALA, ... or a mixed stage in parentheses.
-        attn_cfg (dict | None): :class:`TokenAttention` options (``kernel``, ``local_residual``,
-            ``core_options``) for ablations.
+        attn_cfg (dict | None): keywords of every block's :class:`TokenAttention`: the shared
+            ``qkv_bias``, ``kernel``, ``attn_drop``, ``proj_drop``, ``core_options`` (e.g.
+            ``dict(beta=False)`` for MALA stages), and ``local_residual``, ``norm_eps`` (of the
+            spatial reduction's LayerNorm); the backbone sets ``qkv_layout`` and ``sr_ratio``.
         out_indices (Sequence[int]): stages whose features are returned.
         frozen_stages (int): -1 nothing frozen, 0 the first patch embedding and position table, k
             also stages 1..k.

@@ -76,8 +76,10 @@ class SwinBlock(nn.Module):
         mlp_ratio (float): MLP hidden width / ``dim``.
         drop_path (float): stochastic depth rate of this block.
         inline_window (int | None): window of the non-softmax cores (``None``: global).
-        attn_cfg (dict | None): further :class:`TokenAttention` options (``kernel``,
-            ``local_residual``, ``core_options``) for the non-window cores.
+        attn_cfg (dict | None): further keywords of the block's attention module: the shared ones
+            (``qkv_bias``, ``kernel``, ``attn_drop``, ``proj_drop``, ``core_options``) reach
+            either module; ``local_residual`` reaches :class:`TokenAttention` only (Swin's window
+            attention has no local residual).
         norm_cfg (dict): the two norms (``LN``, eps 1e-5 as Swin).
     """
 
@@ -90,23 +92,27 @@ class SwinBlock(nn.Module):
         self.inline_window = inline_window
         self.windowed = get_core(core).windowed
         self.norm1 = build_norm_layer(norm_cfg, dim)[1]
+        attn_cfg = dict(attn_cfg or {})
         if self.windowed:
-            self.attn = WindowSoftmaxAttention(dim, num_heads, window_size, core=core)
+            attn_cfg.pop('local_residual', None)  # a token-module option; window attention has none
+            self.attn = WindowSoftmaxAttention(dim, num_heads, core=core, window_size=window_size,
+                                               **attn_cfg)
         else:
-            self.attn = TokenAttention(dim, num_heads, core=core, qkv_layout='qkv',
-                                       **(attn_cfg or {}))
+            self.attn = TokenAttention(dim, num_heads, core=core, qkv_layout='qkv', **attn_cfg)
         self.drop_path = DropPath(drop_path)
         self.norm2 = build_norm_layer(norm_cfg, dim)[1]
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
 
-    def _windowed(self, x: torch.Tensor, ws: int, shift: int, fn):
-        """Pad (B, H, W, C) to multiples of ws, roll by -shift, run fn on windows, undo."""
+    @staticmethod
+    def _windowed(x: torch.Tensor, ws: int, shift: int, fn):
+        """Pad (B, H, W, C) to multiples of ws, roll by -shift, run fn on the (B, nW, ws*ws, C)
+        windows, undo."""
         b, h, w, c = x.shape
         x = pad_to_multiple(x, ws)
         hp, wp = x.shape[1:3]
         if shift:
             x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
-        out = window_reverse(fn(window_partition(x, ws), hp, wp), ws, hp, wp)
+        out = window_reverse(fn(window_partition(x, ws)), ws, hp, wp)
         if shift:
             out = torch.roll(out, shifts=(shift, shift), dims=(1, 2))
         return out[:, :h, :w, :]
@@ -120,7 +126,7 @@ class SwinBlock(nn.Module):
                 return self.attn(x, hw)
             shift = win // 2 if (self.shift and min(h, w) > win) else 0
 
-            def run(windows, hp, wp):
+            def run(windows):
                 bw, nw, nt, _ = windows.shape
                 return self.attn(windows.reshape(bw * nw, nt, c), (win, win)).reshape(bw, nw, nt, c)
             return self._windowed(x.reshape(b, h, w, c), win, shift, run).reshape(b, n, c)
@@ -129,11 +135,10 @@ class SwinBlock(nn.Module):
         if h <= ws and w <= ws:  # the whole map is one window; no shift (as Swin's own code)
             return self.attn(x.unsqueeze(1), (h, w)).squeeze(1)
         shift = ws // 2 if (self.shift and min(h, w) > ws) else 0
-
-        def run(windows, hp, wp):
-            mask = shift_mask(hp, wp, ws, shift, x.device) if shift else None
-            return self.attn(windows, (ws, ws), mask)
-        return self._windowed(x.reshape(b, h, w, c), ws, shift, run).reshape(b, n, c)
+        # the mask of the padded map (the sizes pad_to_multiple gives)
+        mask = shift_mask(h + (-h) % ws, w + (-w) % ws, ws, shift, x.device) if shift else None
+        return self._windowed(x.reshape(b, h, w, c), ws, shift,
+                              lambda windows: self.attn(windows, (ws, ws), mask)).reshape(b, n, c)
 
     def forward(self, x, hw):
         x = x + self.drop_path(self.attention(self.norm1(x), hw))
@@ -177,7 +182,7 @@ class SwinStage(nn.Module):
         window_size (int): softmax window side.
         mlp_ratio (float): MLP hidden width / ``dim``.
         inline_window (int | None): window of the non-softmax cores (``None``: global).
-        attn_cfg (dict | None): :class:`TokenAttention` options.
+        attn_cfg (dict | None): keywords of the blocks' attention modules (:class:`SwinBlock`).
         norm_cfg (dict): norms of the blocks and of the patch merging.
         with_cp (bool): activation checkpointing of each block while training.
         out_dim (int | None): the patch merging's output width, the next stage's (``None``: twice
@@ -228,8 +233,12 @@ class InLineSwin(LinAttnBackbone):
             parentheses; default the arch's (tiny ``IIIS``, small ``IISS``, base ``II(I2S)S``: two
             InLine blocks, then softmax, in stage 3). The old spelling ``IIMS2`` still reads, with a
             ``FutureWarning``.
-        attn_cfg (dict | None): :class:`TokenAttention` options (``kernel``, ``local_residual``,
-            ``core_options``) for ablations.
+        attn_cfg (dict | None): keywords of every block's attention module, the window blocks'
+            (:class:`WindowSoftmaxAttention`) included: the shared ``qkv_bias``, ``kernel``,
+            ``attn_drop``, ``proj_drop``, ``core_options`` (e.g. ``dict(beta=False)`` for MALA
+            stages), and ``local_residual`` (the :class:`TokenAttention` blocks only); the
+            backbone sets ``qkv_layout`` and ``window_size`` (its own argument) and uses no spatial
+            reduction (``sr_ratio``, ``norm_eps``).
         out_indices (Sequence[int]): stages whose features are returned.
         frozen_stages (int): -1 nothing frozen, 0 the patch embedding, k also stages 1..k.
         norm_eval (bool): keep BatchNorm layers in eval mode while training.
@@ -272,7 +281,9 @@ class InLineSwin(LinAttnBackbone):
                  norm_cfg: dict = SWIN_NORM, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         arch = self._setup(arch, out_indices, frozen_stages, norm_eval, with_cp, drop_path_rate)
-        self._check_attn_cfg(attn_cfg, TokenAttention, ('dim', 'num_heads', 'core', 'qkv_layout'))
+        self._check_attn_cfg(attn_cfg, (TokenAttention, WindowSoftmaxAttention),
+                             ('dim', 'num_heads', 'core', 'qkv_layout', 'window_size', 'sr_ratio',
+                              'norm_eps'))
         heads, n = list(arch['num_heads']), self.num_stages
         self._set_dims(self.stage_channels(arch))
         dims = self.embed_dims

@@ -54,7 +54,8 @@ class MAViTBlock(nn.Module):
         mlp_ratio (float): ConvFFN hidden width / ``dim`` (3.5).
         drop_path (float): stochastic depth rate of this block.
         layer_scale (float | None): initial LayerScale (``gamma_1``, ``gamma_2``); ``None``: none.
-        attn_cfg (dict | None): :class:`QKVOAttention` options.
+        attn_cfg (dict | None): further :class:`QKVOAttention` keywords (the shared ones,
+            ``use_rope``).
         norm_cfg (dict): the two norms over channels (``LN``, eps 1e-6).
     """
 
@@ -117,7 +118,7 @@ class MAViTStage(nn.Module):
         layer_scale (float | None): initial LayerScale of the blocks (``None``: no LayerScale).
         conv_norm_cfg (dict): norm of the downsampling convolution (BN).
         mlp_ratio (float): ConvFFN hidden width / ``dim``.
-        attn_cfg (dict | None): :class:`QKVOAttention` options.
+        attn_cfg (dict | None): further :class:`QKVOAttention` keywords.
         with_cp (bool): activation checkpointing of each block while training.
         norm_cfg (dict): the blocks' norms over channels.
     """
@@ -185,8 +186,9 @@ class MAViT(LinAttnBackbone):
             :func:`mmlinattn.core.ops.cores.parse_attn_type`): one letter per stage, ``M`` MALA,
             ``S`` softmax, ``L`` plain linear, ``I`` InLine, ... or a mixed stage in parentheses.
             Default ``'MMSS'`` as the released models; ``'MMMM'`` is all-MALA.
-        attn_cfg (dict | None): options of the attention module (``kernel``, ``use_rope``,
-            ``core_options``, e.g. ``dict(beta=False)`` for MALA's ablations).
+        attn_cfg (dict | None): keywords of every block's :class:`QKVOAttention`: the shared
+            ``qkv_bias``, ``kernel``, ``attn_drop``, ``proj_drop``, ``core_options`` (e.g.
+            ``dict(core_options=dict(beta=False))`` for MALA's ablations), and ``use_rope``.
         out_indices (Sequence[int]): stages whose features are returned.
         frozen_stages (int): -1 nothing frozen, 0 the stem, k also stages 1..k.
         norm_eval (bool): keep BatchNorm layers (``conv_norm_cfg``'s) in eval mode while training.

@@ -1,7 +1,14 @@
-from .attention import LocalResidual, QKVOAttention, RoPE, TokenAttention, core_matrix, run_core
+from .attention import (
+    AttentionModule,
+    LocalResidual,
+    QKVOAttention,
+    RoPE,
+    TokenAttention,
+    core_matrix,
+)
 from .common import DropPath, LayerNorm2d, Mlp, PatchEmbed, pad_to_multiple, resize_pos_embed
 from .window import WindowSoftmaxAttention, relative_position_index
 
-__all__ = ['LocalResidual', 'QKVOAttention', 'RoPE', 'TokenAttention', 'WindowSoftmaxAttention',
-           'core_matrix', 'relative_position_index', 'run_core',
+__all__ = ['AttentionModule', 'LocalResidual', 'QKVOAttention', 'RoPE',
+           'TokenAttention', 'WindowSoftmaxAttention', 'core_matrix', 'relative_position_index',
            'DropPath', 'LayerNorm2d', 'Mlp', 'PatchEmbed', 'pad_to_multiple', 'resize_pos_embed']

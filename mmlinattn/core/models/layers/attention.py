@@ -2,36 +2,32 @@
 
 ``TokenAttention`` works on token sequences (B, N, C) of an H x W map (the InLine-Swin and
 InLine-PVT families); ``QKVOAttention`` is MAViT's channels-first module (qkvo projection, LePE,
-output gate, 2-D RoPE); Swin's window attention is in :mod:`.window`.
+output gate, 2-D RoPE); ``WindowSoftmaxAttention`` (:mod:`.window`) is Swin's window attention.
 
 The attention itself is chosen by a *core* name, an entry of the table
 :data:`mmlinattn.core.ops.cores.CORES` (``'inline'``, ``'linear'``, ``'softmax'``, ``'mala'``, and
-any core registered later), so the papers' ablations are config switches (plus kernel / residual /
-beta / gamma options). The modules ask the table what a core takes (kernel, RoPE, bias, spatial
-reduction). Every module keeps its table entry (``core_entry``) and takes the core's further
-switches as one dict, ``core_options`` (e.g. MALA's ``beta`` / ``gamma``). For the analysis tools
-every module also returns the queries and keys its core sees (``queries_keys``) and its explicit
-attention matrix (``attention_matrix``), computed from the same weights and inputs as the
-linear-time path.
+any core registered later), so the papers' ablations are config switches. All three modules derive
+from :class:`AttentionModule` and share one API (docs/design.md section 1.6):
+
+* the constructor ``Module(dim, num_heads, *, core, qkv_bias=True, kernel=None, attn_drop=0.,
+  proj_drop=0., core_options=None, <the module's own options>)`` - everything after ``num_heads``
+  by keyword (see :class:`AttentionModule`);
+* ``forward(x, *context)``; ``attention_matrix(x, *context)`` takes the same arguments and returns
+  the explicit matrix A with core output = A @ v (dropout aside); ``queries_keys(x)`` (plus ``hw``
+  for :class:`TokenAttention`, whose spatial reduction needs it) returns the projected queries and
+  keys the module hands its core.
+
+A backbone's ``attn_cfg`` holds these keywords (and the module's own ones) and every block passes
+it to its module.
 """
-import warnings
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from mmlinattn.core.ops import dynamic_depthwise_conv3x3, rope_sin_cos
-from mmlinattn.core.ops.cores import CORES, Core, get_core
+from mmlinattn.core.ops.cores import CORES, get_core
 from mmlinattn.core.ops.kernels import rope_angles
-
-
-def run_core(core: str, q, k, v, scale: Optional[float] = None, kernel: Optional[str] = None,
-             rope=None, attn_bias=None, **options):
-    """Run the core called ``core`` (an entry of :data:`mmlinattn.core.ops.cores.CORES`) on (B, h,
-    N, d) q, k, v; settings it does not take are not passed (see
-    :class:`mmlinattn.core.ops.cores.Core`)."""
-    return get_core(core)(q, k, v, scale=scale, kernel=kernel, rope=rope, attn_bias=attn_bias,
-                          **options)
 
 
 def core_matrix(core: str, q, k, scale: Optional[float] = None, kernel: Optional[str] = None,
@@ -41,12 +37,111 @@ def core_matrix(core: str, q, k, scale: Optional[float] = None, kernel: Optional
                                            attn_bias=attn_bias, **options)
 
 
-def _core_for_module(core: str, kernel: Optional[str]) -> Core:
-    """The table entry of ``core``, with ``kernel`` checked against it (fails early, listing
-    both)."""
-    entry = get_core(core)
-    entry.kwargs(kernel=kernel)
-    return entry
+def _option_owners() -> Dict[str, list]:
+    """option name -> the registered cores that take it (``dropout_p`` excluded: ``attn_drop``
+    sets it)."""
+    owners: Dict[str, list] = {}
+    for c in CORES.values():
+        for o in c.options:
+            if o != 'dropout_p':
+                owners.setdefault(o, []).append(c.name)
+    return owners
+
+
+def check_core_options(core_options: Optional[dict], owner: str) -> dict:
+    """``core_options`` as a dict, each key an option of some registered core (a key that no core
+    takes would be ignored by every one of them: refused, naming the options there are).
+    ``dropout_p`` is refused too: the module's ``attn_drop`` sets it, while training only."""
+    if core_options is None:
+        return {}
+    if not isinstance(core_options, dict):
+        raise TypeError(f'{owner}: core_options must be a dict, got '
+                        f'{type(core_options).__name__}')
+    if 'dropout_p' in core_options:
+        raise ValueError(f'{owner}: core_options cannot set dropout_p; write attn_drop='
+                         f'{core_options["dropout_p"]!r} (applied while training only)')
+    owners = _option_owners()
+    bad = [k for k in core_options if k not in owners]
+    if bad:
+        known = ', '.join(f'{o} ({"/".join(cs)})' for o, cs in owners.items()) or 'none'
+        raise ValueError(f'{owner}: core_options {bad} are options of no attention core; the '
+                         f'cores take: {known}')
+    return dict(core_options)
+
+
+def refuse_core_keywords(owner: str, kwargs: dict, removed: Tuple[str, ...] = ()) -> None:
+    """A core's option given as a keyword of a module (MALA's ``beta`` / ``gamma``; ``removed``:
+    keywords the module read until 0.2.0): a ``TypeError`` that says to write
+    ``core_options=dict(...)``."""
+    owners = _option_owners()
+    misplaced = {k: v for k, v in kwargs.items() if k in owners or k in removed}
+    if not misplaced:
+        return
+    opts = ', '.join(f'{k}={v!r}' for k, v in misplaced.items())
+    gone = [k + '=' for k in misplaced if k in removed]
+    note = (f' ({", ".join(gone)}: removed in 0.2.0, see docs/changelog.md)' if gone else '')
+    raise TypeError(f'{owner} takes no keyword {", ".join(misplaced)}: options of the attention '
+                    f'core go in core_options - write core_options=dict({opts}) (in a backbone '
+                    f'config: attn_cfg=dict(core_options=dict({opts})))' + note)
+
+
+class AttentionModule(nn.Module):
+    """Base of the attention modules: the shared constructor vocabulary and the core call.
+
+    Subclasses take ``(dim, num_heads, *, core, qkv_bias, kernel, attn_drop, proj_drop,
+    core_options, <own options>)``, call :meth:`_init_core` first, and implement ``forward``,
+    ``queries_keys`` and ``attention_matrix`` through :meth:`_run_core` and :meth:`_core_matrix`.
+
+    Shared Args:
+        dim (int): channels; divisible by ``num_heads``.
+        num_heads (int): heads.
+        core (str): a core name of :data:`mmlinattn.core.ops.cores.CORES`.
+        qkv_bias (bool): biases in the query/key/value projection.
+        kernel (str | None): feature map phi for the cores that take one (``None``: the core's
+            default); a kernel the core does not list is an error, a core without kernels (softmax)
+            ignores it, so one ``attn_cfg`` serves every stage.
+        attn_drop (float): attention dropout, while training, for the cores that take
+            ``dropout_p`` (softmax; the linear cores have no matrix to drop from).
+        proj_drop (float): dropout after the output projection.
+        core_options (dict | None): further switches of the core (e.g. MALA's ``beta`` / ``gamma``);
+            each must be an option of some core, and the module's core gets only those it takes.
+    """
+
+    #: keywords the module read until 0.2.0 (named as removed in the error)
+    removed_keywords: Tuple[str, ...] = ()
+
+    def __new__(cls, *args, **kwargs):
+        # here rather than in __init__, so that the signatures stay exact (a backbone reads them to
+        # check its attn_cfg) while beta= / gamma= get an error that says what to write instead
+        refuse_core_keywords(cls.__name__, kwargs, cls.removed_keywords)
+        return super().__new__(cls)
+
+    def _init_core(self, dim: int, num_heads: int, core: str, kernel: Optional[str],
+                   attn_drop: float, core_options: Optional[dict]) -> None:
+        owner = type(self).__name__
+        if dim % num_heads:
+            raise ValueError(f'{owner}: dim {dim} is not divisible by num_heads {num_heads}')
+        entry = get_core(core)
+        entry.kwargs(kernel=kernel)  # a kernel the core does not list fails here, listing both
+        self.core, self.core_entry = core, entry
+        self.dim, self.num_heads = dim, num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.kernel = kernel
+        self.attn_drop = attn_drop
+        self.core_options = check_core_options(core_options, owner)
+
+    def _run_core(self, q, k, v, **context) -> torch.Tensor:
+        """The core's linear-time output for (..., h, N, d) q, k, v; ``context``: ``rope`` /
+        ``attn_bias``."""
+        return self.core_entry(q, k, v, scale=self.scale, kernel=self.kernel,
+                               dropout_p=self.attn_drop if self.training else 0., **context,
+                               **self.core_options)
+
+    def _core_matrix(self, q, k, **context) -> torch.Tensor:
+        """The core's explicit matrix from the same settings as :meth:`_run_core`."""
+        return self.core_entry.attention_matrix(q, k, scale=self.scale, kernel=self.kernel,
+                                                **context, **self.core_options)
 
 
 class LocalResidual(nn.Sequential):
@@ -70,46 +165,33 @@ class LocalResidual(nn.Sequential):
         return dynamic_depthwise_conv3x3(v_map, weight)
 
 
-class TokenAttention(nn.Module):
+class TokenAttention(AttentionModule):
     """Global multi-head attention over the N = H*W tokens of a map, any core of the table.
 
     Args:
-        dim (int): channels.
-        num_heads (int): heads; ``dim`` must be divisible by it.
-        core (str): a core name of :data:`mmlinattn.core.ops.cores.CORES` (``'inline'`` by default,
-            ``'softmax'``, ``'linear'``, ``'mala'``, ...).
-        qkv_bias (bool): biases in the q/k/v projections.
+        dim, num_heads, core, qkv_bias, kernel, attn_drop, proj_drop, core_options: the shared
+            options (:class:`AttentionModule`); ``core`` is ``'inline'`` by default, ``kernel``
+            ``None`` is the core's default (``identity`` for InLine, ``relu`` for linear).
         qkv_layout (str): ``'qkv'`` (one ``qkv`` Linear, the Swin family) or ``'q_kv'`` (``q`` and
             ``kv`` Linears, the PVT family) - the authors' parameter names.
         local_residual (bool | None): add InLine's local attention residual; ``None``: the core's
             default (on for ``inline``).
-        kernel (str | None): feature map phi for the cores that take one (``None``: the core's
-            default, ``identity`` for InLine, ``relu`` for linear).
         sr_ratio (int): spatial reduction of keys/values (PVT's softmax blocks; only cores marked
             ``reduced_kv`` and the ``'q_kv'`` layout): a strided conv and a LayerNorm (``sr``,
             ``norm``, eps ``norm_eps``).
-        attn_drop (float): attention dropout, for the cores that take ``dropout_p`` (softmax).
-        proj_drop (float): dropout after the output projection.
         norm_eps (float): eps of the spatial-reduction LayerNorm (torch's default 1e-5, as PVT v1).
-        core_options (dict | None): further switches of the core (e.g. MALA's ``beta``/``gamma``);
-            those the core does not take are not passed to it.
+
+    ``forward(x, hw)``: (B, N, C) tokens of an ``hw`` map -> (B, N, C).
     """
 
-    def __init__(self, dim: int, num_heads: int, core: str = 'inline', qkv_bias: bool = True,
-                 qkv_layout: str = 'qkv', local_residual: Optional[bool] = None,
-                 kernel: Optional[str] = None, sr_ratio: int = 1, attn_drop: float = 0.,
-                 proj_drop: float = 0., norm_eps: float = 1e-5,
-                 core_options: Optional[dict] = None):
+    def __init__(self, dim: int, num_heads: int, *, core: str = 'inline', qkv_bias: bool = True,
+                 kernel: Optional[str] = None, attn_drop: float = 0., proj_drop: float = 0.,
+                 core_options: Optional[dict] = None, qkv_layout: str = 'qkv',
+                 local_residual: Optional[bool] = None, sr_ratio: int = 1,
+                 norm_eps: float = 1e-5):
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
-        entry = _core_for_module(core, kernel)
-        self.core, self.core_entry = core, entry
-        self.dim, self.num_heads = dim, num_heads
-        self.head_dim = dim // num_heads
-        self.scale = self.head_dim ** -0.5
-        self.kernel = kernel
-        self.core_options = dict(core_options or {})
+        self._init_core(dim, num_heads, core, kernel, attn_drop, core_options)
+        entry = self.core_entry
         if qkv_layout == 'qkv':
             self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         elif qkv_layout == 'q_kv':
@@ -129,7 +211,6 @@ class TokenAttention(nn.Module):
                                  f'cores {reducible}, not {core!r}')
             self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
             self.norm = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn_drop = attn_drop
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         if local_residual is None:
@@ -158,9 +239,7 @@ class TokenAttention(nn.Module):
         if hw[0] * hw[1] != n:
             raise ValueError(f'{n} tokens do not form a {hw[0]}x{hw[1]} map')
         q, k, v, v_tokens = self._qkv(x, hw)
-        out = self.core_entry(q, k, v, scale=self.scale, kernel=self.kernel,
-                              dropout_p=self.attn_drop if self.training else 0.,
-                              **self.core_options)
+        out = self._run_core(q, k, v)
         out = out.transpose(1, 2).reshape(b, n, c)
         if self.residual is not None:
             v_map = v_tokens.transpose(1, 2).reshape(b, c, *hw)
@@ -170,16 +249,17 @@ class TokenAttention(nn.Module):
     @torch.no_grad()
     def queries_keys(self, x: torch.Tensor,
                      hw: Tuple[int, int]) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The (B, h, N, d) queries and (B, h, M, d) keys the core sees for input ``x`` (M < N after
-        spatial reduction)."""
+        """The (B, h, N, d) queries and (B, h, M, d) keys the module hands its core for input ``x``
+        (M < N after spatial reduction, which needs the map size ``hw``)."""
         q, k, _, _ = self._qkv(x, hw)
         return q, k
 
     @torch.no_grad()
     def attention_matrix(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        """The core's explicit (B, h, N, M) matrix for ``forward(x, hw)`` (the local residual, an
+        addition to the core's output, is not in it)."""
         q, k = self.queries_keys(x, hw)
-        return self.core_entry.attention_matrix(q, k, scale=self.scale, kernel=self.kernel,
-                                                **self.core_options)
+        return self._core_matrix(q, k)
 
 
 class RoPE(nn.Module):
@@ -198,7 +278,7 @@ class RoPE(nn.Module):
         return rope_sin_cos(hw, self.angle)
 
 
-class QKVOAttention(nn.Module):
+class QKVOAttention(AttentionModule):
     """MAViT's attention module on channels-first maps (B, C, H, W).
 
     ``q, k, v, o = split(Conv1x1(C -> 4C)(x))``; ``out = proj((core(q, k, v) + lepe(v)) * o)`` with
@@ -206,40 +286,29 @@ class QKVOAttention(nn.Module):
     3-4), both with 2-D RoPE as in the authors' code; any other core of the table for ablations.
 
     Args:
-        dim (int): channels.
-        num_heads (int): heads; the head dim must be divisible by 4 for RoPE.
-        core (str): a core name of :data:`mmlinattn.core.ops.cores.CORES`.
-        kernel (str | None): feature map for the cores that take one (``None``: the core's default).
+        dim, num_heads, core, qkv_bias, kernel, attn_drop, proj_drop, core_options: the shared
+            options (:class:`AttentionModule`); ``core`` is ``'mala'`` by default; ``qkv_bias``
+            is the bias of the one ``qkvo`` convolution (o's included); MALA's ``beta``
+            (``False``: beta = 1, the paper's ablation) and ``gamma`` (``False``: gamma = 0) go in
+            ``core_options``. The head dim must be divisible by 4 for RoPE.
         use_rope (bool): pass the stage's 2-D RoPE tables to the core (cores with ``rope='none'``
             ignore them).
-        core_options (dict | None): further switches of the core, e.g. MALA's ``beta`` (``False``:
-            beta = 1, the paper's ablation) and ``gamma`` (``False``: gamma = 0); those the core
-            does not take are not passed to it.
-        beta, gamma (bool | None): the former spelling of ``core_options=dict(beta=...,
-            gamma=...)``, still read with a ``FutureWarning``.
-    """
 
-    def __init__(self, dim: int, num_heads: int, core: str = 'mala', kernel: Optional[str] = None,
-                 use_rope: bool = True, core_options: Optional[dict] = None,
-                 beta: Optional[bool] = None, gamma: Optional[bool] = None):
+    ``forward(x, rope=None)``: (B, C, H, W) -> (B, C, H, W); ``rope``: the stage's (sin, cos)
+    tables (:class:`RoPE`).
+    """
+    removed_keywords = ('beta', 'gamma')  # core_options=dict(beta=..., gamma=...) since 0.2.0
+
+    def __init__(self, dim: int, num_heads: int, *, core: str = 'mala', qkv_bias: bool = True,
+                 kernel: Optional[str] = None, attn_drop: float = 0., proj_drop: float = 0.,
+                 core_options: Optional[dict] = None, use_rope: bool = True):
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
-        self.core, self.core_entry = core, _core_for_module(core, kernel)
-        self.dim, self.num_heads = dim, num_heads
-        self.head_dim = dim // num_heads
-        self.scale = self.head_dim ** -0.5
-        self.kernel, self.use_rope = kernel, use_rope
-        self.core_options = dict(core_options or {})
-        legacy = {k: v for k, v in (('beta', beta), ('gamma', gamma)) if v is not None}
-        if legacy:
-            warnings.warn(f'QKVOAttention: pass {sorted(legacy)} in core_options '
-                          '(attn_cfg=dict(core_options=dict(...))), as every attention module '
-                          'takes them', FutureWarning, stacklevel=2)
-            self.core_options.update(legacy)
-        self.qkvo = nn.Conv2d(dim, dim * 4, 1)
+        self._init_core(dim, num_heads, core, kernel, attn_drop, core_options)
+        self.use_rope = use_rope
+        self.qkvo = nn.Conv2d(dim, dim * 4, 1, bias=qkv_bias)
         self.lepe = nn.Conv2d(dim, dim, 5, 1, 2, groups=dim)
         self.proj = nn.Conv2d(dim, dim, 1)
+        self.proj_drop = nn.Dropout(proj_drop)
 
     def _split(self, x):
         b, c, h, w = x.shape
@@ -253,21 +322,19 @@ class QKVOAttention(nn.Module):
     def forward(self, x: torch.Tensor, rope=None) -> torch.Tensor:
         b, c, h, w = x.shape
         q, k, v, o, lepe = self._split(x)
-        out = self.core_entry(q, k, v, scale=self.scale, kernel=self.kernel,
-                              rope=rope if self.use_rope else None, **self.core_options)
+        out = self._run_core(q, k, v, rope=rope if self.use_rope else None)
         out = out.transpose(-2, -1).reshape(b, c, h, w)
-        return self.proj((out + lepe) * o)
+        return self.proj_drop(self.proj((out + lepe) * o))
 
     @torch.no_grad()
-    def queries_keys(self, x: torch.Tensor, rope=None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The (B, h, N, d) queries and keys of the map ``x``, before any RoPE rotation (which the
-        core applies itself)."""
+    def queries_keys(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The (B, h, N, d) queries and keys the module hands its core for the map ``x``: before
+        any RoPE rotation, which the core applies itself (see :meth:`attention_matrix`)."""
         q, k, _, _, _ = self._split(x)
         return q, k
 
     @torch.no_grad()
-    def attention_matrix(self, x, rope=None):
+    def attention_matrix(self, x: torch.Tensor, rope=None) -> torch.Tensor:
+        """The core's explicit (B, h, N, N) matrix for ``forward(x, rope)``, RoPE included."""
         q, k = self.queries_keys(x)
-        return self.core_entry.attention_matrix(q, k, scale=self.scale, kernel=self.kernel,
-                                                rope=rope if self.use_rope else None,
-                                                **self.core_options)
+        return self._core_matrix(q, k, rope=rope if self.use_rope else None)

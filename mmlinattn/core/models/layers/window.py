@@ -5,7 +5,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
-from mmlinattn.core.ops.cores import get_core
+from .attention import AttentionModule
 
 
 def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
@@ -17,41 +17,37 @@ def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None)
     return rel[..., 0] * (2 * window - 1) + rel[..., 1]
 
 
-class WindowSoftmaxAttention(nn.Module):
+class WindowSoftmaxAttention(AttentionModule):
     """Swin's window multi-head self-attention with relative position bias.
 
-    Input (B, nW, N, C) windows of ``window_hw`` tokens; ``mask`` (nW, N, N) with 0 / -100 entries.
     Parameter names follow Swin: ``qkv``, ``proj``, ``relative_position_bias_table``.
 
     Args:
-        dim (int): channels.
-        num_heads (int): heads.
+        dim, num_heads, core, qkv_bias, kernel, attn_drop, proj_drop, core_options: the shared
+            options (:class:`~mmlinattn.core.models.layers.attention.AttentionModule`); ``core``
+            must take an additive attention bias (``bias=True`` in its table entry) and is
+            ``'softmax'``, Swin's, by default.
         window_size (int): window side (7); the bias table has (2 * window_size - 1)^2 rows.
-        qkv_bias (bool): biases in the ``qkv`` projection.
-        attn_drop (float): attention dropout (while training).
-        proj_drop (float): dropout after the output projection.
-        core (str): a core of :data:`mmlinattn.core.ops.cores.CORES` that takes an additive
-        attention
-            bias (``bias=True``); ``'softmax'``, Swin's, by default.
+
+    ``forward(x, window_hw, mask=None)``: (B, nW, N, C) windows of ``window_hw`` tokens (N = their
+    product, at most ``window_size`` per side), ``mask`` (nW, N, N) with 0 / -100 entries (Swin's
+    shifted windows) -> (B, nW, N, C).
     """
 
-    def __init__(self, dim: int, num_heads: int, window_size: int = 7, qkv_bias: bool = True,
-                 attn_drop: float = 0., proj_drop: float = 0., core: str = 'softmax'):
+    def __init__(self, dim: int, num_heads: int, *, core: str = 'softmax', qkv_bias: bool = True,
+                 kernel: Optional[str] = None, attn_drop: float = 0., proj_drop: float = 0.,
+                 core_options: Optional[dict] = None, window_size: int = 7):
         super().__init__()
-        entry = get_core(core)
-        if not entry.bias:
+        self._init_core(dim, num_heads, core, kernel, attn_drop, core_options)
+        if not self.core_entry.bias:
             raise ValueError(f'window attention needs a core that takes an attention bias; '
                              f'{core!r} does not')
-        self.core, self.core_entry = core, entry
-        self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
-        self.head_dim = dim // num_heads
-        self.scale = self.head_dim ** -0.5
+        self.window_size = window_size
         self.relative_position_bias_table = nn.Parameter(
             torch.zeros((2 * window_size - 1) ** 2, num_heads))
         self.register_buffer('relative_position_index', relative_position_index(window_size),
                              persistent=False)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.attn_drop = attn_drop
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         nn.init.trunc_normal_(self.relative_position_bias_table, std=.02)
@@ -82,20 +78,21 @@ class WindowSoftmaxAttention(nn.Module):
                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         b, nw, n, c = x.shape
         q, k, v = self._qkv(x)
-        out = self.core_entry(q, k, v, scale=self.scale,
-                              attn_bias=self._attn_bias(window_hw, mask, q.dtype),
-                              dropout_p=self.attn_drop if self.training else 0.)
+        out = self._run_core(q, k, v, attn_bias=self._attn_bias(window_hw, mask, q.dtype))
         out = out.transpose(2, 3).reshape(b, nw, n, c)
         return self.proj_drop(self.proj(out))
 
     @torch.no_grad()
-    def queries_keys(self, x: torch.Tensor, window_hw=None, mask=None):
-        """The (B, nW, h, N, d) queries and keys of the windows ``x``."""
+    def queries_keys(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The (B, nW, h, N, d) queries and keys the module hands its core for the windows ``x``
+        (the relative position bias and the mask, which the core adds to the scores, are in
+        :meth:`attention_matrix`)."""
         q, k, _ = self._qkv(x)
         return q, k
 
     @torch.no_grad()
-    def attention_matrix(self, x, window_hw, mask=None):
+    def attention_matrix(self, x: torch.Tensor, window_hw: Tuple[int, int],
+                         mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The core's explicit (B, nW, h, N, N) matrix for ``forward(x, window_hw, mask)``."""
         q, k = self.queries_keys(x)
-        return self.core_entry.attention_matrix(
-            q, k, scale=self.scale, attn_bias=self._attn_bias(window_hw, mask, q.dtype))
+        return self._core_matrix(q, k, attn_bias=self._attn_bias(window_hw, mask, q.dtype))
