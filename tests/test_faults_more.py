@@ -54,8 +54,9 @@ def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(toy_data, t
     n = int(m.group(2))
     if m.group(1) == 'loss':  # the non-finite terms are named
         assert re.search(r'\bloss\w*=(nan|inf)', m.group(3)), m.group(3)
-    else:  # finite loss, weights broken by the update: the tensors are named
-        assert re.search(r'\d+ of \d+ parameter tensors, e.g. backbone\.', m.group(3)), m.group(3)
+    else:  # finite loss, weights broken by the update (caught at the checkpoint): named
+        assert re.search(r'\d+ of \d+ state-dict tensors, e.g. backbone\.', m.group(3)), \
+            m.group(3)
     assert float(m.group(4)) == 1000.0
     assert n < 6
     files = os.listdir(work)

@@ -78,22 +78,63 @@ class Interrupted(Preempted):
 def _any_rank(flag: bool) -> bool:
     """``flag`` OR-ed over all ranks (the plain value without a process group); a collective, so
     every rank must call it at the same point."""
+    return _any_rank_each([flag])[0]
+
+
+def _any_rank_each(flags):
+    """Each of ``flags`` OR-ed over all ranks, in one all-reduce (the plain values without a
+    process group)."""
     from mmengine.dist import all_reduce, get_world_size
     if get_world_size() <= 1:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0])
+        return [bool(f) for f in flags]
+    t = torch.tensor([1.0 if f else 0.0 for f in flags])
     import torch.distributed as dist
     if dist.get_backend() == 'nccl':
         t = t.cuda()
     all_reduce(t, op='sum')
-    return bool(t.item() > 0)
+    return [bool(v > 0) for v in t.tolist()]
+
+
+#: the stop conditions of our hooks, voted on once per training iteration
+_STOP_REASONS = ('non_finite', 'preempted')
+
+
+def stop_vote(runner, reason: str, flag: bool) -> bool:
+    """Whether any rank has ``reason`` (one of :data:`_STOP_REASONS`) to stop after this iteration.
+
+    One all-reduce per iteration serves every stop hook of the run: the first of them to ask (in
+    hook priority order: :class:`NonFiniteLossHook` before :class:`PreemptionHook`) sends its own
+    flag together with the others' current flags (the preemption flag is set by a signal handler
+    and can be read at any time); later hooks of the same iteration read the stored result. Every
+    rank runs the same hooks in the same order, so every rank calls the collective at the same
+    point.
+
+    In one process (no process group) there is nothing to vote on: each hook's own flag is the
+    answer, read when that hook runs. With several ranks a preemption signal that arrives after the
+    iteration's vote (while the logging or checkpoint hooks of that iteration run) is honoured at
+    the end of the next iteration."""
+    from mmengine.dist import get_world_size
+    if get_world_size() <= 1:
+        return bool(flag)
+    cache = getattr(runner, '_mmlinattn_stop_vote', None)
+    if cache is not None and cache[0] == runner.iter:
+        return cache[1][reason]
+    flags = {r: False for r in _STOP_REASONS}
+    flags[reason] = bool(flag)
+    for hook in runner.hooks:
+        if isinstance(hook, PreemptionHook) and reason != 'preempted':
+            flags['preempted'] = hook.received is not None
+    result = dict(zip(_STOP_REASONS, _any_rank_each([flags[r] for r in _STOP_REASONS])))
+    runner._mmlinattn_stop_vote = (runner.iter, result)
+    return result[reason]
 
 
 def _lr_text(runner) -> str:
     try:
         lrs = runner.optim_wrapper.get_lr()
-    except Exception:  # noqa: BLE001
-        return 'lr unknown'
+    except Exception as e:  # noqa: BLE001 - part of the message of the error being raised
+        # (NonFiniteLossError), which nothing may replace: a failure here is named in it instead
+        return f'lr unknown ({type(e).__name__}: {str(e)[:120]})'
     parts = []
     for name, values in lrs.items():
         vals = sorted({float(v) for v in values})
@@ -128,8 +169,18 @@ class NonFiniteLossHook(Hook):
     at the same iteration), and raises :class:`NonFiniteLossError` naming the iteration, the
     non-finite terms and the learning rate. It runs before ``CheckpointHook`` (priority
     ``ABOVE_NORMAL`` vs ``VERY_LOW``), so the broken weights are never saved and the last good
-    checkpoint stays the resume point. As a last guard it refuses to save a checkpoint whose weights
-    are non-finite (``before_save_checkpoint``).
+    checkpoint stays the resume point.
+
+    What it costs: nothing of its own on the healthy path. The values it reads are the ones
+    mmengine's ``RuntimeInfoHook`` has just copied to the host for the log (one ``.item()`` per
+    loss term, every iteration, with or without this hook); the vote over the ranks is one
+    all-reduce of two numbers shared with :class:`PreemptionHook` (:func:`stop_vote`). The model's
+    parameters are not read on the healthy path: an update that makes a weight non-finite while
+    the loss was finite shows as a non-finite loss in the next iteration (then the parameters are
+    read once, to name the ones that broke), and a checkpoint is never written with non-finite
+    weights (``before_save_checkpoint`` reads the state dict being saved, once per checkpoint). So
+    such an update stops training at most one iteration later, or at the checkpoint, whichever
+    comes first, and never leaves a broken checkpoint.
 
     ``tools/train.py`` adds it to every run; ``check_non_finite=False`` in the config turns it off.
     """
@@ -139,21 +190,36 @@ class NonFiniteLossHook(Hook):
     def __init__(self, interval: int = 1) -> None:
         self.interval = interval
         self._seen = {}
+        self._from_hub = False
+
+    def before_train(self, runner) -> None:
+        # mmengine's RuntimeInfoHook copies every output to the message hub (train/<key>, a host
+        # float) before this hook runs: read those instead of synchronising on the tensors again
+        from mmengine.hooks import RuntimeInfoHook
+        hooks = list(runner.hooks)
+        mine = next((i for i, h in enumerate(hooks) if h is self), None)
+        info = next((i for i, h in enumerate(hooks) if type(h) is RuntimeInfoHook), None)
+        self._from_hub = mine is not None and info is not None and info < mine
+
+    def _term_values(self, runner, outputs):
+        """(name, value) of each loss term of this iteration, as host numbers where mmengine has
+        already made them host numbers."""
+        hub = runner.message_hub.log_scalars
+        for name, value in (outputs or {}).items():
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and self._from_hub and \
+                    f'train/{name}' in hub:
+                yield name, float(hub[f'train/{name}'].current())
+            elif isinstance(value, torch.Tensor):
+                finite = bool(torch.isfinite(value.detach()).all())
+                yield name, (value.detach().float().mean().item() if not finite else 0.0)
+            elif isinstance(value, (int, float)):
+                yield name, value
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         if not self.every_n_train_iters(runner, self.interval):
             return
-        bad = []
-        for name, value in (outputs or {}).items():
-            if isinstance(value, torch.Tensor):
-                finite = bool(torch.isfinite(value.detach()).all())
-                shown = value.detach().float().mean().item() if not finite else None
-            elif isinstance(value, (int, float)):
-                finite, shown = math.isfinite(value), value
-            else:
-                continue
-            if not finite:
-                bad.append(f'{name}={shown}')
+        bad = [f'{name}={value}' for name, value in self._term_values(runner, outputs)
+               if not math.isfinite(value)]
         hub = runner.message_hub
         for key in ('train/grad_norm', 'train/grad_value'):
             buf = hub.log_scalars.get(key)
@@ -163,8 +229,7 @@ class NonFiniteLossHook(Hook):
                 value = float(buf.current())
                 if not math.isfinite(value):
                     bad.append(f'{key.split("/")[1]}={value}')
-        weights = [] if bad else self._non_finite_params(runner)
-        if not _any_rank(bool(bad or weights)):
+        if not stop_vote(runner, 'non_finite', bool(bad)):
             return
         from mmengine.dist import get_rank
         from mmengine.runner import EpochBasedTrainLoop
@@ -172,14 +237,14 @@ class NonFiniteLossHook(Hook):
         where = f'iteration {runner.iter + 1}' + (f' (epoch {runner.epoch + 1})' if epoch else '')
         if bad:
             what = f'non-finite loss at {where}: {", ".join(bad)}'
-        elif weights:
-            loss = outputs.get('loss') if isinstance(outputs, dict) else None
-            loss = f'loss={float(loss):.6g}' if isinstance(loss, torch.Tensor) else 'loss finite'
-            what = (f'non-finite weights after the update of {where} ({loss}; the gradients '
-                    f'overflowed): {weights[1]} of {weights[2]} parameter tensors, e.g. '
-                    f'{", ".join(weights[0])}')
+            # the unhealthy path only: were the weights already broken by the previous update?
+            weights = self._non_finite_params(runner)
+            if weights and runner.iter > 0:
+                what += (f' (the weights were already non-finite before this iteration: the '
+                         f'update of iteration {runner.iter} overflowed; {weights[1]} of '
+                         f'{weights[2]} parameter tensors, e.g. {", ".join(weights[0])})')
         else:
-            what = (f'non-finite loss or weights at {where} on another rank '
+            what = (f'non-finite loss at {where} on another rank '
                     f'(this is rank {get_rank()})')
         last = last_checkpoint(runner.work_dir)
         raise NonFiniteLossError(
@@ -199,7 +264,8 @@ class NonFiniteLossHook(Hook):
         params = [p.detach() for _, p in named]
         try:
             norms = torch.stack([n.float() for n in torch._foreach_norm(params)])
-        except Exception:  # noqa: BLE001 - mixed devices / dtypes: one norm per tensor
+        except (RuntimeError, NotImplementedError):  # a device / dtype mix the fused kernel
+            # refuses: the same norms one tensor at a time
             norms = torch.stack([p.float().norm().cpu() for p in params])
         finite = torch.isfinite(norms)
         if bool(finite.all()):
@@ -210,10 +276,16 @@ class NonFiniteLossHook(Hook):
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         names, n, total = non_finite_tensors(checkpoint.get('state_dict') or {})
         if n:
+            it = checkpoint.get('meta', {}).get('iter', runner.iter + 1)
+            last = last_checkpoint(runner.work_dir)
             raise NonFiniteLossError(
-                f'refusing to write a checkpoint at iteration {runner.iter + 1}: {n} of {total} '
-                'weight tensors are non-finite '
-                f'({", ".join(names)}{", ..." if n > len(names) else ""}); {_lr_text(runner)}')
+                f'non-finite weights after the update of iteration {it}: {n} of {total} '
+                f'state-dict tensors, e.g. {", ".join(names)}{", ..." if n > len(names) else ""}; '
+                f'the loss was finite (the update overflowed); {_lr_text(runner)}. '
+                'Refused to write this checkpoint; training stopped' +
+                (f'; the last good checkpoint is {last}' if last else '') +
+                '. Lower the learning rate (optim_wrapper.optimizer.lr), add gradient clipping '
+                '(optim_wrapper.clip_grad=dict(max_norm=...)) or check the data.')
 
 
 @HOOKS.register_module()
@@ -231,7 +303,8 @@ class PreemptionHook(Hook):
     while the stop is pending raises ``KeyboardInterrupt`` at once (nothing more is saved).
 
     The signal handler only sets a flag. After every training iteration the flag is OR-ed over all
-    ranks (a collective, so it also waits for every rank to finish the iteration); then the
+    ranks (a collective, so it also waits for every rank to finish the iteration; one all-reduce
+    shared with :class:`NonFiniteLossHook`'s vote, :func:`stop_vote`); then the
     checkpoint is written once, by rank 0 (mmengine's ``Runner.save_checkpoint`` is
     ``master_only``), as ``iter_{n}.pth`` (``n``: iterations done) and named in ``last_checkpoint``.
     With an iteration-based ``CheckpointHook`` the file is written by that hook's own save
@@ -314,7 +387,7 @@ class PreemptionHook(Hook):
 
     def after_train_iter(self, runner, batch_idx=None, data_batch=None, outputs=None) -> None:
         self._drop_stale(runner)
-        if not _any_rank(self.received is not None):
+        if not stop_vote(runner, 'preempted', self.received is not None):
             return
         from mmengine.dist import barrier, is_main_process
         done = runner.iter + 1  # mmengine counts the iteration after the hooks
