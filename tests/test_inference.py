@@ -376,18 +376,14 @@ def test_image_demo_bad_input(images, toy_checkpoints, tmp_path, capsys):
         assert not [d for d in os.listdir(tmp_path) if d.startswith('.image_demo-')]
 
 
-def test_draw_val_predictions(toy_checkpoints, tmp_path, monkeypatch):
-    """The demo's pictures: ground truth | prediction drawn by mmdet's / mmseg's visualizer, on the
-    config's validation images (a two-image toy set made here)."""
+def write_toy_val_sets(root):
+    """A toy COCO and a toy ADE20K layout under ``root/data`` (the toy configs' relative data
+    roots) with two 128 px validation images, each with one square."""
     import cv2
-    import mmcv
-
-    from mmlinattn.workshop.visualization import draw_val_predictions
-    # a toy COCO / ADE20K layout with two validation images
-    coco = tmp_path / 'data' / 'toy_coco'
+    coco = root / 'data' / 'toy_coco'
     (coco / 'val').mkdir(parents=True)
     (coco / 'annotations').mkdir()
-    ade = tmp_path / 'data' / 'toy_ade'
+    ade = root / 'data' / 'toy_ade'
     (ade / 'images' / 'validation').mkdir(parents=True)
     (ade / 'annotations' / 'validation').mkdir(parents=True)
     imgs, anns = [], []
@@ -405,19 +401,34 @@ def test_draw_val_predictions(toy_checkpoints, tmp_path, monkeypatch):
     cats = [dict(id=k + 1, name=n) for k, n in enumerate(('circle', 'square', 'triangle'))]
     with open(coco / 'annotations' / 'instances_val.json', 'w') as f:
         json.dump(dict(images=imgs, annotations=anns, categories=cats), f)
+    return [str(coco / 'val' / f'v{i}.jpg') for i in range(2)]
+
+
+def test_draw_val_predictions(toy_checkpoints, tmp_path, monkeypatch):
+    """The demo's pictures: ground truth | prediction drawn by mmdet's / mmseg's visualizer, on the
+    config's validation images (a two-image toy set made here), under a caption strip."""
+    import mmcv
+
+    from mmlinattn.workshop.visualization import draw_val_predictions
+    write_toy_val_sets(tmp_path)
     monkeypatch.chdir(tmp_path)  # the toy configs' data roots are relative (data/toy_*)
     for task in ('det', 'seg'):
         config, cfg, model, ckpt = toy_checkpoints[task]
         out = tmp_path / f'pictures_{task}'
-        paths = draw_val_predictions(osp.join(ROOT, config), ckpt, str(out), num_images=5,
-                                     score_thr=0.05)
-        assert sorted(osp.basename(p) for p in paths) == ['v0.png', 'v1.png']
-        drawn = mmcv.imread(paths[0], channel_order='rgb')
-        # ground truth and prediction side by side, each enlarged to 384 px (3 x 128)
-        assert drawn.shape == (384, 768, 3)
+        pictures = draw_val_predictions(osp.join(ROOT, config), ckpt, str(out), num_images=5,
+                                        score_thr=0.05)
+        assert sorted(osp.basename(p.path) for p in pictures) == ['v0.png', 'v1.png']
+        drawn = mmcv.imread(pictures[0].path, channel_order='rgb')
+        # the caption strip on top, then ground truth and prediction side by side, each enlarged
+        # to 384 px (3 x 128)
+        strip = drawn.shape[0] - 384
+        assert 20 < strip < 100 and drawn.shape[1:] == (768, 3)
+        assert (drawn[:strip] > 200).mean() > 0.8 and (drawn[:strip] < 100).any()  # text on white
+        drawn = drawn[strip:]
         left, right = drawn[:, :384].astype(int), drawn[:, 384:].astype(int)
         assert np.abs(left - right).mean() > 1  # two different drawings
         if task == 'seg':
+            assert pictures[0].caption == ['ground truth', 'prediction: the class of each pixel']
             # the ground truth's square (class 3 after reduce_zero_label: 2, 'square') is overlaid
             # in the palette's square colour
             palette = np.array(cfg.test_dataloader.dataset.metainfo['palette'][2])
@@ -425,3 +436,95 @@ def test_draw_val_predictions(toy_checkpoints, tmp_path, monkeypatch):
             outside = left[250:350, 250:350].reshape(-1, 3).mean(0)
             assert np.abs(inside - palette).sum() < np.abs(outside - palette).sum()
     assert sorted(glob.glob(str(tmp_path / 'pictures_*' / '*.png')))
+
+
+def test_draw_val_predictions_states_its_score_threshold(toy_checkpoints, tmp_path, monkeypatch):
+    """The detector's picture draws exactly the detections with score >= score_thr, and its caption
+    says so: "K of M detections, score >= thr", the number and score range of those not drawn.
+    Expected from the model's own forward on each image (:func:`reference`), the drawn boxes from
+    what mmdet's visualizer is handed to draw (its ``_draw_instances``: ground truth, then
+    prediction)."""
+    import re
+
+    from mmdet.visualization import DetLocalVisualizer
+
+    from mmlinattn.workshop.visualization import draw_val_predictions
+    images = write_toy_val_sets(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    config, cfg, model, ckpt = toy_checkpoints['det']
+    want = {osp.splitext(osp.basename(p))[0]: reference(cfg, model, p).pred_instances.scores
+            .numpy() for p in images}
+    # a threshold in the middle of the first image's scores, in a gap between two of them (no
+    # score of either image within 1e-3 of it: summation-order noise cannot move one across)
+    everything = np.concatenate(list(want.values()))
+    ranked = np.sort(want['v0'])
+    assert len(ranked) >= 4, 'the random toy model returns too few detections to test'
+    thr = None
+    for k in sorted(range(1, len(ranked)), key=lambda k: abs(k - len(ranked) / 2)):
+        mid = float(ranked[k - 1] + ranked[k]) / 2
+        if np.abs(everything - mid).min() > 1e-3:
+            thr = mid
+            break
+    assert thr is not None
+
+    handed = []
+    draw = DetLocalVisualizer._draw_instances
+
+    def spy(self, image, instances, *args, **kwargs):
+        handed.append(instances.clone())
+        return draw(self, image, instances, *args, **kwargs)
+    monkeypatch.setattr(DetLocalVisualizer, '_draw_instances', spy)
+
+    pictures = draw_val_predictions(osp.join(ROOT, config), ckpt, str(tmp_path / 'thr'),
+                                    num_images=2, score_thr=thr, scale=1)
+    assert len(pictures) == 2 and len(handed) == 4
+    for picture, (truth, drawn) in zip(pictures, zip(handed[::2], handed[1::2])):
+        scores = want[osp.splitext(osp.basename(picture.path))[0]]
+        shown, hidden = np.sort(scores[scores >= thr]), scores[scores < thr]
+        assert len(truth) == 1 and 'scores' not in truth
+        # every drawn detection reaches the threshold, and all that do are drawn
+        drawn_scores = np.sort(drawn.scores.numpy())
+        assert (drawn_scores >= thr).all()
+        np.testing.assert_allclose(drawn_scores, shown, atol=1e-4)
+        assert (picture.detections, picture.drawn) == (len(scores), len(shown))
+        assert picture.caption[0] == 'ground truth: 1 object'
+        assert picture.caption[1] == (f'prediction: {len(shown)} of {len(scores)} detections, '
+                                      f'score >= {thr:g}')
+        found = re.match(r'not drawn: (\d+) with score ([\d.]+)(?: to ([\d.]+))? \(--score-thr 0 '
+                         r'draws all (\d+)\)', picture.caption[2])
+        assert found, picture.caption[2]
+        assert (int(found[1]), int(found[4])) == (len(hidden), len(scores))
+        assert abs(float(found[2]) - hidden.min()) <= 0.0051
+        assert abs(float(found[3] or found[2]) - hidden.max()) <= 0.0051
+    assert any(p.drawn > 0 for p in pictures)  # the case is not empty
+
+    # score_thr 0: everything the model returned is drawn, and the caption says all
+    handed.clear()
+    pictures = draw_val_predictions(osp.join(ROOT, config), ckpt, str(tmp_path / 'all'),
+                                    num_images=1, score_thr=0, scale=1)
+    assert len(handed[1]) == len(want['v0']) == pictures[0].drawn == pictures[0].detections
+    assert pictures[0].caption[1].startswith(f'prediction: {len(want["v0"])} of {len(want["v0"])} ')
+    assert pictures[0].caption[2].startswith(f'all {len(want["v0"])} detections')
+
+
+def test_demo_draws_at_its_stated_threshold(monkeypatch, capsys):
+    """make demo hands its --score-thr (default: the measured SCORE_THR) to the pictures' command,
+    whose captions state it, and names it on its last lines."""
+    from tools import demo
+    calls = []
+    monkeypatch.setattr(demo, 'run', lambda script, *args, log=None: calls.append((script, args)))
+    monkeypatch.setattr(demo, 'last_checkpoint', lambda work_dir: 'epoch_6.pth')
+    monkeypatch.setattr(demo, 'read_metrics', lambda folder: {})
+    for thr in (demo.SCORE_THR, 0):
+        calls.clear()
+        demo.job(demo.DET, 'work_dirs/x', [], thr)
+        (args,) = [a for s, a in calls if s == '-m' and a[0].endswith('.visualization')]
+        assert args[args.index('--score-thr') + 1] == thr
+    assert 0 < demo.SCORE_THR < 1
+    jobs = []
+    monkeypatch.setattr(demo, 'job', lambda *args: jobs.append(args) or ({}, {}))
+    for argv, thr in (([], demo.SCORE_THR), (['--score-thr', '0.5'], 0.5)):
+        jobs.clear()
+        demo.main(argv)  # 1: the stubbed jobs learned nothing
+        assert jobs[0][0] == demo.DET and jobs[0][-1] == thr
+        assert f'detections with score >= {thr:g}' in capsys.readouterr().out

@@ -8,9 +8,11 @@
 - :func:`draw_val_predictions` - for the first images of a config's validation set, the ground truth
   (left) next to the model's prediction (right), drawn by mmdet's ``DetLocalVisualizer`` (boxes,
   masks) or mmseg's ``SegLocalVisualizer`` (overlay), one PNG per image (``make demo`` calls it on
-  its trained models).
+  its trained models). A caption strip above each picture says what is drawn: for a detector the
+  detections with score >= ``--score-thr``, "K of M detections", and the scores of those left out.
 
     python -m mmlinattn.workshop.visualization CONFIG CHECKPOINT --out-dir DIR [--num-images 4]
+        [--score-thr 0.3]
 """
 import argparse
 import copy
@@ -19,7 +21,7 @@ import os
 import os.path as osp
 import sys
 import warnings
-from typing import List, Optional, Union
+from typing import List, NamedTuple, Optional, Sequence, Union
 
 from mmengine.config import Config
 
@@ -27,6 +29,10 @@ from mmlinattn.core.registry import add_function_registries
 
 #: the inferencer of each toolbox scope
 INFERENCERS = {'mmdet': ('mmdet.apis', 'DetInferencer'), 'mmseg': ('mmseg.apis', 'MMSegInferencer')}
+
+#: detections drawn from this score on, unless told otherwise (mmdet's own default, that of its
+#: DetLocalVisualizer and of tools/image_demo.py); ``make demo`` passes its own (tools/demo.py)
+SCORE_THR = 0.3
 
 
 class ScopeError(ValueError):
@@ -187,20 +193,101 @@ def _ground_truth(cfg: Config, scope: str):
     return registry.DATASETS.build(dataset_cfg), pack_scaled
 
 
+class Picture(NamedTuple):
+    """One picture of :func:`draw_val_predictions`: its file, the caption drawn above it (also
+    printed by the command), and for a detector the number of detections the model returned and
+    of those drawn (score >= ``score_thr``); ``None`` for a segmentor."""
+    path: str
+    caption: List[str]
+    detections: Optional[int] = None
+    drawn: Optional[int] = None
+
+
+def detection_caption(scores: Sequence[float], score_thr: float,
+                      num_objects: int) -> List[str]:
+    """The caption of a detection picture: ``[ground truth header, prediction header, note]``.
+    ``scores``: those of all the detections the model returned; the ones drawn are those with
+    score >= ``score_thr``."""
+    scores = [float(s) for s in scores]
+    drawn = [s for s in scores if s >= score_thr]
+    hidden = [s for s in scores if s < score_thr]
+    plural = 's' if num_objects != 1 else ''
+    head = (f'ground truth: {num_objects} object{plural}',
+            f'prediction: {len(drawn)} of {len(scores)} detections, score >= {score_thr:g}')
+    if hidden:
+        span = (f'{min(hidden):.2f}' if len(hidden) == 1 or min(hidden) == max(hidden)
+                else f'{min(hidden):.2f} to {max(hidden):.2f}')
+        note = (f'not drawn: {len(hidden)} with score {span} (--score-thr 0 draws all '
+                f'{len(scores)}).')
+    elif scores:
+        note = f'all {len(scores)} detections that the model returned are drawn.'
+    else:
+        note = 'the model returned no detection.'
+    return [*head, note + ' Box labels: class: score x 100.']
+
+
+def _font(size):
+    from PIL import ImageFont
+    try:
+        from matplotlib import font_manager
+        return ImageFont.truetype(font_manager.findfont('DejaVu Sans'), size)
+    except Exception:  # noqa: BLE001 - no matplotlib font: PIL's own
+        return ImageFont.load_default()
+
+
+def _wrap(text, font, width):
+    lines, line = [], ''
+    for word in text.split(' '):
+        trial = f'{line} {word}' if line else word
+        if line and font.getlength(trial) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    return lines + [line]
+
+
+def add_caption(picture, left: str, right: str, note: str = None):
+    """``picture`` (RGB, ground truth | prediction side by side) under a white strip: ``left``
+    over the left half, ``right`` over the right half, then ``note`` across the whole width."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+    h, w = picture.shape[:2]
+    half, pad = w // 2, 6
+    head, small = _font(15), _font(13)
+    columns = [_wrap(left, head, half - 2 * pad), _wrap(right, head, half - 2 * pad)]
+    note_lines = _wrap(note, small, w - 2 * pad) if note else []
+    height = pad + 19 * max(map(len, columns)) + 16 * len(note_lines) + pad
+    canvas = Image.new('RGB', (w, height + h), 'white')
+    canvas.paste(Image.fromarray(np.ascontiguousarray(picture)), (0, height))
+    draw = ImageDraw.Draw(canvas)
+    for x, lines in zip((pad, half + pad), columns):
+        for k, line in enumerate(lines):
+            draw.text((x, pad + 19 * k), line, fill='black', font=head)
+    y = pad + 19 * max(map(len, columns))
+    for k, line in enumerate(note_lines):
+        draw.text((pad, y + 16 * k), line, fill=(70, 70, 70), font=small)
+    return np.asarray(canvas)
+
+
 def draw_val_predictions(config: Union[str, Config], checkpoint: str, out_dir: str,
-                         num_images: int = 4, device: str = 'cpu', score_thr: float = 0.3,
-                         scale: float = None, inferencer=None) -> List[str]:
+                         num_images: int = 4, device: str = 'cpu', score_thr: float = SCORE_THR,
+                         scale: float = None, inferencer=None) -> List[Picture]:
     """Draw the ground truth and the prediction of the first ``num_images`` validation images.
 
     The prediction comes from the OpenMMLab inferencer (the call of a user's
     ``DetInferencer(model=config, weights=checkpoint)(image)``), the ground truth from the config's
-    validation set; the toolbox's own visualizer draws both side by side (ground truth left): boxes
-    and masks with score >= ``score_thr`` for detectors, the class overlay for segmentors. Small
-    images are first enlarged ``scale`` times (default: a whole factor that brings the longer side
-    to at least 384 px, so that the labels stay legible) - the model still sees them at its test
-    size. Writes ``out_dir/<image name>.png`` and returns the paths.
+    validation set; the toolbox's own visualizer draws both side by side (ground truth left): the
+    boxes and masks of the detections with score >= ``score_thr`` for detectors, the class overlay
+    for segmentors. A caption strip above says so: for a detector "K of M detections, score >=
+    ``score_thr``" and the scores of the M - K not drawn (:func:`detection_caption`). Small images
+    are first enlarged ``scale`` times (default: a whole factor that brings the longer side to at
+    least 384 px, so that the labels stay legible) - the model still sees them at its test size.
+    Writes ``out_dir/<image name>.png`` and returns a :class:`Picture` for each.
     """
     import math
+
+    import mmcv
     cfg = load_config(config)
     scope = config_scope(cfg, config if isinstance(config, str) else 'the config')
     if inferencer is None:
@@ -208,7 +295,7 @@ def draw_val_predictions(config: Union[str, Config], checkpoint: str, out_dir: s
     dataset, pack = _ground_truth(cfg, scope)
     visualizer = _visualizer(inferencer, scope)
     os.makedirs(out_dir, exist_ok=True)
-    paths = []
+    pictures = []
     for i in range(min(num_images, len(dataset))):
         results = dataset[i]
         factor = float(scale or max(1, math.ceil(384 / max(results["img"].shape[:2]))))
@@ -216,21 +303,33 @@ def draw_val_predictions(config: Union[str, Config], checkpoint: str, out_dir: s
         truth = item['data_samples']
         image = item['inputs'].permute(1, 2, 0).numpy()  # BGR, at the drawing size
         sample = predict(inferencer, image.copy())[0]
+        counts = {}
         if scope == 'mmdet':
             # boxes as plain tensors, as mmdet's data preprocessor hands them to the visualizer
             from mmdet.models.utils import samplelist_boxtype2tensor
             samplelist_boxtype2tensor([truth])
             sample.gt_instances = truth.gt_instances
-            extra = dict(pred_score_thr=score_thr)
+            scores = sample.pred_instances.scores
+            caption = detection_caption(scores.tolist(), score_thr, len(truth.gt_instances))
+            # the selection is made here (score >= score_thr, as the caption says); mmdet's own
+            # filter (score > pred_score_thr) is given nothing to remove
+            sample.pred_instances = sample.pred_instances[scores >= score_thr]
+            counts = dict(detections=len(scores), drawn=len(sample.pred_instances))
+            extra = dict(pred_score_thr=float('-inf'))
         else:
             sample.gt_sem_seg = truth.gt_sem_seg
+            caption = ['ground truth', 'prediction: the class of each pixel']
             extra = {}
         stem = osp.splitext(osp.basename(truth.img_path))[0]
         path = osp.join(out_dir, stem + '.png')
+        # the toolbox writes its picture (mmseg's visualizer does not keep it), then the caption
+        # goes on top (PNG: the round trip is exact)
         visualizer.add_datasample(stem, image[..., ::-1].copy(), sample, draw_gt=True,
                                   draw_pred=True, show=False, out_file=path, **extra)
-        paths.append(path)
-    return paths
+        drawn = add_caption(mmcv.imread(path, channel_order='rgb'), *caption)
+        mmcv.imwrite(drawn[..., ::-1], path)
+        pictures.append(Picture(path, caption, **counts))
+    return pictures
 
 
 def main(argv=None):
@@ -240,13 +339,18 @@ def main(argv=None):
     p.add_argument('checkpoint')
     p.add_argument('--out-dir', required=True)
     p.add_argument('--num-images', type=int, default=4)
-    p.add_argument('--score-thr', type=float, default=0.3)
+    p.add_argument('--score-thr', type=float, default=SCORE_THR,
+                   help='detection: draw the detections with at least this score (0: all that '
+                   'the model returns; default %(default)s); the caption states it')
     p.add_argument('--scale', type=float, help='enlarge the pictures (default: to >= 384 px)')
     p.add_argument('--device', default='cpu')
     args = p.parse_args(argv)
-    paths = draw_val_predictions(args.config, args.checkpoint, args.out_dir, args.num_images,
-                                 args.device, args.score_thr, args.scale)
-    print(f'{len(paths)} pictures (ground truth | prediction) in {args.out_dir}')
+    pictures = draw_val_predictions(args.config, args.checkpoint, args.out_dir, args.num_images,
+                                    args.device, args.score_thr, args.scale)
+    for picture in pictures:
+        print(f'{osp.basename(picture.path)}: {picture.caption[0]} | {picture.caption[1]}'
+              + (f'; {picture.caption[2]}' if len(picture.caption) > 2 else ''))
+    print(f'{len(pictures)} pictures (ground truth | prediction) in {args.out_dir}')
     return 0
 
 
