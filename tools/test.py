@@ -37,7 +37,8 @@ from mmengine.config import ConfigDict
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
-from mmlinattn.core.weights import CheckpointError, load_runner_checkpoint, local_checkpoint
+from mmlinattn.core.weights import CheckpointError, local_checkpoint
+from mmlinattn.core.weights.reading import read_contents
 from mmlinattn.training.apis import (
     ConfigError,
     add_common_args,
@@ -109,6 +110,15 @@ def check_tta(cfg, config_path: str) -> None:
 
 
 def build_cfg(args):
+    """The run's config (its checks passed); :func:`prepare` also returns the checkpoint's
+    contents."""
+    return prepare(args)[0]
+
+
+def prepare(args):
+    """``(cfg, contents)``: the run's config, checked, and the checkpoint read once
+    (:class:`~mmlinattn.core.weights.reading.CheckpointContents`), for the fit check and the
+    Runner's load (:func:`~mmlinattn.training.apis.build_runner`)."""
     cfg = config_from_args(args)
     if args.tta:
         check_tta(cfg, args.config)
@@ -153,10 +163,12 @@ def build_cfg(args):
                               'in fp32 (drop --amp) or on a CUDA GPU')
         cfg.test_cfg = ConfigDict(cfg.get('test_cfg') or {}, fp16=True)
     preflight(cfg, ('test_dataloader',))
-    obj = load_runner_checkpoint(args.checkpoint)  # read as the runner will: else one line, exit 2
-    # a diverged run's weights score a believable number: refused (on what was just read)
-    check_finite_checkpoint(args.checkpoint, obj)
-    return cfg
+    # read once, as the runner will (else one line, exit 2); the checks below, the fit check and
+    # the Runner's load take these contents
+    contents = read_contents(args.checkpoint)
+    # a diverged run's weights score a believable number: refused
+    check_finite_checkpoint(args.checkpoint, contents.obj)
+    return cfg, contents
 
 
 def _evaluators(cfg):
@@ -284,7 +296,8 @@ def add_out(cfg, out: str) -> None:
 def main(argv=None):
     args = parse_args(argv)
     try:
-        runner = build_runner(build_cfg(args), args.checkpoint)
+        cfg, contents = prepare(args)
+        runner = build_runner(cfg, args.checkpoint, contents=contents)
     except (ConfigError, CheckpointError) as e:
         return tool_error('tools/test.py', e)
     try:

@@ -13,7 +13,8 @@ import sys
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
-from mmlinattn.core.weights import CheckpointError, load_runner_checkpoint
+from mmlinattn.core.weights import CheckpointError
+from mmlinattn.core.weights.reading import read_contents
 from mmlinattn.training.apis import (
     ConfigError,
     add_common_args,
@@ -31,7 +32,7 @@ from mmlinattn.training.apis.runs import check_work_dir
 from mmlinattn.training.apis.workdir_lock import lock_work_dir
 from mmlinattn.training.datafaults import DataFileError
 from mmlinattn.training.hooks import CheckpointWriteError, TrainingStopped
-from mmlinattn.training.resume import latest_intact_checkpoint
+from mmlinattn.training.resume import latest_intact_contents
 
 
 def parse_args(argv=None):
@@ -54,7 +55,9 @@ def parse_args(argv=None):
 
 
 def _build_cfg(args):
+    """``(cfg, contents)``: see :func:`prepare`."""
     cfg = config_from_args(args)
+    contents = None
     check_work_dir(cfg.work_dir)  # unwritable: one line naming it, exit 2
     global _LOCK
     _LOCK = lock_work_dir(cfg.work_dir)  # another live run in this work dir: one line, exit 2
@@ -65,7 +68,8 @@ def _build_cfg(args):
         # resume, so take the newest checkpoint that actually reads (None: a fresh start)
         from mmengine.logging import MMLogger
         cfg.resume = True
-        cfg.load_from = latest_intact_checkpoint(cfg.work_dir, MMLogger.get_current_instance())
+        contents = latest_intact_contents(cfg.work_dir, MMLogger.get_current_instance())
+        cfg.load_from = contents.path if contents is not None else None
     elif args.resume is not None:
         if not osp.isfile(args.resume):
             raise ConfigError(f'--resume {args.resume}: checkpoint file not found')
@@ -81,12 +85,14 @@ def _build_cfg(args):
         cfg.auto_scale_lr.enable = True
     # the config, every loader's paths, the files' contents, the model
     # (mmlinattn.training.apis.preflight)
-    preflight(cfg, ('train_dataloader',) if args.no_validate else
-              ('train_dataloader', 'val_dataloader'))
-    if args.resume not in (None, 'auto'):  # --resume auto chose a file that reads this way
-        load_runner_checkpoint(args.resume)  # read as the runner will: else one line, exit 2
-    # URLs fetched once; a backbone init_cfg file that does not fit: one line, before the Runner
-    prepare_checkpoints(cfg, resume=bool(cfg.get('resume')))
+    checked = preflight(cfg, ('train_dataloader',) if args.no_validate else
+                        ('train_dataloader', 'val_dataloader'))
+    if args.resume not in (None, 'auto'):  # --resume auto read the file it chose
+        contents = read_contents(args.resume)  # read as the runner will: else one line, exit 2
+    # URLs fetched once; a backbone init_cfg file that does not fit: one line, before the Runner;
+    # load_from read once (unless read above), its contents handed to the Runner
+    contents = prepare_checkpoints(cfg, resume=bool(cfg.get('resume')), contents=contents,
+                                   backbone=checked.backbone)
     add_training_hooks(cfg)  # non-finite loss stops the run; SIGTERM/SIGUSR1 save and stop
     if cfg.get('compile'):
         # mmengine compiles train_step, optimizer step included: dynamo needs plain-dict param
@@ -94,7 +100,7 @@ def _build_cfg(args):
         hooks = list(cfg.get('custom_hooks') or [])
         if not any(h.get('type') == 'PlainParamGroupsHook' for h in hooks):
             cfg.custom_hooks = hooks + [dict(type='PlainParamGroupsHook')]
-    return cfg
+    return cfg, contents
 
 
 def log_auto_scale_lr(runner, cfg) -> None:
@@ -116,9 +122,10 @@ def log_auto_scale_lr(runner, cfg) -> None:
 def _main(argv=None):
     args = parse_args(argv)
     try:
-        cfg = build_cfg(args)
+        cfg, contents = prepare(args)
         resume = bool(cfg.get('resume'))
-        runner = build_runner(cfg, cfg.get('load_from'), partial=args.partial_load and not resume,
+        runner = build_runner(cfg, cfg.get('load_from'), contents=contents,
+                              partial=args.partial_load and not resume,
                               what='resume checkpoint' if resume else 'load_from')
     except (ConfigError, CheckpointError) as e:
         return tool_error('tools/train.py', e)
@@ -149,14 +156,23 @@ def _release_lock():
         _LOCK = None
 
 
-def build_cfg(args):
-    """The run's config; the work dir's run lock is taken on the way, and given back if the
-    config fails its checks (nothing of this run is left in the work dir)."""
+def prepare(args):
+    """``(cfg, contents)``: the run's config, checked, and the checkpoint the Runner will load
+    (``load_from`` or the ``--resume`` file) read once
+    (:class:`~mmlinattn.core.weights.reading.CheckpointContents`, None without one), for the fit
+    check and the Runner's own load (:func:`~mmlinattn.training.apis.build_runner`). The work dir's
+    run lock is taken on the way, and given back if the config fails its checks (nothing of this
+    run is left in the work dir)."""
     try:
         return _build_cfg(args)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the lock given back on any way out, then raised on
         _release_lock()
         raise
+
+
+def build_cfg(args):
+    """The run's config (see :func:`prepare`)."""
+    return prepare(args)[0]
 
 
 def main(argv=None):

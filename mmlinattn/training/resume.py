@@ -5,16 +5,25 @@ import os.path as osp
 from typing import Optional
 
 from ..core.weights.errors import CheckpointError
-from ..core.weights.reading import extract_state_dict, load_runner_checkpoint
+from ..core.weights.reading import CheckpointContents, extract_state_dict, read_contents
 from .fileio import last_checkpoint
 
 
 def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = None
                              ) -> Optional[str]:
+    """The path of :func:`latest_intact_contents`: the checkpoint ``--resume`` (auto) should use,
+    or None (a fresh start)."""
+    contents = latest_intact_contents(work_dir, logger)
+    return contents.path if contents is not None else None
+
+
+def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = None
+                           ) -> Optional[CheckpointContents]:
     """The checkpoint ``--resume`` (auto) should use: the one ``last_checkpoint`` names if it reads,
     else the newest readable ``*.pth`` of ``work_dir`` (with a warning naming each skipped file).
     A file "reads" when it loads the way our tools' runner will load it
-    (:func:`load_runner_checkpoint`), so what this lets through resumes.
+    (:func:`~mmlinattn.core.weights.reading.read_contents`), so what this lets through resumes;
+    the chosen file's contents are returned, for the Runner to resume from without reading it again.
 
     Returns ``None`` when the work dir holds no checkpoint (a fresh start); raises
     :class:`CheckpointError` listing the files when there are checkpoints but none is readable.
@@ -36,8 +45,8 @@ def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = N
             skipped.append(f'{path} (not found)')
             continue
         try:
-            obj = load_runner_checkpoint(path)
-            extract_state_dict(obj, path=path)
+            contents = read_contents(path)
+            extract_state_dict(contents.obj, path=path)
         except CheckpointError as err:
             why = str(err).split('(', 1)[-1].rstrip(')')[:120] if '(' in str(err) else str(err)
             skipped.append(f'{path} (unreadable: {why})')
@@ -45,7 +54,7 @@ def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = N
         if skipped:
             logger.warning('--resume: skipped ' + '; '.join(skipped) +
                            f' - resuming from {path}, the newest intact checkpoint')
-        return path
+        return contents
     if skipped:
         raise CheckpointError(
             f'--resume: no intact checkpoint in {work_dir}: ' + '; '.join(skipped) +

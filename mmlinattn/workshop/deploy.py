@@ -31,7 +31,8 @@ class ExportError(ValueError):
 def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
     """The config's model, built through its toolbox's registry (``default_scope``), in eval mode on
     the CPU, SyncBN reverted to BN; the whole-model ``checkpoint`` loaded (it must fit key for key),
-    else a random initialisation (the backbone's ImageNet ``init_cfg`` is not loaded)."""
+    else a random initialisation (the backbone's ImageNet ``init_cfg`` is not loaded). The file is
+    read once: the fit check and the load take the same contents."""
     from mmengine.model import revert_sync_batchnorm
 
     from mmlinattn.core.weights import check_model_checkpoint, extract_state_dict, read_checkpoint
@@ -41,8 +42,9 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
         backbone['init_cfg'] = None
     model = revert_sync_batchnorm(model_registry(cfg).build(cfg.model))
     if checkpoint:
-        check_model_checkpoint(model, checkpoint, what='checkpoint')
-        model.load_state_dict(extract_state_dict(read_checkpoint(checkpoint), path=checkpoint))
+        obj = read_checkpoint(checkpoint)
+        check_model_checkpoint(model, checkpoint, obj=obj, what='checkpoint')
+        model.load_state_dict(extract_state_dict(obj, path=checkpoint))
     else:
         _quiet_init(model)
     return model.eval()

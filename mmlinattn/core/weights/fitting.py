@@ -125,7 +125,7 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def check_model_checkpoint(model: torch.nn.Module, path: str, *, partial: bool = False,
+def check_model_checkpoint(model: torch.nn.Module, path: str, *, obj=None, partial: bool = False,
                            what: str = 'checkpoint', logger: Optional[logging.Logger] = None
                            ) -> Dict[str, List[str]]:
     """Refuse a whole-model checkpoint (``tools/test.py CKPT``, ``load_from``, ``--resume``) that
@@ -137,9 +137,15 @@ def check_model_checkpoint(model: torch.nn.Module, path: str, *, partial: bool =
     in the checkpoint, else :class:`CheckpointError` names the file and the first offending keys.
     With ``partial=True`` (fine-tuning a detector on other classes) the differences are logged as a
     warning instead and mmengine's non-strict load goes ahead.
+
+    ``obj``: the file's contents where the caller has read them already (tools/test.py, tools/
+    train.py and the ONNX exporter read each checkpoint once and hand it on); else ``path`` is read
+    here (:func:`read_checkpoint`).
     """
     logger = logger or logging.getLogger('mmlinattn')
-    state = extract_state_dict(read_checkpoint(path, logger=logger), path=path)
+    if obj is None:
+        obj = read_checkpoint(path, logger=logger)
+    state = extract_state_dict(obj, path=path)
     own = _unwrap(model).state_dict()
     mismatched = [f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}'
                   for k, v in state.items() if k in own and own[k].shape != v.shape]

@@ -109,13 +109,81 @@ def load_runner_checkpoint(path: str, map_location='cpu') -> dict:
     not read."""
     if not runner_allowlist_supported():
         return read_checkpoint(path, map_location=map_location)
-    try:
-        with runner_allowed():
+    with runner_allowed():  # our allow-list outside the try: an error of ours is no file's fault
+        try:
             return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - truncated, not a checkpoint, a refused global
-        msg = str(err).strip().splitlines()
-        raise CheckpointError(f'{path} is not a readable Runner checkpoint ({type(err).__name__}: '
-                              f'{msg[0][:200] if msg else ""})') from err
+        except Exception as err:  # noqa: BLE001 - the file's bytes decide the type: see below
+            msg = str(err).strip().splitlines()
+            raise CheckpointError(
+                f'{path} is not a readable Runner checkpoint ({type(err).__name__}: '
+                f'{msg[0][:200] if msg else ""})') from err
+
+
+# Why the readers here catch ``Exception`` around ``torch.load`` (and only around it): the bytes of
+# the file decide what the unpickler does, so a damaged or foreign file raises any type - a
+# truncated zip RuntimeError, an empty file EOFError, garbage KeyError (weights-only) or
+# UnpicklingError, an allowed global called with the file's own arguments TypeError or ValueError.
+# Each is reported as a CheckpointError naming the file, the error's type and its message; our own
+# code (the allow-lists) runs outside these ``try`` blocks.
+
+
+class CheckpointContents:
+    """A checkpoint file's contents from one read, with the file's size and modification time at
+    that read, so that whoever needs the file next in the same run takes them instead of reading it
+    again (:meth:`matches` says whether the file is still the one that was read).
+
+    ``runner_readable``: read the way mmengine's Runner reads a checkpoint
+    (:func:`load_runner_checkpoint`, on the CPU), so the contents may stand in for the Runner's own
+    read; ``False`` when only :func:`read_checkpoint`'s restricted reader could read it (inert
+    stand-ins for foreign objects), for checks only."""
+
+    def __init__(self, path: str, obj, runner_readable: bool = True, stat=None):
+        self.path, self.obj, self.runner_readable = path, obj, runner_readable
+        self.stat = stat if stat is not None else _file_stamp(path)
+
+    def matches(self, path) -> bool:
+        """``path`` names the file these contents were read from, unchanged since (size and
+        modification time)."""
+        if not isinstance(path, (str, os.PathLike)) or not osp.isfile(path):
+            return False
+        same = osp.realpath(os.fspath(path)) == osp.realpath(self.path)
+        return same and self.stat is not None and _file_stamp(path) == self.stat
+
+    def __repr__(self):
+        return (f'CheckpointContents({self.path!r}, runner_readable={self.runner_readable}, '
+                f'{len(self.obj) if isinstance(self.obj, dict) else "?"} top-level keys)')
+
+
+def _file_stamp(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def read_contents(path: str, *, foreign: bool = False,
+                  logger: Optional[logging.Logger] = None) -> CheckpointContents:
+    """Read the local file ``path`` once, on the CPU, the Runner's way
+    (:func:`load_runner_checkpoint`); with ``foreign=True`` a file that way refuses is read by
+    :func:`read_checkpoint`'s restricted reader instead (foreign objects as inert stand-ins;
+    ``runner_readable=False``). :class:`CheckpointError` names a file that does not read. The
+    file's size and modification time are taken before the read. Where torch has no allow-list
+    (< 2.4: :func:`load_runner_checkpoint` is :func:`read_checkpoint`, and mmengine unpickles in
+    full) the contents are for checks only (``runner_readable=False``)."""
+    logger = logger or logging.getLogger('mmlinattn')
+    if not osp.isfile(path):
+        raise CheckpointError(f'checkpoint file not found: {path}')
+    stamp = _file_stamp(path)
+    if not runner_allowlist_supported():
+        return CheckpointContents(path, read_checkpoint(path, logger=logger), False, stamp)
+    try:
+        return CheckpointContents(path, load_runner_checkpoint(path), True, stamp)
+    except CheckpointError:
+        if not foreign:
+            raise
+    # read_checkpoint's weights-only step allows less than load_runner_checkpoint: skipped
+    return CheckpointContents(path, _read_restricted(path, 'cpu', False, logger), False, stamp)
 
 
 def _safe_reconstructor(cls, base, state):
@@ -151,20 +219,27 @@ def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
             _discard(path, local, err)
     if not osp.isfile(path):
         raise CheckpointError(f'checkpoint file not found: {path}')
-    try:
-        with numpy_allowed():  # for this load only: the process's allow-list is left as it was
+    with numpy_allowed():  # for this load only: the process's allow-list is left as it was
+        try:
             return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception:  # noqa: BLE001 - not weights-only: try the restricted reader below
-        pass
+        except Exception:  # noqa: BLE001 - not weights-only: the next reader's error is reported
+            pass
+    return _read_restricted(path, map_location, allow_unsafe, logger)
+
+
+def _read_restricted(path: str, map_location, allow_unsafe: bool, logger: logging.Logger):
+    """Steps 2 and 3 of :func:`read_checkpoint` (the restricted unpickler; a full unpickle only with
+    ``allow_unsafe``), for a local file the weights-only loader refused."""
     try:
         obj = torch.load(path, map_location=map_location, weights_only=False,
                          pickle_module=_RestrictedPickleModule)
+    except Exception as err:  # noqa: BLE001 - any type (see above), reported with its type
+        restricted_err = err
+    else:
         replaced = sorted(getattr(_RestrictedUnpickler, 'last_replaced', ()))
         logger.info(f'{path}: holds non-weight objects ({", ".join(replaced) or "?"}); read with a '
                     'restricted unpickler that replaces them by inert stand-ins (no code executed)')
         return obj
-    except Exception as err:  # noqa: BLE001
-        restricted_err = err
     if allow_unsafe:
         logger.warning(f'{path}: safe loading failed ({type(restricted_err).__name__}); falling '
                        'back to a FULL unpickle because allow_unsafe=True')

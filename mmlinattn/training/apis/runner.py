@@ -14,6 +14,7 @@ from ...core.weights import (
     extract_state_dict,
     read_checkpoint,
 )
+from ...core.weights.reading import CheckpointContents
 from ..datafaults import naming_unreadable_files
 from .config import ConfigError
 from .preflight.cfg_options import CfgOptionsAction, check_cfg_options
@@ -65,7 +66,10 @@ def _missing_base(path: str, seen=None) -> Optional[str]:
     seen.add(path)
     try:
         bases = Config._get_base_files(path)
-    except Exception:  # noqa: BLE001 - mmengine reports files it cannot parse itself
+    except Exception:  # noqa: BLE001 - only a better message is tried while load_config handles a
+        # FileNotFoundError: mmengine parses and evaluates the user's _base_ expression here (a
+        # SyntaxError, a NameError, a yaml / json error...), and on any failure that
+        # FileNotFoundError is raised as it is - nothing passes silently
         return None
     for base in bases:
         if '::' in base:  # mmdet:: / mmseg:: - resolved in the installed package
@@ -147,12 +151,18 @@ def add_training_hooks(cfg: Config) -> None:
     cfg.custom_hooks = hooks
 
 
-def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
+def build_runner(cfg: Config, checkpoint: Optional[str] = None,
+                 contents: Optional[CheckpointContents] = None, **check_kwargs):
     """mmengine's Runner, or the config's own ``runner_type``, whose datasets name an unreadable
     data file (:mod:`mmlinattn.training.datafaults`); with a whole-model ``checkpoint``
     (tested, ``load_from`` or resumed), the file is first checked against the Runner's model, so
     that a misfit never trains, resumes or is scored (``check_kwargs``: ``what``, ``partial``, see
-    :func:`mmlinattn.core.weights.check_model_checkpoint`)."""
+    :func:`mmlinattn.core.weights.check_model_checkpoint`).
+
+    ``contents``: the checkpoint as the tool has read it already
+    (:func:`mmlinattn.core.weights.reading.read_contents`): the check takes them, and so does the
+    Runner's own load of that file (:func:`_loading_any_runner_checkpoint`), so the file is read
+    once in the run."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
     _fresh_visualizer_name(cfg)
@@ -165,8 +175,11 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
     # the datasets this runner builds name an unreadable image / label map
     # (mmlinattn.training.datafaults)
     runner.build_dataloader = naming_unreadable_files(runner.build_dataloader)
-    # Runner checkpoints that mmengine wrote without mmlinattn.upstream_fixes load too
-    runner.load_checkpoint = _loading_any_runner_checkpoint(runner)
+    # its load takes the contents the tool has read; Runner checkpoints that mmengine wrote without
+    # mmlinattn.upstream_fixes load too
+    if contents is not None and not (checkpoint and contents.matches(checkpoint)):
+        contents = None  # another file, or the file changed since: read here
+    runner.load_checkpoint = _loading_any_runner_checkpoint(runner, contents)
     if cfg.get('default_scope') == 'mmseg':  # large images: no full-resolution logits
         from mmengine.model import is_model_wrapper
 
@@ -176,8 +189,10 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
             lean_postprocess(model)
     if checkpoint:
         try:
-            check_model_checkpoint(runner.model, checkpoint, logger=runner.logger, **check_kwargs)
-        except Exception:
+            check_model_checkpoint(runner.model, checkpoint, logger=runner.logger,
+                                   obj=contents.obj if contents is not None else None,
+                                   **check_kwargs)
+        except Exception:  # noqa: BLE001 - cleanup, then the same error raised on as it is
             _remove_log_dir(runner)  # nothing was done: leave no empty timestamped log folder
             if dumped and not dumped_before and osp.isfile(dumped):
                 os.remove(dumped)
@@ -185,33 +200,56 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None, **check_kwargs):
     return runner
 
 
-def _loading_any_runner_checkpoint(runner):
+def _loading_any_runner_checkpoint(runner, contents: Optional[CheckpointContents] = None):
     """``runner.load_checkpoint`` (``--resume``, ``load_from``, tools/test.py's checkpoint) that
-    also reads a checkpoint mmengine wrote without ``mmlinattn.upstream_fixes`` - mmdet's or mmseg's
-    own train.py on a config of theirs - which torch >= 2.6 refuses to load weights-only
-    (``Unsupported global: GLOBAL builtins.getattr``, the HistoryBuffers' methods): then read with
-    :func:`mmlinattn.core.weights.load_runner_checkpoint` (torch's weights-only loader with
-    HistoryBuffer and its own methods allowed, for that load only) and applied as mmengine's own
-    ``load_checkpoint`` applies a checkpoint."""
+
+    * takes ``contents`` - the file as the tool has read it already, the Runner's way (weights-only,
+      on the CPU) - instead of reading the file again, the first time it is asked for that file
+      (unchanged since the read) with a ``map_location`` that can be applied to tensors already read
+      (``'cpu'``, or a device such as mmengine's resume passes: the tensors are moved there, storage
+      shared as ``torch.load`` shares it); the contents are not kept after that load. Only for
+      mmengine's own ``Runner.load_checkpoint`` (another runner class loads its own way);
+    * also reads a checkpoint mmengine wrote without ``mmlinattn.upstream_fixes`` - mmdet's or
+      mmseg's own train.py on a config of theirs - which torch >= 2.6 refuses to load weights-only
+      (``Unsupported global: GLOBAL builtins.getattr``, the HistoryBuffers' methods): then read with
+      :func:`mmlinattn.core.weights.load_runner_checkpoint` (torch's weights-only loader with
+      HistoryBuffer and its own methods allowed, for that load only).
+
+    Either way the checkpoint is applied as mmengine's own ``load_checkpoint`` applies it: the
+    ``after_load_checkpoint`` hooks, ``revise_keys``, ``strict``; ``resume`` goes on from the
+    returned dict (optimizer, schedulers, message hub)."""
     import pickle
+
+    from mmengine.runner import Runner
     original = runner.load_checkpoint
+    own_load = type(runner).load_checkpoint is Runner.load_checkpoint
+    pending = [contents] if own_load and contents is not None and contents.runner_readable else []
 
     def load_checkpoint(filename, map_location='cpu', strict=False,
                         revise_keys=[(r'^module.', '')]):  # noqa: B006 - mmengine's signature
-        try:
-            return original(filename, map_location=map_location, strict=strict,
-                            revise_keys=revise_keys)
-        except pickle.UnpicklingError as err:
-            if not osp.isfile(filename):  # open-mmlab://, s3://...: mmengine's own error
-                raise
-            from mmengine.model import is_model_wrapper
-            from mmengine.runner.checkpoint import _load_checkpoint_to_model
-
-            from ...core.weights import load_runner_checkpoint
-            checkpoint = load_runner_checkpoint(filename, map_location=map_location)
-            runner.logger.info(f'{filename}: torch refused to load it weights-only '
-                               f'({str(err).strip().splitlines()[-1][:120]}); read with '
-                               "mmlinattn's Runner-checkpoint reader")
+        checkpoint = None
+        if pending and pending[0].matches(filename):
+            handed = pending.pop()
+            obj, handed.obj = handed.obj, None  # handed on: not kept for the rest of the run
+            checkpoint = on_device(obj, map_location)
+            runner.logger.info(
+                f'{filename}: ' + ('the contents read before the run, not read again' if checkpoint
+                                   is not None else f'read again for map_location={map_location!r}'
+                                   ' (not applicable to contents already read)'))
+        if checkpoint is None:
+            try:
+                return original(filename, map_location=map_location, strict=strict,
+                                revise_keys=revise_keys)
+            except pickle.UnpicklingError as err:
+                if not osp.isfile(filename):  # open-mmlab://, s3://...: mmengine's own error
+                    raise
+                from ...core.weights import load_runner_checkpoint
+                checkpoint = load_runner_checkpoint(filename, map_location=map_location)
+                runner.logger.info(f'{filename}: torch refused to load it weights-only '
+                                   f'({str(err).strip().splitlines()[-1][:120]}); read with '
+                                   "mmlinattn's Runner-checkpoint reader")
+        from mmengine.model import is_model_wrapper
+        from mmengine.runner.checkpoint import _load_checkpoint_to_model
         runner.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         checkpoint = _load_checkpoint_to_model(model, checkpoint, strict, revise_keys=revise_keys)
@@ -220,6 +258,47 @@ def _loading_any_runner_checkpoint(runner):
         return checkpoint
 
     return load_checkpoint
+
+
+def on_device(obj, map_location):
+    """``obj`` - a checkpoint read on the CPU - as ``torch.load(..., map_location=map_location)``
+    would have returned it: as it is for the CPU; for another device (a ``str`` or
+    ``torch.device``) every tensor moved there, in place in its dict / list, tensors that shared a
+    storage sharing the moved one. ``None`` for a ``map_location`` that depends on where each
+    tensor was saved (a function, a dict, ``None``): the file must be read with it."""
+    if not isinstance(map_location, (str, torch.device)):
+        return None
+    device = torch.device(map_location)
+    if device.type == 'cpu':
+        return obj
+    return _moved(obj, device, {})
+
+
+def _moved(obj, device, storages):
+    if isinstance(obj, torch.Tensor):
+        if obj.layout != torch.strided:
+            return obj.to(device)
+        storage = obj.untyped_storage()
+        key = storage.data_ptr() if storage.nbytes() else None
+        new = storages.get(key) if key is not None else None
+        if new is None:  # as torch.load's restore: a storage of the size on the device, copied
+            new = torch.empty(storage.nbytes(), dtype=torch.uint8, device=device).untyped_storage()
+            new.copy_(storage)
+            if key is not None:
+                storages[key] = new
+        moved = torch.empty(0, dtype=obj.dtype, device=device).set_(
+            new, obj.storage_offset(), obj.size(), obj.stride())
+        if isinstance(obj, torch.nn.Parameter):
+            return torch.nn.Parameter(moved, requires_grad=obj.requires_grad)
+        return moved.requires_grad_(obj.requires_grad)
+    if isinstance(obj, dict):
+        for k in list(obj):
+            obj[k] = _moved(obj[k], device, storages)
+    elif isinstance(obj, list):
+        obj[:] = [_moved(v, device, storages) for v in obj]
+    elif type(obj) is tuple:
+        return tuple(_moved(v, device, storages) for v in obj)
+    return obj
 
 
 def _remove_log_dir(runner) -> None:

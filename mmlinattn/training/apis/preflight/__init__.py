@@ -16,18 +16,22 @@ in one order, each stage only when the ones before it passed:
 3. the files' contents: COCO annotation files (:mod:`.coco`) and segmentation label maps
    (:mod:`.segmentation`);
 4. the model: the neck's / heads' ``in_channels`` against the backbone's channels
-   (:mod:`.channels`).
+   (:mod:`.channels`), on the backbone built once on the ``meta`` device (:mod:`.backbone`).
+
+It returns a :class:`Preflight`: the views and that :class:`~.backbone.MetaBackbone`, which
+tools/train.py hands to :func:`.checkpoints.prepare_checkpoints` (the backbone is not built again).
 
 Beside it: :mod:`.cfg_options` checks ``--cfg-options`` when the config is loaded, and
 :mod:`.checkpoints` the files a training run will load (tools/train.py, after :func:`preflight`).
 """
 import os.path as osp
-from typing import Sequence
+from typing import List, NamedTuple, Sequence
 
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 
 from ..config import ConfigError
+from .backbone import MetaBackbone
 from .cfg_options import CfgOptionsAction, check_cfg_options
 from .channels import check_model_channels
 from .classes import check_num_classes
@@ -36,7 +40,8 @@ from .datasets import DatasetView, check_dataset_args, check_format_only, datase
 from .schedules import check_param_schedulers
 from .segmentation import SEG_CHECK_ALL_MAX, SEG_CHECK_SAMPLE, check_seg_annotations
 
-__all__ = ['preflight', 'DatasetView', 'dataset_views', 'CfgOptionsAction', 'check_cfg_options',
+__all__ = ['preflight', 'Preflight', 'MetaBackbone', 'DatasetView', 'dataset_views',
+           'CfgOptionsAction', 'check_cfg_options',
            'check_paths', 'check_contents', 'check_coco_annotations', 'check_seg_annotations',
            'check_dataset_args', 'check_param_schedulers',
            'check_model_channels', 'check_num_classes', 'COCO_CHECK_MAX_BYTES',
@@ -45,10 +50,18 @@ __all__ = ['preflight', 'DatasetView', 'dataset_views', 'CfgOptionsAction', 'che
 ALL_LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
 
-def preflight(cfg: Config, loaders: Sequence[str] = ALL_LOADERS) -> None:
+class Preflight(NamedTuple):
+    """What :func:`preflight` found, for the checks that come after it: the dataset views and the
+    config's backbone on the ``meta`` device (built once, at the channels check)."""
+    views: List[DatasetView]
+    backbone: MetaBackbone
+
+
+def preflight(cfg: Config, loaders: Sequence[str] = ALL_LOADERS) -> Preflight:
     """Check ``cfg`` for a run that reads the dataloaders ``loaders``, in the order of the module's
     docstring (config, paths, contents, model); the first stage that fails raises
     :class:`ConfigError`."""
+    backbone = MetaBackbone(cfg)
     views = dataset_views(cfg, tuple(loaders))
     check_dataset_args(views)
     if 'train_dataloader' in loaders:
@@ -57,7 +70,8 @@ def preflight(cfg: Config, loaders: Sequence[str] = ALL_LOADERS) -> None:
     check_num_classes(cfg, views=views)
     check_paths(views)
     check_contents(cfg, views)
-    check_model_channels(cfg)
+    check_model_channels(cfg, backbone)
+    return Preflight(views, backbone)
 
 
 def check_paths(views: Sequence[DatasetView]) -> None:

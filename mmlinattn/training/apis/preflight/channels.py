@@ -1,35 +1,24 @@
 """Channels pre-flight: the neck's (or heads') ``in_channels`` against what our backbone returns."""
-import copy
+from typing import Optional
 
-import torch
 from mmengine.config import Config
 
-from ..config import ConfigError, model_registry
+from ..config import ConfigError
+from .backbone import MetaBackbone, model_cfg
 
 
-def check_model_channels(cfg: Config) -> None:
+def check_model_channels(cfg: Config, backbone: Optional[MetaBackbone] = None) -> None:
     """Before the first forward: the neck's ``in_channels`` (or, without a neck, the
     decode/auxiliary heads' ``in_channels`` at their ``in_index``) must equal the channels our
     backbone returns for its ``out_indices``; else :class:`ConfigError` names both keys and both
-    values. The backbone is built on the ``meta`` device (no memory, no init); backbones of other
-    packages are left to their heads."""
-    model = cfg.get('model')
-    if not isinstance(model, dict) or not isinstance(model.get('backbone'), dict):
+    values. The backbone is built on the ``meta`` device (no memory, no init; ``backbone``: the
+    run's :class:`MetaBackbone`, shared with the checkpoint pre-flight); backbones of other packages
+    are left to their heads."""
+    model = model_cfg(cfg)
+    if model is None:
         return
-    if 'module' in model and isinstance(model['module'], dict):  # a TTA wrapper
-        model = model['module']
-    bb_cfg = copy.deepcopy(model['backbone'])
-    if isinstance(bb_cfg, dict):
-        bb_cfg['init_cfg'] = None
-    try:
-        models = model_registry(cfg)
-        with torch.device('meta'):
-            backbone = models.build(bb_cfg)
-    except ValueError as e:  # our range checks (arch, out_indices, ...) - already a clear message
-        raise ConfigError(f'model.backbone: {e}') from None
-    except Exception:  # noqa: BLE001 - the Runner's own build reports other problems
-        return
-    if not type(backbone).__module__.startswith('mmlinattn'):
+    backbone = (backbone or MetaBackbone(cfg)).ours()
+    if backbone is None:
         return
     channels = list(backbone.num_features)
     out_key = f'model.backbone.out_indices={list(backbone.out_indices)}'

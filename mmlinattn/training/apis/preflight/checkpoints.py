@@ -12,90 +12,83 @@ exists.
 - ``load_from`` holding backbone weights only (no ``backbone.`` key, e.g. the output of
   ``tools/model_converters/convert_authors_checkpoint.py``) is moved to the backbone's ``init_cfg``:
   mmengine's ``load_from`` loads a file into the whole model by key, so such a file would load
-  nothing; the file is read once, on the ``meta`` device, for both the detection and the fit.
+  nothing.
+
+``load_from`` (or the ``--resume`` file) is read once, on the CPU, the way the Runner reads it
+(:func:`mmlinattn.core.weights.reading.read_contents`): the backbone-only test, the fit, the
+whole-model check against the Runner's model and the Runner's own load all take those contents
+(:func:`~mmlinattn.training.apis.build_runner`). The backbone is the run's one
+:class:`~.backbone.MetaBackbone`, shared with the channels check.
 
 The fit is :func:`mmlinattn.core.weights.fitting.fit_backbone_checkpoint`, the code the backbone's
 ``load_pretrained`` runs, with ``check_only=True``.
 """
-import copy
 import logging
 from typing import Optional
 
-import torch
 from mmengine.config import Config
 
-from ....core.weights import (
-    CheckpointError,
-    extract_state_dict,
-    is_url,
-    local_checkpoint,
-    read_checkpoint,
-)
+from ....core.weights import CheckpointError, extract_state_dict, is_url, local_checkpoint
 from ....core.weights.fitting import fit_backbone_checkpoint
-from ..config import model_registry
+from ....core.weights.reading import CheckpointContents, read_contents
+from .backbone import MetaBackbone, model_cfg
 
 
-def _model_cfg(cfg: Config) -> Optional[dict]:
-    model = cfg.get('model')
-    if isinstance(model, dict) and isinstance(model.get('module'), dict):  # a TTA wrapper
-        model = model['module']
-    if isinstance(model, dict) and isinstance(model.get('backbone'), dict):
-        return model
-    return None
-
-
-def _build_backbone(cfg: Config, bb_cfg: dict):
-    """Our backbone built from ``bb_cfg`` on the meta device (no memory, no init); ``None`` for a
-    backbone of another package or one that does not build (the Runner reports that itself)."""
-    bb_cfg = copy.deepcopy(bb_cfg)
-    bb_cfg['init_cfg'] = None
-    try:
-        with torch.device('meta'):
-            backbone = model_registry(cfg).build(bb_cfg)
-    except Exception:  # noqa: BLE001 - other pre-flights / the Runner name config problems
-        return None
-    if not hasattr(backbone, 'authors_layout') or \
-            not type(backbone).__module__.startswith('mmlinattn'):
-        return None
-    return backbone
+def _ours_with_layout(backbone: MetaBackbone):
+    """The run's meta backbone if it is ours with an authors' layout (what the fit needs)."""
+    module = backbone.ours()
+    return module if module is not None and hasattr(module, 'authors_layout') else None
 
 
 def prepare_checkpoints(cfg: Config, resume: bool = False,
-                        logger: Optional[logging.Logger] = None) -> None:
+                        logger: Optional[logging.Logger] = None, *,
+                        backbone: Optional[MetaBackbone] = None,
+                        contents: Optional[CheckpointContents] = None
+                        ) -> Optional[CheckpointContents]:
     """The checkpoint pre-flight of a training run (see the module's docstring); changes ``cfg`` in
     place (``load_from`` URL -> cached file; a backbone-only ``load_from`` -> the backbone's
-    ``init_cfg``). Raises :class:`CheckpointError` (one line) for a file that does not fit."""
+    ``init_cfg``). Raises :class:`CheckpointError` (one line) for a file that does not fit or does
+    not read.
+
+    ``backbone``: the run's :class:`MetaBackbone` (the pre-flight's, so the backbone is built once;
+    else one is made here). ``contents``: ``load_from`` as the caller has read it already (the
+    ``--resume`` file). Returns the contents of the ``load_from`` the Runner will load - read here
+    once, on the CPU, unless given - for :func:`~mmlinattn.training.apis.build_runner` to hand on
+    (None when the Runner loads no file)."""
     if logger is None:
         from mmengine.logging import MMLogger
         logger = MMLogger.get_current_instance()
+    backbone = backbone or MetaBackbone(cfg, logger)
     if is_url(cfg.get('load_from')):
         cfg.load_from = local_checkpoint(cfg.load_from, logger=logger)
-    model = _model_cfg(cfg)
-    if model is None:
-        return
-    backbone = None
-    init = model['backbone'].get('init_cfg')
+    model = model_cfg(cfg)
+    init = model['backbone'].get('init_cfg') if model is not None else None
     if isinstance(init, dict) and init.get('type') == 'Pretrained' and init.get('checkpoint'):
-        backbone = _build_backbone(cfg, model['backbone'])
-        if backbone is not None:
+        ours = _ours_with_layout(backbone)
+        if ours is not None:
             try:
-                fit_backbone_checkpoint(backbone, init['checkpoint'], check_only=True,
+                fit_backbone_checkpoint(ours, init['checkpoint'], check_only=True,
                                         use_ema=init.get('use_ema', False),
                                         prefix=init.get('prefix', ''),
                                         allow_unsafe=init.get('allow_unsafe', False), logger=logger)
             except CheckpointError as e:
                 raise CheckpointError(f'model.backbone.init_cfg.checkpoint: {e}') from None
     load_from = cfg.get('load_from')
-    if resume or not load_from:
-        return
-    obj = read_checkpoint(load_from, map_location='meta', logger=logger)  # read once, fitted below
-    if any(k.startswith('backbone.') for k in extract_state_dict(obj, path=load_from)):
-        return  # a whole detector/segmentor: checked against the Runner's model when it is built
-    backbone = backbone or _build_backbone(cfg, model['backbone'])
-    if backbone is None:
-        return
+    if not load_from:
+        return None
+    if contents is None or not contents.matches(load_from):
+        # read once, here: the backbone-only test below, the whole-model check against the
+        # Runner's model and the Runner's own load all take these contents
+        contents = read_contents(load_from, foreign=not resume, logger=logger)
+    if resume or model is None:
+        return contents
+    if any(k.startswith('backbone.') for k in extract_state_dict(contents.obj, path=load_from)):
+        return contents  # a whole detector/segmentor: checked against the Runner's model when built
+    ours = _ours_with_layout(backbone)
+    if ours is None:
+        return contents
     try:
-        report = fit_backbone_checkpoint(backbone, load_from, obj=obj, check_only=True,
+        report = fit_backbone_checkpoint(ours, load_from, obj=contents.obj, check_only=True,
                                          logger=logger)
     except CheckpointError as e:
         raise CheckpointError(
@@ -108,3 +101,4 @@ def prepare_checkpoints(cfg: Config, resume: bool = False,
         f'the output of convert_authors_checkpoint.py): loading them into model.backbone, as '
         f'model.backbone.init_cfg=dict(type="Pretrained", checkpoint=...); the neck and heads are '
         f'initialised as the config says')
+    return None
