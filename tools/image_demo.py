@@ -70,7 +70,8 @@ def image_list(path):
     for f in files:
         try:
             img = mmcv.imread(f)
-        except Exception:  # noqa: BLE001 - any decoder error means the same to the user
+        except Exception:  # noqa: BLE001 - mmcv.imread's decoders only (cv2 returns None, PIL and
+            # turbojpeg raise types of their own): every such file is listed as unreadable below
             img = None
         if img is None:
             unreadable.append(f)

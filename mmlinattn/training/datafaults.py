@@ -43,7 +43,9 @@ def unreadable(path: str) -> Optional[str]:
     try:
         with Image.open(path) as im:
             im.load()
-    except Exception as e:  # noqa: BLE001 - any decoder error means the same to the user
+    except Exception as e:  # noqa: BLE001 - PIL's decoders only: a damaged file raises OSError,
+        # SyntaxError, ValueError, struct.error, DecompressionBombError...; each is the answer
+        # (named with its type), none passes silently
         return f'{type(e).__name__}: {e}'
     return None
 
@@ -69,11 +71,12 @@ class NamedPrepare:
             return type(ds).prepare_data(ds, idx)
         except DataFileError:
             raise
-        except Exception as error:  # noqa: BLE001 - re-raised unless a file is found unreadable
+        except Exception as error:  # noqa: BLE001 - inspected, then re-raised as it is (bare raise
+            # below) unless a file of the sample is found unreadable (DataFileError from it)
             try:
                 info = ds.get_data_info(idx)
-            except Exception:  # noqa: BLE001 - the sample's record itself fails: the first error
-                raise error
+            except Exception:  # noqa: BLE001 - the sample's record itself fails: the first error is
+                raise error  # raised (this one chained to it as its context), nothing swallowed
             for key, what in SAMPLE_FILES:
                 path = info.get(key) if isinstance(info, dict) else None
                 reason = unreadable(path) if isinstance(path, str) else None

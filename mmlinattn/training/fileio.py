@@ -58,8 +58,10 @@ def checkpoint_write_error(checkpoint, filename: str, error: OSError) -> Checkpo
         with io.BytesIO() as buf:
             torch.save(checkpoint, buf)
             needed = f'{buf.tell():,} bytes'
-    except Exception:  # noqa: BLE001
-        needed = 'unknown bytes'
+    except Exception as e:  # noqa: BLE001 - only the size in the message of the write error being
+        # reported: whatever torch.save raises (an object that does not pickle: PicklingError,
+        # TypeError, AttributeError) must not replace that error, so it is named in it instead
+        needed = f'unknown bytes: it does not serialise, {type(e).__name__}: {str(e)[:120]}'
     try:
         free = f'{shutil.disk_usage(folder).free:,} bytes free'
     except OSError:

@@ -139,7 +139,8 @@ def worker(config: str, ref: Optional[str], warmup: int = 3) -> None:
             res = measure_one(config, ref, 'cuda', amp, None, warmup)
         except torch.cuda.OutOfMemoryError as e:
             res = dict(error=f'out of memory: {str(e).splitlines()[0][:120]}')
-        except Exception as e:  # reported in the table
+        except Exception as e:  # noqa: BLE001 - one config of a report over many, in its own
+            # process: any failure is written into its row (type and message), the others go on
             res = dict(error=f'{type(e).__name__}: {str(e).splitlines()[0][:120]}')
         print('RESULT ' + json.dumps(dict(res, amp=amp)), flush=True)
         gc.collect()

@@ -77,14 +77,26 @@ def _built_class(cfg, parent: str, node):
         return None
     if inspect.isclass(kind):
         return kind
+    if not isinstance(kind, str):
+        return None  # a function or another callable: no class signature to check against
     import mmengine.registry as registries
+    root = getattr(registries, registry)  # our table names mmengine's registries
     try:
-        root = getattr(registries, registry)
         with root.switch_scope_and_registry(cfg.get('default_scope')) as reg:
             cls = reg.get(kind)
-    except Exception:  # noqa: BLE001 - an unknown type is reported when the object is built
+    except ImportError as e:  # a module the registry imports for the lookup (a toolbox's) fails
+        _not_checked(parent, kind, f'cannot be looked up ({type(e).__name__}: {e})')
         return None
+    if cls is None:  # the Runner stops at it with the registry's own error
+        _not_checked(parent, kind, f'is not in the {registry} registry')
     return cls if inspect.isclass(cls) else None
+
+
+def _not_checked(parent: str, kind: str, why: str) -> None:
+    from mmengine.logging import MMLogger
+    MMLogger.get_current_instance().warning(
+        f'--cfg-options: the keys given under {parent} are not checked against its class: '
+        f'{parent}.type={kind!r} {why}')
 
 
 def _accepted_keys(cls):

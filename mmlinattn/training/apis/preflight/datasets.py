@@ -78,15 +78,33 @@ def dataset_cfgs(cfg: Config, which: Sequence[str]):
             yield key, ds
 
 
-def dataset_class(cfg: Config, ds: dict):
-    """The class of a dataset config in the config's toolbox (``None`` if it cannot be found)."""
+def dataset_class(cfg: Config, ds: dict, key: str = 'dataset'):
+    """The class of a dataset config (``key``: where it is, for the message) in the config's
+    toolbox. ``None`` if it cannot be found - the toolbox's registry does not import, or does not
+    know the type - and a warning says that the dataset's checks are skipped (the Runner stops at
+    it with the registry's own error)."""
+    kind = ds.get('type')
+    if not isinstance(kind, str):
+        return kind  # a class (or nothing) given in the config itself
+    scope = cfg.default_scope
     try:
-        reg = importlib.import_module(cfg.default_scope + '.registry').DATASETS
-        from mmengine.registry import init_default_scope
-        init_default_scope(cfg.default_scope)
-        return reg.get(ds['type']) if isinstance(ds.get('type'), str) else ds.get('type')
-    except Exception:  # noqa: BLE001 - an unknown type fails later with the registry's own error
+        reg = importlib.import_module(scope + '.registry').DATASETS
+    except ImportError as e:  # the toolbox not installed, or broken
+        _skipped(key, f'{scope}.registry does not import ({type(e).__name__}: {e})')
         return None
+    from mmengine.registry import init_default_scope
+    init_default_scope(scope)
+    cls = reg.get(kind)
+    if cls is None:
+        _skipped(key, f"type={kind!r} is not in {scope}'s DATASETS registry")
+    return cls
+
+
+def _skipped(key: str, why: str) -> None:
+    from mmengine.logging import MMLogger
+    MMLogger.get_current_instance().warning(
+        f'pre-flight: {key}: {why}; its arguments, classes and annotation files are not checked '
+        'before the Runner builds it')
 
 
 def dataset_views(cfg: Config, which: Sequence[str]) -> List[DatasetView]:
@@ -94,7 +112,7 @@ def dataset_views(cfg: Config, which: Sequence[str]) -> List[DatasetView]:
     only place the pre-flight resolves a dataset's class and classes."""
     views = []
     for key, ds in dataset_cfgs(cfg, which):
-        cls = dataset_class(cfg, ds)
+        cls = dataset_class(cfg, ds, key)
         meta = ds.get('metainfo') or {}
         classes = list(meta['classes']) if meta.get('classes') else \
             list(getattr(cls, 'METAINFO', {}).get('classes', ())) or None

@@ -24,6 +24,11 @@ def _seg_num_classes(cfg: Config, view: DatasetView) -> Optional[int]:
     return len(view.classes) if view.classes else None
 
 
+#: what an mmseg dataset raises for files or settings it cannot list (a folder or annotation file it
+#: cannot read, a ``metainfo`` its classes do not cover, its own asserts); anything else is raised
+SEG_LISTING_ERRORS = (OSError, ValueError, KeyError, AssertionError)
+
+
 def check_seg_annotations(cfg: Config, view: DatasetView, logger=None) -> None:
     """Segmentation pre-flight: every (image, label map) pair the dataset ``view`` lists has the
     same size, and every label value - after ``reduce_zero_label`` and ``label_map``, as mmseg's
@@ -44,7 +49,10 @@ def check_seg_annotations(cfg: Config, view: DatasetView, logger=None) -> None:
         ds = cls(**{k: v for k, v in ds_cfg.items() if k != 'type' and not k.startswith('_')},
                  lazy_init=True)
         infos = ds.load_data_list()
-    except Exception:  # noqa: BLE001 - listing failed: the dataset raises its own error when built
+    except SEG_LISTING_ERRORS as e:  # the dataset raises it again when the Runner builds it
+        first = (str(e).strip().splitlines() or [''])[0][:200]
+        logger.warning(f'pre-flight: {key}: label maps not checked - {cls.__name__} does not list '
+                       f'its samples ({type(e).__name__}: {first}); the Runner builds it next')
         return
     if not infos:
         prefix = ds_cfg.get('data_prefix', {})
@@ -85,14 +93,16 @@ def check_seg_annotations(cfg: Config, view: DatasetView, logger=None) -> None:
         try:
             with Image.open(info['img_path']) as im:
                 img_wh = im.size
-        except Exception as e:  # noqa: BLE001 - any decoder error means the same to the user
+        except Exception as e:  # noqa: BLE001 - PIL's decoders only, whose type varies: listed below
             unread.append(f'{info["img_path"]}: {type(e).__name__}: {e}')
             continue
         try:
             with Image.open(seg_path) as lab:
                 lab_wh = lab.size
                 values = np.unique(np.asarray(lab))  # decodes the whole map: a truncated one fails
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - PIL's decoders: a damaged file raises OSError,
+            # SyntaxError, ValueError, struct.error, DecompressionBombError... - each one is listed
+            # with its type as an unreadable file (and stops the run), none passes silently
             unread.append(f'{seg_path}: {type(e).__name__}: {e}')
             continue
         if img_wh != lab_wh:
