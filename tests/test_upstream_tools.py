@@ -7,8 +7,9 @@ mmengine's ``Config.fromfile`` imports it while it reads the file, so the tools 
 without an environment variable or a ``--cfg-options`` (which could not help anyway: the tools merge
 ``--cfg-options`` after ``Config.fromfile`` has done the imports).
 
-Two mmseg 1.2.2 tools fail on their own side; each failure is pinned by a test (so that the README's
-note goes stale loudly when upstream or a compat patch fixes it) and the workaround is tested:
+Two mmseg 1.2.2 tools fail on their own side; each failure is pinned by a test (so that
+docs/user_guide.md's note goes stale loudly when upstream or a compat patch fixes it) and the
+workaround is tested:
 
 * ``browse_dataset`` crashes in ``SegLocalVisualizer._draw_sem_seg`` on any config: it builds its
   mask with ``np.zeros_like`` of the tool's permuted (non-contiguous) image and OpenCV refuses to
@@ -48,7 +49,7 @@ MIM = shutil.which('mim', path=osp.dirname(sys.executable)) or shutil.which('mim
 pytestmark = pytest.mark.skipif(MIM is None,
                                 reason='openmim (requirements/tests.txt) is not installed')
 
-# the mmseg 1.2.2 failures documented in the README (see the module docstring)
+# the mmseg 1.2.2 failures documented in docs/user_guide.md (see the module docstring)
 SEG_BROWSE_ERROR = 'Layout of the output array img is incompatible with cv::Mat'
 SEG_CM_ERROR = "KeyError: 'classes'"
 
@@ -197,7 +198,8 @@ def test_mmdet_browse_dataset(root):
 
 def test_mmseg_browse_dataset_fails_upstream(root):
     """mmseg 1.2.2's browse_dataset crashes in its visualizer on any config (mmsegmentation#3405).
-    When this test fails, upstream (or a compat patch) fixed it: update the README's tools table."""
+    When this test fails, upstream (or a compat patch) fixed it: update "Known upstream problems"
+    in docs/user_guide.md."""
     rc, out = mim(root, 'mmseg', 'analysis_tools:browse_dataset', SEG_CFG, '--output-dir',
                   'browse_seg_plain', '--not-show')
     assert rc != 0 and SEG_BROWSE_ERROR in out and '_draw_sem_seg' in out, out[-3000:]
@@ -271,7 +273,8 @@ def seg_predictions(root):
 
 def test_mmseg_confusion_matrix_fails_upstream_on_a_basesegdataset_config(root, seg_predictions):
     """mmseg 1.2.2 takes the classes from ``dataset.METAINFO`` (the class attribute), empty for
-    BaseSegDataset configs. When this test fails, update the README's tools table."""
+    BaseSegDataset configs. When this test fails, update "Known upstream problems" in
+    docs/user_guide.md."""
     rc, out = mim(root, 'mmseg', 'confusion_matrix', SEG_CFG, seg_predictions, 'cm_seg_plain')
     assert rc != 0 and SEG_CM_ERROR in out and 'METAINFO' in out, out[-3000:]
 

@@ -24,7 +24,7 @@ Every flag of mmdet's, mmseg's and mmpretrain's own ``tools/test.py``, with the 
 Ours only: ``--json-prefix`` writes COCO-format result files (``PREFIX.bbox.json`` /
 ``PREFIX.segm.json``) for detection configs; checkpoints are loaded weights-only, and the config,
 data and checkpoint are checked first (one line on stderr, exit 2). Test-server submissions (COCO
-test-dev, the ADE20K test set): README.md "Test-server submission".
+test-dev, the ADE20K test set): docs/user_guide.md "7. Test-server submission".
 """
 import argparse
 import logging

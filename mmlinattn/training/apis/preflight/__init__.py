@@ -94,8 +94,9 @@ def check_paths(views: Sequence[DatasetView]) -> None:
         raise ConfigError(
             'dataset paths do not exist:\n  ' + '\n  '.join(problems) +
             '\nFix them with --cfg-options (e.g. --cfg-options '
-            'train_dataloader.dataset.data_root=/path/to/data/), or see README.md "Data" for the '
-            'expected layout (python tools/misc/make_toy_datasets.py writes a small one).')
+            'train_dataloader.dataset.data_root=/path/to/data/), or see docs/user_guide.md '
+            '"4. Data" for the expected layout (python tools/misc/make_toy_datasets.py writes a '
+            'small one).')
 
 
 def check_contents(cfg: Config, views: Sequence[DatasetView]) -> None:

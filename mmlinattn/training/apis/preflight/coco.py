@@ -47,7 +47,8 @@ def check_coco_annotations(path: str, logger=None, classes=None, filter_cfg=None
             hint = '' if ev.startswith('train') or ev == ds_key.split('.', 1)[0] else (
                 '. An image-info file (images and categories only, as COCO test-dev) has no '
                 f'labels to score: to write a test-server submission set {ev}.format_only=True '
-                f'and {ev}.outfile_prefix=DIR/NAME (README.md "Test-server submission")')
+                f'and {ev}.outfile_prefix=DIR/NAME (docs/user_guide.md "7. Test-server '
+                'submission")')
             raise ConfigError(f'{path}: no "annotations" list - not a COCO instances file' + hint)
         data['annotations'] = []
     image_ids = set()

@@ -167,4 +167,4 @@ def _check_labels_present(view: DatasetView, infos) -> None:
         raise ConfigError(
             f'{key} {why} but {ev_key} computes metrics from them. For a test set without labels '
             f'(a test-server submission) set {ev_key}.format_only=True and {ev_key}.output_dir=DIR '
-            '(or tools/test.py --out DIR); README.md "Test-server submission"')
+            '(or tools/test.py --out DIR); docs/user_guide.md "7. Test-server submission"')
