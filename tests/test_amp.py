@@ -1,13 +1,15 @@
 """--amp, the precision the authors trained with: one AmpOptimWrapper training step per backbone
-family against fp32 on a GPU. mmengine's AmpOptimWrapper refuses the CPU, so without CUDA this is
-skipped (the CPU numerics of fp16 / bf16 autocast are tested in test_backbones.py and
-test_ops.py)."""
+family against fp32 on a GPU. mmengine's AmpOptimWrapper refuses the CPU, so without CUDA that test
+is skipped (the CPU numerics of fp16 / bf16 autocast are tested in test_backbones.py, test_ops.py
+and test_core_grads.py). On the CPU: what the linear cores keep for the backward of a tiny
+backbone's training step under bf16 autocast."""
 import os.path as osp
 
 import pytest
 import torch
 from mmengine.config import Config
 
+from mmlinattn.core.models import backbones
 from mmlinattn.core.registry import model_registry
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -17,10 +19,42 @@ CASES = ['inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py',
 # stated tolerance: the fp16 loss of the same model and batch within 2 % of the fp32 loss
 REL_TOL = 2e-2
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason='--amp needs a CUDA GPU (mmengine AmpOptimWrapper)')
+CORE_NODES = ('InlineAttentionFunctionBackward', 'MalaAttentionFunctionBackward')
 
 
+@pytest.mark.parametrize('name', ['InLinePVT', 'InLineSwin', 'MAViT'])
+def test_cpu_bf16_autocast_cores_keep_half_activations(name):
+    """A tiny backbone's training step under CPU bf16 autocast: every InLine / MALA core keeps the
+    q, k, v it was given, in bfloat16 (no float32 copies; they are what the Functions save first),
+    and its small states in float32; the gradients are finite."""
+    torch.manual_seed(0)
+    model = getattr(backbones, name)(arch='tiny', drop_path_rate=0.0)
+    model.init_weights()
+    model.train()
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        outs = model(torch.randn(1, 3, 64, 64))
+    loss = sum(o.float().mean() for o in outs)
+    nodes, seen, stack = [], set(), [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__ in CORE_NODES:
+            nodes.append(node)
+        stack.extend(f for f, _ in node.next_functions)
+    assert nodes
+    for node in nodes:
+        saved = [t for t in node.saved_tensors if t is not None]
+        assert all(t.dtype == torch.bfloat16 for t in saved[:3])
+        assert all(t.dtype == torch.float32 for t in saved[3:])
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason='--amp needs a CUDA GPU (mmengine AmpOptimWrapper)')
 @pytest.mark.parametrize('path', CASES, ids=lambda p: p.split('/')[0])
 def test_amp_step_matches_fp32(path):
     from mmengine.model import revert_sync_batchnorm

@@ -114,12 +114,12 @@ def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
     phi = get_kernel(kernel)
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
-        q, k, v = _float32(q, k, v)
         if _use_function(q, k, v):
-            out = InlineAttentionFunction.apply(q, k, v, kernel, s, CHUNK_TOKENS)
-        else:
-            out = inline_forward(q, k, v, phi, s, _step(q, k, v))[0]
-        return out.to(out_dtype)
+            # q, k, v as they come: the Function saves them in their dtype (half under autocast)
+            # and computes in float32 itself; its output is in v's dtype
+            return InlineAttentionFunction.apply(q, k, v, kernel, s, CHUNK_TOKENS)
+        q, k, v = _float32(q, k, v)
+        return inline_forward(q, k, v, phi, s, _step(q, k, v))[0].to(out_dtype)
 
 
 def inline_attention_matrix(q: Tensor, k: Tensor, kernel: str = 'identity',
@@ -155,17 +155,17 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
     s = _scale(q, scale)
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
-        q, k, v = _float32(q, k, v)
-        if rope is not None:
-            rope = tuple(t.to(q.dtype) for t in rope)
+        if rope is not None:  # in the dtype of the math: float32 for half q
+            dtype = torch.float32 if q.dtype in _LOW_PRECISION else q.dtype
+            rope = tuple(t.to(dtype) for t in rope)
         if _use_function(q, k, v) and not (rope is not None and _needs_grad(*rope)):
+            # q, k, v as they come (see inline_attention)
             sin, cos = (None, None) if rope is None else rope
-            out = MalaAttentionFunction.apply(q, k, v, sin, cos, s, eps, beta, gamma,
-                                              CHUNK_TOKENS)
-        else:
-            step = _step(q, k, v)
-            out = mala_forward(q, k, v, s, rope, eps, beta, gamma, step)[0]
-        return out.to(out_dtype)
+            return MalaAttentionFunction.apply(q, k, v, sin, cos, s, eps, beta, gamma,
+                                               CHUNK_TOKENS)
+        q, k, v = _float32(q, k, v)
+        step = _step(q, k, v)
+        return mala_forward(q, k, v, s, rope, eps, beta, gamma, step)[0].to(out_dtype)
 
 
 def mala_attention_matrix(q: Tensor, k: Tensor, scale: Optional[float] = None,

@@ -29,7 +29,15 @@ MALA (phi = ELU + 1, phi' = min(phi, 1)), forward with ``kv = c (R K')^T V``, ``
 
 (``b * num = (R P) kv`` scaled per row, so ``db_i = G_i . num_i = (R P)_i . M_i``: num is never
 stored.) The forward runs without autograd, so it takes the chunked, in-place inference path.
+
+Precision: the Functions take q, k, v in any floating dtype and save them as they come, so under
+autocast (bf16 / fp16 projections) they keep half-precision activations, not float32 copies of
+them. Both passes compute in float32 for half inputs (float32 / float64 ones as they are): the
+forward upcasts its inputs, the backward its saved tensors and the incoming gradient, each pass with
+autocast off. The output comes in v's dtype and each gradient in its input's dtype. The small
+states (d x d, d x 1, MALA's z, N x 1) are kept in float32.
 """
+import functools
 from typing import Optional, Tuple
 
 import torch
@@ -252,41 +260,112 @@ def mala_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, kv: Tensor, zvec: 
     return dq, dk.mul_(slope), dv_
 
 
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _float32(t: Optional[Tensor]) -> Optional[Tensor]:
+    """A half tensor as a float32 copy (the cores' math), any other (or None) as it is."""
+    return t.float() if t is not None and t.dtype in _LOW_PRECISION else t
+
+
+@functools.lru_cache(maxsize=None)
+def _autocast_marked(fn, device_type: str, backward: bool):
+    """``fn`` (a Function's ``forward`` or ``backward`` body) marked for autocast as torch
+    recommends: ``custom_fwd`` / ``custom_bwd`` for ``device_type``, so that the backward runs in
+    the autocast state the forward ran in. Our forward always runs with autocast off (the Functions
+    turn it off before the mark records it), so the backward does too, also when ``.backward()`` is
+    called inside an autocast region.
+
+    Without ``cast_inputs``: with ``cast_inputs=torch.float32`` the mark would hand the forward
+    float32 copies of q, k, v under autocast and those copies would be what is saved; the forward
+    upcasts for its math itself and saves the inputs. torch >= 2.4 has ``torch.amp.custom_fwd``
+    for every device type; older torch has only ``torch.cuda.amp``'s, for CUDA, and other devices
+    get the same effect here: the backward under autocast off."""
+    amp = getattr(torch, 'amp', None)
+    if hasattr(amp, 'custom_fwd'):  # torch >= 2.4
+        mark = amp.custom_bwd if backward else amp.custom_fwd
+        return mark(fn, device_type=device_type)
+    if device_type == 'cuda':  # torch < 2.4
+        return (torch.cuda.amp.custom_bwd if backward else torch.cuda.amp.custom_fwd)(fn)
+    if not backward:
+        return fn
+
+    @functools.wraps(fn)
+    def autocast_off(ctx, *args):
+        with torch.autocast(device_type=device_type, enabled=False):
+            return fn(ctx, *args)
+    return autocast_off
+
+
+def _forward(body, ctx, q: Tensor, *args):
+    """``body(ctx, q, *args)`` with autocast off, marked for q's device type."""
+    ctx.device_type = q.device.type
+    with torch.autocast(device_type=ctx.device_type, enabled=False):
+        return _autocast_marked(body, ctx.device_type, False)(ctx, q, *args)
+
+
+def _inline_forward_body(ctx, q, k, v, kernel: str, scale: float, step: int):
+    out, state, mean_v, sum_k = inline_forward(_float32(q), _float32(k), _float32(v),
+                                               get_kernel(kernel), scale, step)
+    ctx.save_for_backward(q, k, v, state, mean_v, sum_k)  # q, k, v in their own dtype
+    ctx.kernel, ctx.scale = kernel, scale
+    return out.to(v.dtype)
+
+
+def _inline_backward_body(ctx, g):
+    q, k, v, state, mean_v, sum_k = ctx.saved_tensors
+    grads = inline_backward(_float32(g), _float32(q), _float32(k), _float32(v), state, mean_v,
+                            sum_k, ctx.kernel, ctx.scale)
+    return (*(d.to(x.dtype) for d, x in zip(grads, (q, k, v))), None, None, None)
+
+
 class InlineAttentionFunction(torch.autograd.Function):
-    """InLine's core with the backward above: ``apply(q, k, v, kernel, scale, step)``."""
+    """InLine's core with the backward above: ``apply(q, k, v, kernel, scale, step)``. Saves q, k,
+    v in their dtype and computes in float32 for half ones (see the module docstring)."""
 
     @staticmethod
     def forward(ctx, q, k, v, kernel: str, scale: float, step: int):
-        out, state, mean_v, sum_k = inline_forward(q, k, v, get_kernel(kernel), scale, step)
-        ctx.save_for_backward(q, k, v, state, mean_v, sum_k)
-        ctx.kernel, ctx.scale = kernel, scale
-        return out
+        return _forward(_inline_forward_body, ctx, q, k, v, kernel, scale, step)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g):
-        grads = inline_backward(g, *ctx.saved_tensors, ctx.kernel, ctx.scale)
-        return (*grads, None, None, None)
+        return _autocast_marked(_inline_backward_body, ctx.device_type, True)(ctx, g)
+
+
+def _mala_forward_body(ctx, q, k, v, sin, cos, scale: float, eps: float, beta: bool, gamma: bool,
+                       step: int):
+    qf = _float32(q)
+    rope = None if sin is None else (sin.to(qf.dtype), cos.to(qf.dtype))
+    out, kv, zvec, mean_v, z = mala_forward(qf, _float32(k), _float32(v), scale, rope, eps, beta,
+                                            gamma, step, keep_z=beta or gamma)
+    # q, k, v in their own dtype; the tables as given (the caller's, shared by a stage's blocks)
+    ctx.save_for_backward(q, k, v, kv, zvec, mean_v, z, sin, cos)
+    ctx.options = (scale, eps, beta, gamma)
+    return out.to(v.dtype)
+
+
+def _mala_backward_body(ctx, g):
+    q, k, v, kv, zvec, mean_v, z, sin, cos = ctx.saved_tensors
+    qf = _float32(q)
+    rope = None if sin is None else (sin.to(qf.dtype), cos.to(qf.dtype))
+    grads = mala_backward(_float32(g), qf, _float32(k), _float32(v), kv, zvec, mean_v, z, rope,
+                          *ctx.options)
+    return (*(d.to(x.dtype) for d, x in zip(grads, (q, k, v))),
+            None, None, None, None, None, None, None)
 
 
 class MalaAttentionFunction(torch.autograd.Function):
     """MALA's core with the backward above:
-    ``apply(q, k, v, sin, cos, scale, eps, beta, gamma, step)`` (sin = cos = None: no RoPE)."""
+    ``apply(q, k, v, sin, cos, scale, eps, beta, gamma, step)`` (sin = cos = None: no RoPE). Saves
+    q, k, v in their dtype and computes in float32 for half ones (see the module docstring)."""
 
     @staticmethod
     def forward(ctx, q, k, v, sin, cos, scale: float, eps: float, beta: bool, gamma: bool,
                 step: int):
-        rope = None if sin is None else (sin, cos)
-        out, kv, zvec, mean_v, z = mala_forward(q, k, v, scale, rope, eps, beta, gamma, step,
-                                                keep_z=beta or gamma)
-        ctx.save_for_backward(q, k, v, kv, zvec, mean_v, z, sin, cos)
-        ctx.options = (scale, eps, beta, gamma)
-        return out
+        return _forward(_mala_forward_body, ctx, q, k, v, sin, cos, scale, eps, beta, gamma, step)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g):
-        q, k, v, kv, zvec, mean_v, z, sin, cos = ctx.saved_tensors
-        rope = None if sin is None else (sin, cos)
-        grads = mala_backward(g, q, k, v, kv, zvec, mean_v, z, rope, *ctx.options)
-        return (*grads, None, None, None, None, None, None, None)
+        return _autocast_marked(_mala_backward_body, ctx.device_type, True)(ctx, g)
