@@ -93,7 +93,7 @@ def config_dataset_meta(cfg: Config, scope: str) -> Optional[dict]:
         try:
             ds['lazy_init'] = True
             meta = dict(datasets.build(ds).metainfo)
-        except Exception:  # noqa: BLE001 - a dataset that does not build without its files
+        except (OSError, KeyError, ValueError, AssertionError):  # needs its files to build
             cls = datasets.get(ds['type'])
             meta = dict(getattr(cls, 'METAINFO', None) or {})
             meta.update(ds.get('metainfo') or {})
@@ -231,7 +231,7 @@ def _font(size):
     try:
         from matplotlib import font_manager
         return ImageFont.truetype(font_manager.findfont('DejaVu Sans'), size)
-    except Exception:  # noqa: BLE001 - no matplotlib font: PIL's own
+    except (ImportError, OSError, ValueError):  # no matplotlib or its font: PIL's own
         return ImageFont.load_default()
 
 

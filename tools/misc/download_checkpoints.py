@@ -18,6 +18,7 @@ mirror holding the files under the configs' names.
 """
 import argparse
 import hashlib
+import http.client
 import os
 import os.path as osp
 import sys
@@ -121,7 +122,8 @@ def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
     os.makedirs(out_dir, exist_ok=True)
     try:
         torch.hub.download_url_to_file(url, dst, progress=progress)
-    except Exception as e:  # noqa: BLE001 - HTTP errors, refused connections, short reads
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        # HTTP errors and refused connections (OSError), short reads (IncompleteRead), bad URLs
         raise CheckpointError(f'{name}: download of {url} to {dst} failed ({type(e).__name__}: '
                               f'{str(e).strip()[:200]})') from None
     check_readable(url, dst)

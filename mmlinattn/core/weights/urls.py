@@ -2,6 +2,7 @@
 like local files. The authors' files and where their READMEs publish them are in the family table
 (:data:`mmlinattn.core.families.AUTHORS_CHECKPOINTS`)."""
 import hashlib
+import http.client
 import logging
 import os
 import os.path as osp
@@ -178,7 +179,8 @@ def _download(url: str, dst: str, logger: logging.Logger, progress: bool = True)
     logger.info(f'downloading {url} to {dst}')
     try:
         torch.hub.download_url_to_file(url, dst, progress=progress)
-    except Exception as e:  # noqa: BLE001 - HTTP errors, refused connections, short reads
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        # HTTP errors and refused connections (OSError), short reads (IncompleteRead), bad URLs
         if osp.exists(dst):
             os.remove(dst)
         raise CheckpointError(f'{url}: download to {dst} failed ({type(e).__name__}: '
