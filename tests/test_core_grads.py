@@ -1,6 +1,6 @@
-"""The InLine and MALA cores' autograd Functions (mmlinattn/ops/grad.py): their backward against
-finite differences (gradcheck) and, through the public functions, against autograd through the
-quadratic references, for every option the forward takes."""
+"""The InLine and MALA cores' autograd Functions (mmlinattn/core/ops/grad.py): their backward
+against finite differences (gradcheck) and, through the public functions, against autograd through
+the quadratic references, for every option the forward takes."""
 import itertools
 
 import pytest

@@ -61,6 +61,26 @@ def test_the_checkpoint_table_is_the_rows():
         assert key.endswith('_' + entry.arch[0].upper())
 
 
+# The authors' links, typed from their READMEs (LeapLabTHU/InLine: TsinghuaCloud share pages in
+# their ?dl=1 download form; qhfan/MALA: the Hugging Face repository aldjalkdf/MAViT's resolve/main
+# file URLs), so that a typo in the family table fails here.
+_T = 'https://cloud.tsinghua.edu.cn/f/{}/?dl=1'
+_H = 'https://huggingface.co/aldjalkdf/MAViT/resolve/main/MAViT_{}.pth'
+KNOWN_URLS = {
+    'InLine_PVT_T': _T.format('90ac52b1555b401eb5e6'),
+    'InLine_PVT_S': _T.format('1ab953b2479d433080a3'),
+    'InLine_PVT_M': _T.format('a72aec31e6084bc0a280'),
+    'InLine_PVT_L': _T.format('efd91318ba964f01b288'),
+    'InLine_Swin_T': _T.format('32810869fcc34410966b'),
+    'InLine_Swin_S': _T.format('e9657fd247c04c7cb1a1'),
+    'InLine_Swin_B': _T.format('bf23564bb64c420aafe1'),
+    **{f'MAViT_{a}': _H.format(a) for a in 'TSBL'}}
+
+
+def test_the_authors_urls_are_the_ones_they_publish():
+    assert {k: e.url for k, e in AUTHORS_CHECKPOINTS.items()} == KNOWN_URLS
+
+
 def test_a_row_that_collides_is_refused():
     fam = FAMILIES['mavit']
     with pytest.raises(ValueError, match="collides with the row 'mavit'"):

@@ -2,6 +2,7 @@
 check reads the loss values mmengine has already copied to the host, reads no parameter, and
 shares one all-reduce per iteration with the preemption check. Counted, not timed."""
 import types
+import uuid
 
 import pytest
 import torch
@@ -24,9 +25,9 @@ class _Model(torch.nn.Module):
 
 def _runner(hooks, it=0, tmp_path='.'):
     runner = types.SimpleNamespace(
-        iter=it, epoch=0, hooks=hooks, model=_Model(), work_dir=str(tmp_path),
-        message_hub=MessageHub.get_instance(f'hook_cost_{id(hooks)}'),
-        train_loop=object(), optim_wrapper=None)
+        iter=it, epoch=0, max_iters=100, hooks=hooks, model=_Model(), work_dir=str(tmp_path),
+        message_hub=MessageHub.get_instance(f'hook_cost_{uuid.uuid4().hex}'),
+        train_loop=types.SimpleNamespace(max_iters=100), optim_wrapper=None)
     return runner
 
 
@@ -127,3 +128,40 @@ def test_a_checkpoint_with_broken_weights_is_refused_naming_them(tmp_path):
                                                    r'iteration 3: 1 of 2 state-dict tensors, e.g. '
                                                    r'backbone\.b; the loss was finite'):
         check.before_save_checkpoint(runner, {'state_dict': state, 'meta': {'iter': 3}})
+
+
+def test_a_config_that_runs_the_preemption_hook_first_still_stops_on_a_nan(monkeypatch, tmp_path):
+    """PreemptionHook before NonFiniteLossHook (custom priorities): the first vote carried no real
+    non-finite flag, so the non-finite check votes again instead of reading a stored False."""
+    votes = []
+    _two_ranks(monkeypatch, votes)
+    check, pre = H.NonFiniteLossHook(), H.PreemptionHook(signals=(), ctrl_c=False)
+    runner = _runner([RuntimeInfoHook(), pre, check], it=3, tmp_path=tmp_path)
+    check.before_train(runner)
+    with pytest.raises(H.NonFiniteLossError, match='loss=nan'):
+        _iteration(runner, {'loss': torch.tensor(float('nan'))})
+    assert votes == [[False, False], [True, False]]
+
+
+def test_with_several_ranks_weights_are_checked_on_every_rank_before_a_save(monkeypatch,
+                                                                          tmp_path):
+    """Rank 0 alone writes checkpoints: broken weights with a finite loss must stop every rank
+    before CheckpointHook, through the vote, at the iterations it saves - and only then."""
+    from mmengine.hooks import CheckpointHook
+    votes = []
+    _two_ranks(monkeypatch, votes)
+    check = H.NonFiniteLossHook()
+    ckpt = CheckpointHook(interval=2, by_epoch=False)
+    runner = _runner([RuntimeInfoHook(), check, ckpt], it=2, tmp_path=tmp_path)
+    check.before_train(runner)
+    with torch.no_grad():
+        runner.model.w[0] = float('nan')
+    for hook in (runner.hooks[0], check):  # iteration 3: no save, nothing read
+        hook.after_train_iter(runner, 0, None, {'loss': torch.tensor(0.5)})
+    assert runner.model.reads == 0 and votes == [[False, False]]
+    runner.iter = 3  # iteration 4: the checkpoint hook saves after it
+    match = r'non-finite weights after the update of iteration 4: 1 of 1 parameter tensors, e.g. w'
+    with pytest.raises(H.NonFiniteLossError, match=match):
+        for hook in (runner.hooks[0], check):
+            hook.after_train_iter(runner, 0, None, {'loss': torch.tensor(0.5)})
+    assert runner.model.reads == 1 and votes[-1] == [True, False]

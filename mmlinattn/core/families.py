@@ -198,6 +198,11 @@ def register_family(row: Family) -> Family:
     """Add ``row`` to :data:`FAMILIES` (and its files to :data:`AUTHORS_CHECKPOINTS`). Its class
     must be registered in mmengine's root ``MODELS`` registry (as ours are) for configs to build it.
     Raises ``ValueError`` for a name, class or prefix a row already has."""
+    initials = [arch[0] for arch in row.backbone.arch_zoo]
+    if len(set(initials)) != len(initials):
+        raise ValueError(f'family {row.name!r}: the archs of {row.backbone.__name__} '
+                         f'({", ".join(row.backbone.arch_zoo)}) must start with different letters '
+                         '(config names and download keys use the first letter)')
     for fam in FAMILIES.values():
         if row.name == fam.name or row.backbone is fam.backbone or row.prefix == fam.prefix:
             raise ValueError(f'family {row.name!r} ({row.backbone.__name__}) collides with the '
@@ -209,13 +214,14 @@ def register_family(row: Family) -> Family:
 
 def backbone_classes(families=None) -> Dict[str, type]:
     """{class name: class} of every family (``InLinePVT`` ...)."""
-    return {f.backbone.__name__: f.backbone for f in (families or FAMILIES).values()}
+    rows = FAMILIES if families is None else families
+    return {f.backbone.__name__: f.backbone for f in rows.values()}
 
 
 def family_of(backbone: str, families=None) -> Optional[Family]:
     """The row whose class is named ``backbone`` (a config's ``type``, scope prefix allowed)."""
     name = str(backbone).split('.')[-1]
-    for fam in (families or FAMILIES).values():
+    for fam in (FAMILIES if families is None else families).values():
         if fam.backbone.__name__ == name:
             return fam
     return None

@@ -117,15 +117,20 @@ def stop_vote(runner, reason: str, flag: bool) -> bool:
     if get_world_size() <= 1:
         return bool(flag)
     cache = getattr(runner, '_mmlinattn_stop_vote', None)
-    if cache is not None and cache[0] == runner.iter:
+    if cache is not None and cache[0] == runner.iter and reason in cache[2]:
         return cache[1][reason]
+    # a reason not voted on with its real flag yet this iteration (a config that runs
+    # PreemptionHook before NonFiniteLossHook): vote again - every rank runs the same hooks in the
+    # same order, so every rank does
     flags = {r: False for r in _STOP_REASONS}
     flags[reason] = bool(flag)
+    voted = {reason}
     for hook in runner.hooks:
         if isinstance(hook, PreemptionHook) and reason != 'preempted':
             flags['preempted'] = hook.received is not None
+            voted.add('preempted')
     result = dict(zip(_STOP_REASONS, _any_rank_each([flags[r] for r in _STOP_REASONS])))
-    runner._mmlinattn_stop_vote = (runner.iter, result)
+    runner._mmlinattn_stop_vote = (runner.iter, result, voted)
     return result[reason]
 
 
@@ -229,13 +234,18 @@ class NonFiniteLossHook(Hook):
                 value = float(buf.current())
                 if not math.isfinite(value):
                     bad.append(f'{key.split("/")[1]}={value}')
-        if not stop_vote(runner, 'non_finite', bool(bad)):
+        weights = self._weights_before_a_save(runner) if not bad else []
+        if not stop_vote(runner, 'non_finite', bool(bad or weights)):
             return
         from mmengine.dist import get_rank
         from mmengine.runner import EpochBasedTrainLoop
         epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
         where = f'iteration {runner.iter + 1}' + (f' (epoch {runner.epoch + 1})' if epoch else '')
-        if bad:
+        if weights:
+            what = (f'non-finite weights after the update of {where}: {weights[1]} of '
+                    f'{weights[2]} parameter tensors, e.g. {", ".join(weights[0])}; the loss was '
+                    'finite (the update overflowed)')
+        elif bad:
             what = f'non-finite loss at {where}: {", ".join(bad)}'
             # the unhealthy path only: were the weights already broken by the previous update?
             weights = self._non_finite_params(runner)
@@ -244,7 +254,7 @@ class NonFiniteLossHook(Hook):
                          f'update of iteration {runner.iter} overflowed; {weights[1]} of '
                          f'{weights[2]} parameter tensors, e.g. {", ".join(weights[0])})')
         else:
-            what = (f'non-finite loss at {where} on another rank '
+            what = (f'non-finite loss or weights at {where} on another rank '
                     f'(this is rank {get_rank()})')
         last = last_checkpoint(runner.work_dir)
         raise NonFiniteLossError(
@@ -253,6 +263,26 @@ class NonFiniteLossHook(Hook):
             (f'; the last good checkpoint is {last}' if last else '') +
             '. Lower the learning rate (optim_wrapper.optimizer.lr), add gradient clipping '
             '(optim_wrapper.clip_grad=dict(max_norm=...)) or check the data.')
+
+    @staticmethod
+    def _weights_before_a_save(runner):
+        """With several ranks, at an iteration whose end an iteration-based ``CheckpointHook``
+        saves: the non-finite parameters (see :meth:`_non_finite_params`), checked on every rank
+        before the save. Rank 0 alone writes checkpoints, so its guard
+        (:meth:`before_save_checkpoint`) would stop rank 0 alone and leave the others waiting in
+        their next collective; DDP keeps the weights equal on every rank, and the result goes into
+        the iteration's vote. Else ``[]`` (nothing read). Epoch-based saves and ``save_best``
+        after validation keep only the guard."""
+        from mmengine.dist import get_world_size
+        from mmengine.hooks import CheckpointHook
+        if get_world_size() <= 1:
+            return []
+        for hook in runner.hooks:
+            if isinstance(hook, CheckpointHook) and not hook.by_epoch and hook.interval > 0 and (
+                    hook.every_n_train_iters(runner, hook.interval) or
+                    (hook.save_last and hook.is_last_train_iter(runner))):
+                return NonFiniteLossHook._non_finite_params(runner)
+        return []
 
     @staticmethod
     def _non_finite_params(runner):

@@ -177,6 +177,7 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None,
     runner.build_dataloader = naming_unreadable_files(runner.build_dataloader)
     # its load takes the contents the tool has read; Runner checkpoints that mmengine wrote without
     # mmlinattn.upstream_fixes load too
+    given = contents
     if contents is not None and not (checkpoint and contents.matches(checkpoint)):
         contents = None  # another file, or the file changed since: read here
     runner.load_checkpoint = _loading_any_runner_checkpoint(runner, contents)
@@ -197,6 +198,10 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None,
             if dumped and not dumped_before and osp.isfile(dumped):
                 os.remove(dumped)
             raise
+    if given is not None and not (contents is not None and contents.runner_readable and
+                                  type(runner).load_checkpoint is Runner.load_checkpoint):
+        # checked, and not to be handed to the Runner's load: not kept for the rest of the run
+        given.obj = None
     return runner
 
 
@@ -228,9 +233,12 @@ def _loading_any_runner_checkpoint(runner, contents: Optional[CheckpointContents
     def load_checkpoint(filename, map_location='cpu', strict=False,
                         revise_keys=[(r'^module.', '')]):  # noqa: B006 - mmengine's signature
         checkpoint = None
-        if pending and pending[0].matches(filename):
-            handed = pending.pop()
-            obj, handed.obj = handed.obj, None  # handed on: not kept for the rest of the run
+        handed = pending.pop() if pending else None
+        obj = None
+        if handed is not None:
+            # taken at the first load, used or not: not kept for the rest of the run
+            obj, handed.obj = handed.obj, None
+        if handed is not None and obj is not None and handed.matches(filename):
             checkpoint = on_device(obj, map_location)
             runner.logger.info(
                 f'{filename}: ' + ('the contents read before the run, not read again' if checkpoint
