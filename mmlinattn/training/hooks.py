@@ -75,12 +75,6 @@ class Interrupted(Preempted):
     exit_code = INTERRUPTED_EXIT_CODE
 
 
-def _any_rank(flag: bool) -> bool:
-    """``flag`` OR-ed over all ranks (the plain value without a process group); a collective, so
-    every rank must call it at the same point."""
-    return _any_rank_each([flag])[0]
-
-
 def _any_rank_each(flags):
     """Each of ``flags`` OR-ed over all ranks, in one all-reduce (the plain values without a
     process group)."""
