@@ -280,3 +280,112 @@ def count_passes(fn, n: int, d: int) -> List[str]:
                 and any(isinstance(s, list) and len(s) >= 2 and s[-2:] in ([n, d], [d, n])
                         for s in e.input_shapes))
     return [e.name for e in sorted(prof.events(), key=lambda e: e.time_range.start) if counted(e)]
+
+
+def classifier_part(name: str, module: nn.Module):
+    """The range a module of an ImageNet classifier opens, by what it is rather than by its name,
+    so that ours and the authors' models (``benchmark_authors.py --profile``) split alike:
+    ``attn`` (the innermost attention module: projections, core, local residual, LePE, RoPE,
+    reshapes), ``local`` (our local residual, inside ``attn``), ``ffn``, ``norm``, ``embed`` (stem,
+    patch embedding, downsampling) and ``head`` (pooling, classification neck and head);
+    everything else (residual adds, CPE, layout changes between blocks) is ``other``."""
+    cls = type(module).__name__
+    last = name.rsplit('.', 1)[-1]
+    if not name:
+        return None
+    if cls == 'LocalResidual':
+        return 'local'
+    if _is_attention(module):
+        return 'attn' if not any(_is_attention(m) for m in module.modules() if m is not module) \
+            else None
+    if isinstance(module, _NORMS) or 'Norm' in cls:
+        return 'norm'
+    if cls in ('Mlp', 'FFN', 'ConvFFN', 'MLP', 'FeedForwardNetwork') or last in ('mlp', 'ffn'):
+        return 'ffn'
+    if any(s in cls for s in ('Embed', 'Merging', 'Downsample', 'Stem')) or \
+            last in ('downsample', 'patch_embed'):
+        return 'embed'
+    if name in ('head', 'neck') or cls in ('LinearClsHead', 'GlobalAveragePooling',
+                                           'MAViTClsNeck'):
+        return 'head'
+    return None
+
+
+def profile_parts(model: nn.Module, loss_fn, optim, part=classifier_part,
+                  cores: bool = False) -> dict:
+    """One training step ``loss_fn(model).backward(); optim.step()`` under the profiler, charged
+    to the ranges ``part(name, module)`` opens (forward / backward ms per range path, as
+    :func:`profile_step`), plus the step's self time by kind of operator
+    (:func:`op_kind`). ``cores``: also a range around each of our attention cores."""
+    ranges = _Ranges()
+    undo = []
+    for name, module in model.named_modules():
+        kind = part(name, module)
+        if kind is None:
+            continue
+        undo.append(module.register_forward_pre_hook(
+            lambda m, a, kind=kind: ranges.enter(kind)).remove)
+        undo.append(module.register_forward_hook(lambda m, a, o: ranges.exit()).remove)
+    if cores:
+        from mmlinattn.core.ops import cores as core_ops
+        undo.append(_wrap(core_ops.Core, '__call__', lambda a: 'core:' + a[0].name, ranges))
+    model.train()
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            t0 = time.perf_counter()
+            with torch.profiler.record_function('step:forward'):
+                loss = loss_fn(model)
+            t1 = time.perf_counter()
+            with torch.profiler.record_function('step:backward'):
+                loss.backward()
+            t2 = time.perf_counter()
+            with torch.profiler.record_function('step:optimizer'):
+                optim.step()
+                optim.zero_grad(set_to_none=True)
+            t3 = time.perf_counter()
+    finally:
+        for u in undo:
+            u()
+    fwd, bwd = _charge(prof.events())
+    kinds = defaultdict(float)
+    for e in prof.key_averages():
+        if e.key.startswith(('range:', 'step:', 'autograd::engine', 'ProfilerStep')):
+            continue
+        kinds[op_kind(e.key)] += e.self_cpu_time_total / 1e3
+    rows = [dict(path=p, fwd_ms=round(fwd.get(p, 0.), 1), bwd_ms=round(bwd.get(p, 0.), 1))
+            for p in sorted(set(fwd) | set(bwd))]
+    return dict(forward_s=round(t1 - t0, 3), backward_s=round(t2 - t1, 3),
+                optimizer_s=round(t3 - t2, 3), rows=rows,
+                op_kinds={k: round(v, 1) for k, v in sorted(kinds.items())})
+
+
+_OP_KINDS = (
+    ('GEMM', ('mm', 'addmm', 'bmm', 'baddbmm', 'matmul', 'linear', 'addbmm')),
+    ('softmax attention (SDPA)', ('_scaled_dot_product', 'scaled_dot_product', 'softmax',
+                                  '_softmax')),
+    ('convolution (incl. depthwise)', ('conv', 'convolution', 'mkldnn_convolution',
+                                       '_convolution', 'thnn_conv')),
+    ('norms', ('layer_norm', 'batch_norm', 'group_norm', 'native_layer_norm',
+               'native_batch_norm')),
+    ('layout copies', ('copy_', 'clone', 'contiguous', 'cat', 'index', 'roll', 'index_select',
+                       'gather', 'scatter', 'im2col', 'col2im', 'unfold', 'fill_', 'zero_',
+                       'zeros', 'stack', 'flip', 'constant_pad_nd', 'pad')),
+    ('reductions', ('sum', 'mean', 'norm', 'linalg_vector_norm', 'max', 'amax')),
+    ('activations', ('gelu', 'silu', 'relu', 'sigmoid', 'hardswish', 'elu', 'tanh')),
+    ('optimizer', ('_foreach', 'addcdiv', 'lerp')),
+)
+
+
+def op_kind(name: str) -> str:
+    """The kind of an aten operator (forward or backward) for the step's by-operator split."""
+    op = name.split('::', 1)[-1]
+    base = op[:-len('_backward')] if op.endswith('_backward') else op
+    for kind, names in _OP_KINDS:
+        for n in names:
+            if base == n or base.startswith(n + '_') or (len(n) > 3 and n in base):
+                return kind
+    if op in ('add', 'add_', 'mul', 'mul_', 'sub', 'rsub', 'div', 'div_', 'neg', 'pow', 'exp',
+              'where', 'masked_fill', 'masked_fill_', 'threshold_backward', 'sub_', 'addcmul_',
+              'reciprocal', 'rsqrt', 'clamp', 'clamp_min'):
+        return 'element-wise (adds, scales)'
+    return 'other'

@@ -19,44 +19,21 @@ Nothing in the test suite runs this script (the suite never reaches the network 
 code); it documents how the committed data was made, so it can be checked and remade.
 """
 import argparse
-import importlib.util
 import json
 import os.path as osp
 import subprocess
 import sys
 
+# the authors' constructors and arguments, and the file importer, shared with
+# tools/analysis_tools/benchmark_authors.py
+from mmlinattn.workshop.authors_code import SOURCES, load_file
+
 HERE = osp.dirname(osp.abspath(__file__))
 
-# family -> (repository option, file in the repository, {arch: (constructor, kwargs)})
-SOURCES = {
-    'inline_swin': ('inline_repo', 'models/inline_swin.py', {
-        'tiny': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=96, depths=[2, 2, 6, 2],
-                                    num_heads=[3, 6, 12, 24], attn_type='IIIS')),
-        'small': ('InLineSwin',
-                  dict(img_size=224, window_size=56, embed_dim=96, depths=[2, 2, 18, 2],
-                                     num_heads=[3, 6, 12, 24], attn_type='IISS')),
-        'base': ('InLineSwin',
-                 dict(img_size=224, window_size=56, embed_dim=128, depths=[2, 2, 18, 2],
-                                    num_heads=[4, 8, 16, 32], attn_type='IIMS2')),
-    }),
-    'inline_pvt': ('inline_repo', 'models/inline_pvt.py', {
-        arch: (f'inline_pvt_{arch}', dict(la_sr_ratios='1111'))
-        for arch in ('tiny', 'small', 'medium', 'large')}),
-    'mavit': ('mala_repo', 'classfication_release/model.py', {
-        arch: (f'MALA_{arch[0].upper()}', {}) for arch in ('tiny', 'small', 'base', 'large')}),
-}
 # the classifier-only top-level modules of each family's released model
 CLASSIFICATION_PREFIXES = {'inline_swin': ['head.', 'norm.'], 'inline_pvt': ['head.'],
                            'mavit': ['head.', 'proj.', 'norm.']}
 STATISTICS = ('running_mean', 'running_var', 'num_batches_tracked')
-
-
-def load_module(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def manifest(model, family: str, arch: str) -> dict:
@@ -79,9 +56,10 @@ def main(argv=None):
     p.add_argument('--mala-repo', required=True, help='a clone of qhfan/MALA')
     p.add_argument('--out', default=HERE, help='where to write the JSON files (default: here)')
     args = p.parse_args(argv)
-    for family, (repo_opt, rel, archs) in SOURCES.items():
-        repo = getattr(args, repo_opt)
-        module = load_module(osp.join(repo, rel), f'authors_{family}')
+    repos = {'LeapLabTHU/InLine': args.inline_repo, 'qhfan/MALA': args.mala_repo}
+    for family, (repo_name, rel, archs) in SOURCES.items():
+        repo = repos[repo_name]
+        module = load_file(osp.join(repo, rel), f'authors_{family}')
         commit = subprocess.run(['git', '-C', repo, 'rev-parse', '--short', 'HEAD'],
                                 capture_output=True, text=True).stdout.strip() or '?'
         for arch, (ctor, kwargs) in archs.items():

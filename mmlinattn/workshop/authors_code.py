@@ -1,0 +1,139 @@
+"""The authors' own model code, built from a local clone of their repositories, beside ours.
+
+Used by ``tools/analysis_tools/benchmark_authors.py`` (time and memory of the same classifier,
+same weights, in both implementations) and ``tests/data/authors_keys/make_manifests.py`` (the
+key manifests the tests compare our layouts with). Nothing here ships or copies the authors'
+code: it imports their model files from the path the user gives (a clone of LeapLabTHU/InLine or
+qhfan/MALA), which need ``timm``, ``einops`` and ``fvcore`` installed
+(``pip install timm einops fvcore``; the MALA file imports all three, the InLine files timm).
+
+:func:`build_pair` builds the authors' ImageNet classifier with their constructor and arguments,
+our mmpretrain ImageClassifier of the same arch (``configs/classification/``), and loads the
+authors' weights into ours through the family's key layout, exactly as a downloaded file would.
+"""
+import importlib.util
+import os.path as osp
+import sys
+from typing import Dict, Tuple
+
+import torch
+from torch import nn
+
+from mmlinattn.core.families import FAMILIES
+
+#: family -> (repository, model file in it, {arch: (constructor, keyword arguments)}): the
+#: constructors and arguments the authors' READMEs and configs list for the released classifiers
+SOURCES: Dict[str, Tuple[str, str, Dict[str, Tuple[str, dict]]]] = {
+    'inline_swin': ('LeapLabTHU/InLine', 'models/inline_swin.py', {
+        'tiny': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=96, depths=[2, 2, 6, 2],
+                                    num_heads=[3, 6, 12, 24], attn_type='IIIS')),
+        'small': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=96,
+                                     depths=[2, 2, 18, 2], num_heads=[3, 6, 12, 24],
+                                     attn_type='IISS')),
+        'base': ('InLineSwin', dict(img_size=224, window_size=56, embed_dim=128,
+                                    depths=[2, 2, 18, 2], num_heads=[4, 8, 16, 32],
+                                    attn_type='IIMS2')),
+    }),
+    'inline_pvt': ('LeapLabTHU/InLine', 'models/inline_pvt.py', {
+        arch: (f'inline_pvt_{arch}', dict(la_sr_ratios='1111'))
+        for arch in ('tiny', 'small', 'medium', 'large')}),
+    'mavit': ('qhfan/MALA', 'classfication_release/model.py', {
+        arch: (f'MALA_{arch[0].upper()}', {}) for arch in ('tiny', 'small', 'base', 'large')}),
+}
+#: the authors' model files need these (imported by the files themselves)
+REQUIREMENTS = ('timm', 'einops', 'fvcore')
+
+
+class AuthorsCodeError(RuntimeError):
+    """The authors' code could not be found or imported from the path given."""
+
+
+def load_file(path: str, name: str):
+    """Import the Python file ``path`` as module ``name`` (their files are not a package)."""
+    if not osp.isfile(path):
+        raise AuthorsCodeError(f'{path}: no such file; the repository option must point at a '
+                               'clone of the authors\' repository (its root folder)')
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as err:
+        del sys.modules[name]
+        raise AuthorsCodeError(
+            f'{path}: importing the authors\' model file failed ({err}); it needs '
+            f'{", ".join(REQUIREMENTS)}: pip install {" ".join(REQUIREMENTS)}') from err
+    return module
+
+
+def build_authors(family: str, arch: str, repo: str, drop_path: float = 0.0) -> nn.Module:
+    """The authors' classifier ``family``/``arch`` from their file in the clone ``repo``, with
+    every stochastic-depth rate set to ``drop_path`` (MALA's constructors take no rate, so the
+    modules' rates are set after building)."""
+    if family not in SOURCES:
+        raise KeyError(f'no authors\' code known for {family!r}; choose one of {sorted(SOURCES)}')
+    _, rel, archs = SOURCES[family]
+    if arch not in archs:
+        raise KeyError(f'{family}: no released arch {arch!r}; choose one of {sorted(archs)}')
+    module = load_file(osp.join(repo, rel), f'authors_{family}')
+    ctor, kwargs = archs[arch]
+    model = getattr(module, ctor)(**kwargs)
+    for m in model.modules():
+        if hasattr(m, 'drop_prob'):  # timm's DropPath
+            m.drop_prob = drop_path
+    return model
+
+
+def our_classifier_cfg(family: str, arch: str, drop_path: float = 0.0) -> dict:
+    """Our mmpretrain ImageClassifier of ``family``/``arch``: the tiny config of
+    ``configs/classification/`` with the arch (and its channels) swapped in."""
+    from mmengine.config import Config
+
+    from mmlinattn.core.families import out_channels
+    from mmlinattn.paths import resource_root
+    fam = FAMILIES[family]
+    path = osp.join(resource_root(), 'configs', 'classification', f'{fam.prefix}-t_in1k.py')
+    model = Config.fromfile(path).model
+    model.backbone.update(arch=arch, drop_path_rate=drop_path)
+    channels = out_channels(dict(type=model.backbone.type, arch=arch))[-1]
+    if model.neck.type == 'MAViTClsNeck':  # the releases' projection: 2560 for L, 2048 else
+        projection = 2560 if arch == 'large' else 2048
+        model.neck.update(in_channels=channels, projection=projection)
+        model.head.in_channels = projection
+    else:
+        model.head.in_channels = channels
+    return model.to_dict()
+
+
+def build_ours(family: str, arch: str, drop_path: float = 0.0) -> nn.Module:
+    from mmpretrain.registry import MODELS
+    from mmpretrain.utils import register_all_modules
+
+    import mmlinattn  # noqa: F401  (registers our modules)
+    register_all_modules(init_default_scope=False)
+    return MODELS.build(our_classifier_cfg(family, arch, drop_path))
+
+
+def load_authors_weights(ours: nn.Module, theirs: nn.Module, family: str) -> None:
+    """Load the authors' model's weights into ours through the family's layout (the path their
+    released files take); raises if any tensor is left over or missing."""
+    from mmlinattn.core.models.classification import authors_to_classifier
+    state = authors_to_classifier(dict(theirs.state_dict()), family)
+    missing, unexpected = ours.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise AuthorsCodeError(f'{family}: the authors\' weights do not fit our classifier: '
+                               f'missing {missing[:8]}, unexpected {unexpected[:8]}')
+
+
+def logits(model: nn.Module, x: torch.Tensor, ours: bool) -> torch.Tensor:
+    """Class scores of either model for the image batch ``x`` (ours: mmpretrain's tensor mode)."""
+    return model(x, mode='tensor') if ours else model(x)
+
+
+def build_pair(family: str, arch: str, repo: str, drop_path: float = 0.0, seed: int = 0):
+    """(ours, theirs) with the same weights, both in eval mode."""
+    torch.manual_seed(seed)
+    theirs = build_authors(family, arch, repo, drop_path)
+    ours = build_ours(family, arch, drop_path)
+    load_authors_weights(ours, theirs, family)
+    return ours.eval(), theirs.eval()
