@@ -9,6 +9,7 @@ import os
 import os.path as osp
 import re
 import resource
+import statistics
 import time
 
 import torch
@@ -200,12 +201,31 @@ def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None, compiled=False):
+def same_head_work(test_cfg) -> None:
+    """Make a detector's test-time heads do the same work whatever its backbone outputs: no
+    proposal or detection is dropped by a score threshold or by NMS, so the RPN hands on its full
+    ``max_per_img`` proposals and the box / mask heads run on ``max_per_img`` detections. (With
+    randomly initialised weights the kept counts otherwise differ from model to model and from run
+    to run, and with them the heads' time.)"""
+    if not test_cfg:
+        return
+    for part in (test_cfg, test_cfg.get('rpn'), test_cfg.get('rcnn')):
+        if not part:
+            continue
+        if 'score_thr' in part:
+            part['score_thr'] = 0.0
+        if isinstance(part.get('nms'), dict):
+            part['nms']['iou_threshold'] = 1.0
+
+
+def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None, compiled=False,
+                fixed_heads=False):
     """The model of ``config`` (optionally with a reference backbone) built as the benchmarks time
     it, with its optimizer: a namespace with ``model``, ``train_step()`` (forward + backward +
     optimizer step on a synthetic batch at the training scale), ``infer()`` (predict on one image at
-    the test scale), ``n`` (images per training step), ``train_hw``, ``test_hw`` and
-    ``params_m``."""
+    the test scale), ``infer_backbone()`` (the backbone alone on that image), ``n`` (images per
+    training step), ``train_hw``, ``test_hw`` and ``params_m``. ``fixed_heads``: the detector's
+    test-time heads do the same work for every backbone (:func:`same_head_work`)."""
     from types import SimpleNamespace
 
     from mmengine.config import Config
@@ -218,6 +238,8 @@ def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None
     if ref:
         swap_backbone(cfg, ref)
     train_hw, test_hw = _scales(cfg, size)
+    if fixed_heads:
+        same_head_work(cfg.model.get('test_cfg'))
     models = model_registry(cfg)
     model = revert_sync_batchnorm(models.build(cfg.model)).to(device)
     model.init_weights()
@@ -246,16 +268,24 @@ def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None
         model.eval()
         with torch.no_grad(), torch.autocast(device, dtype=ac_dtype, enabled=amp):
             model(**model.data_preprocessor(test, False), mode='predict')
+
+    def infer_backbone():
+        model.eval()
+        with torch.no_grad(), torch.autocast(device, dtype=ac_dtype, enabled=amp):
+            model.backbone(model.data_preprocessor(test, False)['inputs'])
     return SimpleNamespace(cfg=cfg, model=model, optim=optim, train_step=train_step, infer=infer,
-                           n=n, train_hw=train_hw, test_hw=test_hw, make=make,
+                           infer_backbone=infer_backbone, n=n, train_hw=train_hw, test_hw=test_hw,
+                           make=make,
                            params_m=sum(p.numel() for p in model.parameters()) / 1e6)
 
 
 def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1, size=None,
-                compiled=False, train=True):
+                compiled=False, train=True, infer_reps=1, fixed_heads=False):
     """Time one training step (unless ``train`` is False) and one inference of
-    :func:`bench_model`'s model after ``warmup`` untimed steps; returns a dict."""
-    bench = bench_model(config, ref, device, amp, batch, size, compiled)
+    :func:`bench_model`'s model after ``warmup`` untimed steps; returns a dict. ``infer_reps`` > 1:
+    the inference time is the median of that many, and the backbone alone is timed the same way
+    (``infer_backbone_s``)."""
+    bench = bench_model(config, ref, device, amp, batch, size, compiled, fixed_heads)
     if compiled:
         warmup = max(warmup, 1)  # the first call compiles
     cuda = device == 'cuda'
@@ -279,10 +309,18 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
     t_train, mem_train = timed(bench.train_step, warmup) if train else (None, None)
     t_infer, mem_infer = timed(bench.infer, 1)
     mem_infer = mem_infer if cuda else None
+    t_backbone = None
+    if infer_reps > 1:
+        t_infer = statistics.median([t_infer] + [timed(bench.infer, 0)[0]
+                                                 for _ in range(infer_reps - 1)])
+        t_backbone = statistics.median([timed(bench.infer_backbone, 1 if i == 0 else 0)[0]
+                                        for i in range(infer_reps)])
     return dict(config=osp.basename(config)[:-3], backbone=ref or bench.cfg.model.backbone.type,
                 params_m=round(bench.params_m, 2), batch=bench.n, train_hw=list(bench.train_hw),
                 test_hw=list(bench.test_hw), size=list(size) if size else None, compiled=compiled,
                 train_s=_round(t_train, 3), infer_s=round(t_infer, 3),
+                infer_backbone_s=_round(t_backbone, 3), infer_reps=infer_reps,
+                fixed_heads=fixed_heads,
                 train_mem_mb=_round(mem_train, 1), infer_mem_mb=_round(mem_infer, 1),
                 device=device, amp=amp, threads=torch.get_num_threads())
 

@@ -14,7 +14,11 @@ input size and per-GPU batch: time and peak memory, one progress line per config
   included) on a synthetic batch of ``train_dataloader.batch_size`` images at the training scale
   (detection: 1333x800 with a few boxes and masks; segmentation: the crop, 512x512), after
   ``--warmup`` untimed steps;
-* inference = ``predict`` on one image at the test scale, after one untimed call;
+* inference = ``predict`` on one image at the test scale, after one untimed call
+  (``--infer-reps N``: the median of N calls, and the backbone alone timed the same way;
+  ``--same-head-work``: a detector's test-time score thresholds and NMS drop nothing, so its
+  heads do the same work behind every backbone - with random weights the kept proposals and
+  detections, and the heads' time, otherwise differ from model to model and run to run);
 * memory: on CUDA the peak allocated by torch (train and inference separately); on the CPU the
 growth
   of the process's peak resident memory over its size after building the model (each config runs
@@ -72,6 +76,10 @@ def run_job(config, ref, args, size=None):
         cmd.append('--compile')
     if args.no_train:
         cmd.append('--no-train')
+    if args.infer_reps > 1:
+        cmd += ['--infer-reps', str(args.infer_reps)]
+    if args.same_head_work:
+        cmd.append('--same-head-work')
     if args.profile:
         cmd.append('--profile')
     r = run_script(osp.abspath(__file__), cmd, cwd=ROOT, show=False, check=False)
@@ -117,16 +125,21 @@ def table(rows):
             if b is None or r['backbone'] in REFERENCES:
                 ratios.append('')
             else:
-                ratios.append(f"{_ratio(b['train_s'], r['train_s'])} / "
-                              f"{_ratio(b['infer_s'], r['infer_s'])}")
+                cell = (f"{_ratio(b['train_s'], r['train_s'])} / "
+                        f"{_ratio(b['infer_s'], r['infer_s'])}")
+                if r.get('infer_backbone_s') and b.get('infer_backbone_s'):
+                    cell += f" (backbone {_ratio(b['infer_backbone_s'], r['infer_backbone_s'])})"
+                ratios.append(cell)
         is_ref = r['backbone'] in REFERENCES
         name = recipe_name(r['config']).format(r['backbone'].lower()) if is_ref \
             else r['config']
         trained = r['train_s'] is not None  # inference-only rows (--no-train) have no batch
         train, mem, batch = (r['train_s'], r['train_mem_mb'], r['batch']) if trained else ('-', '-',
                                                                                            '-')
+        infer = r['infer_s'] if not r.get('infer_backbone_s') else \
+            f"{r['infer_s']} (backbone {r['infer_backbone_s']})"
         out.append(f"| {name} | {size}{r['backbone']} | {r['params_m']} | {batch} | {train} | "
-                   f"{r['infer_s']} | {mem} | {ratios[0]} | {ratios[1]} |")
+                   f"{infer} | {mem} | {ratios[0]} | {ratios[1]} |")
     return '\n'.join(out)
 
 
@@ -151,6 +164,12 @@ def main(argv=None):
     p.add_argument('--no-train', action='store_true', help='time inference only')
     p.add_argument('--compile', action='store_true',
                    help='torch.compile (inductor) the backbone; the warm-up calls compile it')
+    p.add_argument('--infer-reps', type=int, default=1,
+                   help='inference time = the median of this many calls; > 1 also times the '
+                        'backbone alone on the test image (default 1)')
+    p.add_argument('--same-head-work', action='store_true',
+                   help='detectors: no proposal or detection dropped by score threshold or NMS at '
+                        'test time, so the heads do the same work behind every backbone')
     p.add_argument('--with-references', action='store_true',
                    help="also run each given config's detector / segmentor with mmdet's "
                         "Swin-T and PVT-S")
@@ -172,7 +191,8 @@ def main(argv=None):
         return 0
     if args.one:
         res = measure_one(args.one, args.reference, args.device, args.amp, args.batch, args.warmup,
-                          args.size[0] if args.size else None, args.compile, not args.no_train)
+                          args.size[0] if args.size else None, args.compile, not args.no_train,
+                          args.infer_reps, args.same_head_work)
         print('RESULT ' + json.dumps(res), flush=True)
         return 0
     jobs = [(c, None) for c in args.configs]
