@@ -48,3 +48,28 @@ def test_count_passes_counts_the_floor_by_its_definition():
         assert count_passes(lambda: (x.transpose(-2, -1).exp() + 1).sum(-2, keepdim=True).exp(),
                             n, d) == ['aten::exp', 'aten::add', 'aten::sum']
     assert len(count_passes(lambda: torch.autograd.grad(floor(), (q, k, v), g), n, d)) == 6
+
+
+def _detections(fixed_heads):
+    from mmlinattn.workshop.benchmarking import bench_model
+    torch.manual_seed(0)
+    bench = bench_model('configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py', size=(96, 128),
+                        fixed_heads=fixed_heads)
+    model = bench.model.eval()
+    with torch.no_grad():
+        data = model.data_preprocessor(bench.make(1, bench.test_hw), False)
+        feats = model.extract_feat(data['inputs'])
+        proposals = model.rpn_head.predict(feats, data['data_samples'], rescale=False)
+        dets = model.roi_head.predict(feats, proposals, data['data_samples'], rescale=True)
+    return len(proposals[0]), len(dets[0]), bench.cfg.model.test_cfg
+
+
+def test_same_head_work_keeps_every_proposal_and_detection():
+    """mmdet's own heads: with --same-head-work a randomly initialised COCO Mask R-CNN hands on
+    exactly its test_cfg's max_per_img detections (the mask head runs on all of them); without
+    it the 0.05 score threshold keeps fewer (random class scores are ~1/81)."""
+    n_prop, n_det, cfg = _detections(True)
+    assert n_det == cfg.rcnn.max_per_img
+    assert cfg.rpn.nms.iou_threshold == 1.0 and cfg.rcnn.score_thr == 0.0
+    _, n_det_default, cfg_default = _detections(False)
+    assert n_det_default < n_det and cfg_default.rcnn.score_thr > 0
