@@ -6,6 +6,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 
+from ...ops.linear import linear
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters, keys and initialisation) whose product runs through
+    :func:`mmlinattn.core.ops.linear.linear`: oneDNN on the CPU for float32 tokens, ``F.linear``
+    everywhere else."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
+
 
 def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if p == 0. or not training:
@@ -44,9 +55,9 @@ class Mlp(nn.Module):
 
     def __init__(self, dim: int, hidden: int, drop: float = 0.):
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
+        self.fc1 = Linear(dim, hidden)
         self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden, dim)
+        self.fc2 = Linear(hidden, dim)
         self.drop = nn.Dropout(drop)
 
     def forward(self, x):

@@ -1,0 +1,152 @@
+"""The token projections' CPU route (mmlinattn.core.ops.linear): oneDNN's 1x1 convolution on the
+(B, N, C) tokens viewed as a channels-last map. The oracle is torch's own ``F.linear`` in float64;
+the route must be as close to it as ``F.linear`` in float32 is, take oneDNN where it says it does,
+and hand every case it does not cover (other dtypes, strides, devices, tracing, autocast) to
+``F.linear`` unchanged."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mmlinattn.core.ops import linear as L
+
+ONEDNN = torch.backends.mkldnn.is_available()
+needs_onednn = pytest.mark.skipif(not ONEDNN, reason='this torch has no oneDNN (mkldnn)')
+
+
+@pytest.fixture(autouse=True)
+def _onednn():
+    old = L.set_cpu_linear('onednn')
+    yield
+    L.set_cpu_linear(old)
+
+
+def _ops(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.name for e in prof.events()}
+
+
+SHAPES = [((937, 24), 16), ((2, 500, 24), 40), ((2, 3, 70, 24), 8), ((1, 1, 24), 24),
+          ((2, 50, 24), 40)]
+
+
+@pytest.mark.parametrize('shape,out', SHAPES)
+@pytest.mark.parametrize('bias', [True, False])
+def test_matches_float64_linear_as_closely_as_blas(shape, out, bias):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g, requires_grad=True)
+    w = torch.randn(out, shape[-1], generator=g, requires_grad=True)
+    b = torch.randn(out, generator=g, requires_grad=True) if bias else None
+    grad = torch.randn(*shape[:-1], out, generator=g)
+    leaves = [t for t in (x, w, b) if t is not None]
+
+    def run(fn, dtype):
+        xs = [t.detach().to(dtype).requires_grad_() for t in leaves]
+        y = fn(xs[0], xs[1], xs[2] if bias else None)
+        return [y] + list(torch.autograd.grad(y, xs, grad.to(dtype)))
+    exact = run(F.linear, torch.float64)
+    ours = run(L.linear, torch.float32)
+    blas = run(F.linear, torch.float32)
+    for e, o, r in zip(exact, ours, blas):
+        assert o.shape == e.shape and o.dtype == torch.float32
+        err_ours = (o.double() - e).abs().max().item()
+        err_blas = (r.double() - e).abs().max().item()
+        assert err_ours <= 4 * err_blas + 1e-5 * e.abs().max().item()
+
+
+@needs_onednn
+def test_takes_onednn_for_contiguous_float32_tokens():
+    x, w, b = torch.randn(2, 500, 24), torch.randn(40, 24), torch.randn(40)
+    ops = _ops(lambda: L.linear(x, w, b))
+    assert 'aten::mkldnn_convolution' in ops and 'aten::addmm' not in ops
+    L.set_cpu_linear('blas')
+    ops = _ops(lambda: L.linear(x, w, b))
+    assert 'aten::addmm' in ops and 'aten::mkldnn_convolution' not in ops
+
+
+@pytest.mark.parametrize('case', ['float64', 'strided', 'jit-trace', 'autocast', 'empty',
+                                  'small'])
+def test_falls_back_to_f_linear(case):
+    x, w, b = torch.randn(2, 500, 24), torch.randn(40, 24), torch.randn(40)
+    if case == 'float64':
+        x, w, b = x.double(), w.double(), b.double()
+    if case == 'strided':
+        x = torch.randn(2, 24, 500).transpose(1, 2)
+    if case == 'empty':
+        x = torch.randn(0, 500, 24)
+    if case == 'small':  # not above L.MIN_ELEMENTS
+        x = torch.randn(2, 50, 24)
+    # the graph the jit records (what an exported / traced model runs)
+    traced = torch.jit.trace(lambda t: L.linear(t, w, b), (x,), check_trace=False)
+
+    def call():
+        if case == 'jit-trace':
+            return traced(x)
+        if case == 'autocast':
+            with torch.autocast('cpu', dtype=torch.bfloat16):
+                return L.linear(x, w, b)
+        return L.linear(x, w, b)
+    ops = _ops(call)
+    assert 'aten::mkldnn_convolution' not in ops and 'aten::convolution' not in ops
+    expected = F.linear(x, w, b)
+    if case == 'autocast':
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            expected = F.linear(x, w, b)
+    assert torch.equal(call(), expected)
+
+
+def test_the_setting_is_checked_and_read_from_the_environment(monkeypatch):
+    with pytest.raises(ValueError, match="'onednn', 'blas'"):
+        L.set_cpu_linear('mkl')
+    import importlib
+    monkeypatch.setenv('MMLINATTN_CPU_LINEAR', 'blas')
+    try:
+        assert importlib.reload(L).cpu_linear() == 'blas'
+    finally:
+        monkeypatch.delenv('MMLINATTN_CPU_LINEAR')
+        importlib.reload(L)
+    assert L.cpu_linear() == 'onednn'
+
+
+@pytest.mark.parametrize('kind', ['InLineSwin', 'InLinePVT'])
+def test_backbones_project_through_it_and_agree_with_blas(kind):
+    """Every Linear of the token backbones is ours (same parameters and keys as nn.Linear), and
+    the backbone's maps agree with the BLAS route to float32 accuracy."""
+    import mmlinattn  # noqa: F401
+    from mmlinattn.core.models.layers.common import Linear
+    from mmlinattn.core.registry import MODELS
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type=kind, arch='tiny', out_indices=(0, 1, 2, 3))).eval()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(isinstance(m, Linear) for m in linears)
+    x = torch.randn(1, 3, 64, 96)
+    with torch.no_grad():
+        fast = model(x)
+        L.set_cpu_linear('blas')
+        slow = model(x)
+    for a, b in zip(fast, slow):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * b.abs().max().item())
+
+
+def test_mavit_runs_channels_last_on_the_cpu_and_returns_nchw():
+    """MAViT's image goes in channels-last where the oneDNN route applies; its maps come out as
+    contiguous NCHW either way, with the BLAS route's values."""
+    import mmlinattn  # noqa: F401
+    from mmlinattn.core.registry import MODELS
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type='MAViT', arch='tiny', out_indices=(0, 1, 2, 3))).eval()
+    x = torch.randn(1, 3, 64, 96)
+    assert L.cpu_channels_last(x).is_contiguous(memory_format=torch.channels_last)
+    assert L.cpu_channels_last(x.double()) is not None and \
+        L.cpu_channels_last(x.double()).is_contiguous()
+    seen = []
+    hook = model.patch_embed.register_forward_pre_hook(lambda m, a: seen.append(a[0]))
+    with torch.no_grad():
+        fast = model(x)
+        L.set_cpu_linear('blas')
+        slow = model(x)
+    hook.remove()
+    assert seen[0].is_contiguous(memory_format=torch.channels_last) and seen[1].is_contiguous()
+    for a, b in zip(fast, slow):
+        assert a.is_contiguous() and b.is_contiguous()
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * b.abs().max().item())
