@@ -150,3 +150,23 @@ def test_mavit_runs_channels_last_on_the_cpu_and_returns_nchw():
     for a, b in zip(fast, slow):
         assert a.is_contiguous() and b.is_contiguous()
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * b.abs().max().item())
+
+
+def test_benchmark_linear_prints_one_row_per_shape(capsys):
+    """tools/analysis_tools/benchmark_linear.py: a row per projection shape, the two routes'
+    outputs within float32 rounding of each other, the CPU named."""
+    import importlib.util
+    import os.path as osp
+    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'tools', 'analysis_tools',
+                    'benchmark_linear.py')
+    spec = importlib.util.spec_from_file_location('benchmark_linear_tool', path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(['--batch', '1', '--reps', '1']) == 0
+    out = capsys.readouterr().out
+    assert tool.cpu_name() in out
+    rows = [r for r in out.splitlines() if r.startswith('| ') and ' -> ' in r.split('|')[1]
+            and 'C_in' not in r]
+    assert len(rows) == len(tool.SHAPES)
+    assert all(float(r.rstrip(' |').rsplit('|', 1)[-1]) < 1e-2 for r in rows)
+    assert L.cpu_linear() == 'onednn'

@@ -12,7 +12,7 @@ dtypes, strided inputs, autocast, ``torch.jit`` tracing, ``torch.compile`` and `
 linear.
 
 Why: on the CPUs we measured, torch's BLAS (MKL) is the slower of the two for these shapes
-(many tokens, a few hundred channels). docs/benchmarks.md section 12 has the figures, and
+(many tokens, a few hundred channels). docs/benchmarks.md sections 12-13 have the figures, and
 ``MMLINATTN_CPU_LINEAR=blas`` (or :func:`set_cpu_linear`) switches back to ``F.linear``
 everywhere, e.g. to compare on another CPU.
 """
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .probes import is_compiling, is_exporting
+from .probes import autocast_cpu_enabled, is_compiling, is_exporting
 
 BACKENDS = ('onednn', 'blas')
 
@@ -42,13 +42,6 @@ _backend = _checked(os.environ.get('MMLINATTN_CPU_LINEAR', 'onednn'))
 _ONEDNN = torch.backends.mkldnn.is_available()
 
 
-def _autocast_cpu() -> bool:
-    try:  # torch >= 2.4: one function for every device
-        return torch.is_autocast_enabled('cpu')
-    except TypeError:
-        return torch.is_autocast_cpu_enabled()
-
-
 def set_cpu_linear(backend: str) -> str:
     """``'onednn'`` (default) or ``'blas'`` (``F.linear`` everywhere); returns the previous one."""
     global _backend
@@ -65,7 +58,7 @@ def _eager_cpu_float32(x: Tensor) -> bool:
     return (_backend == 'onednn' and _ONEDNN and torch.backends.mkldnn.enabled
             and x.device.type == 'cpu' and x.dtype == torch.float32
             and not torch.jit.is_tracing() and not torch.jit.is_scripting()
-            and not is_compiling() and not is_exporting() and not _autocast_cpu())
+            and not is_compiling() and not is_exporting() and not autocast_cpu_enabled())
 
 
 def _onednn_applies(x: Tensor, weight: Tensor) -> bool:
