@@ -82,5 +82,5 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor = None) -> Tensor:
     c = x.shape[-1]
     n = x.numel() // c
     out = weight.shape[0]
-    y = F.conv2d(x.view(1, n, 1, c).permute(0, 3, 1, 2), weight.view(out, c, 1, 1), bias)
+    y = F.conv2d(x.view(1, n, 1, c).permute(0, 3, 1, 2), weight.reshape(out, c, 1, 1), bias)
     return y.permute(0, 2, 3, 1).reshape(*x.shape[:-1], out)
