@@ -170,3 +170,8 @@ def test_benchmark_linear_prints_one_row_per_shape(capsys):
     assert len(rows) == len(tool.SHAPES)
     assert all(float(r.rstrip(' |').rsplit('|', 1)[-1]) < 1e-2 for r in rows)
     assert L.cpu_linear() == 'onednn'
+
+
+def test_a_transposed_weight_is_taken_too():
+    x, w = torch.randn(2, 500, 24), torch.randn(24, 40).t()  # (40, 24), not contiguous
+    assert torch.allclose(L.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
