@@ -47,6 +47,18 @@ def test_a_missing_requirement_says_what_to_install(tmp_path):
     assert 'pip install timm einops fvcore' in str(err.value)
 
 
+def test_a_file_without_the_constructor_or_failing_leaves_nothing_behind(tmp_path):
+    import sys
+    (tmp_path / 'models').mkdir()
+    (tmp_path / 'models' / 'inline_swin.py').write_text('X = 1\n')
+    with pytest.raises(authors_code.AuthorsCodeError, match=r'has no InLineSwin\(\)'):
+        authors_code.build_authors('inline_swin', 'tiny', str(tmp_path))
+    (tmp_path / 'models' / 'inline_pvt.py').write_text('raise ValueError("half-run")\n')
+    with pytest.raises(ValueError, match='half-run'):
+        authors_code.build_authors('inline_pvt', 'tiny', str(tmp_path))
+    assert 'authors_inline_pvt' not in sys.modules
+
+
 def test_unknown_family_or_arch(tmp_path):
     with pytest.raises(KeyError, match='inline_swin'):
         authors_code.build_authors('swin', 'tiny', str(tmp_path))
@@ -66,6 +78,13 @@ def test_the_authors_constructor_is_called_and_drop_path_set(tmp_path):
         '    m = nn.Sequential(DP(), DP()); m.kw = kw; return m\n')
     model = authors_code.build_authors('mavit', 'small', str(tmp_path), drop_path=0.0)
     assert model.kw == {} and [m.drop_prob for m in model] == [0.0, 0.0]
+    (tmp_path / 'classfication_release' / 'model.py').write_text(
+        'import torch.nn as nn\n'
+        'class DropPath(nn.Module):\n'
+        '    def __init__(self): super().__init__(); self.p = 0.3\n'
+        'def MALA_S(**kw): return nn.Sequential(DropPath())\n')
+    with pytest.raises(authors_code.AuthorsCodeError, match='DropPath without drop_prob'):
+        authors_code.build_authors('mavit', 'small', str(tmp_path))
 
 
 @pytest.mark.parametrize('family', sorted(authors_code.SOURCES))
@@ -165,6 +184,9 @@ def test_command_line_needs_a_repository(capsys):
     with pytest.raises(SystemExit):
         tool.main(['--inline-repo', 'X', '--families', 'swin'])
     assert "unknown 'swin'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tool.main(['--inline-repo', 'X', '--arch', 'medium'])
+    assert "inline_swin has no released arch 'medium'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize('name,kind', [

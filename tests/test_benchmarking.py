@@ -66,10 +66,10 @@ def _detections(fixed_heads):
 
 def test_same_head_work_keeps_every_proposal_and_detection():
     """mmdet's own heads: with --same-head-work a randomly initialised COCO Mask R-CNN hands on
-    exactly its test_cfg's max_per_img detections (the mask head runs on all of them); without
-    it the 0.05 score threshold keeps fewer (random class scores are ~1/81)."""
+    exactly its test_cfg's max_per_img proposals and detections (the mask head runs on all of
+    them); without it the 0.05 score threshold keeps fewer (random class scores are ~1/81)."""
     n_prop, n_det, cfg = _detections(True)
-    assert n_det == cfg.rcnn.max_per_img
+    assert n_det == cfg.rcnn.max_per_img and n_prop == cfg.rpn.max_per_img
     assert cfg.rpn.nms.iou_threshold == 1.0 and cfg.rcnn.score_thr == 0.0
     _, n_det_default, cfg_default = _detections(False)
     assert n_det_default < n_det and cfg_default.rcnn.score_thr > 0

@@ -15,9 +15,17 @@ needs_onednn = pytest.mark.skipif(not ONEDNN, reason='this torch has no oneDNN (
 
 @pytest.fixture(autouse=True)
 def _onednn():
-    old = L.set_cpu_linear('onednn')
+    """The route on, and two threads (with one, ATen keeps 1x1 convolutions off oneDNN and the
+    route hands everything to F.linear; test_one_thread_takes_f_linear checks that)."""
+    old, threads = L.set_cpu_linear('onednn'), torch.get_num_threads()
+    torch.set_num_threads(2)
     yield
     L.set_cpu_linear(old)
+    torch.set_num_threads(threads)
+
+
+def _routed(ops):
+    return 'aten::mkldnn_convolution' in ops and 'aten::addmm' not in ops
 
 
 def _ops(fn):
@@ -26,7 +34,7 @@ def _ops(fn):
     return {e.name for e in prof.events()}
 
 
-SHAPES = [((937, 24), 16), ((2, 500, 24), 40), ((2, 3, 70, 24), 8), ((1, 1, 24), 24),
+SHAPES = [((937, 24), 16), ((2, 500, 24), 40), ((2, 3, 700, 24), 8), ((1, 1, 24), 24),
           ((2, 50, 24), 40)]
 
 
@@ -45,6 +53,8 @@ def test_matches_float64_linear_as_closely_as_blas(shape, out, bias):
         y = fn(xs[0], xs[1], xs[2] if bias else None)
         return [y] + list(torch.autograd.grad(y, xs, grad.to(dtype)))
     exact = run(F.linear, torch.float64)
+    ops = _ops(lambda: run(L.linear, torch.float32))
+    assert _routed(ops) == (ONEDNN and x.numel() > L.MIN_ELEMENTS)
     ours = run(L.linear, torch.float32)
     blas = run(F.linear, torch.float32)
     for e, o, r in zip(exact, ours, blas):
@@ -57,11 +67,39 @@ def test_matches_float64_linear_as_closely_as_blas(shape, out, bias):
 @needs_onednn
 def test_takes_onednn_for_contiguous_float32_tokens():
     x, w, b = torch.randn(2, 500, 24), torch.randn(40, 24), torch.randn(40)
-    ops = _ops(lambda: L.linear(x, w, b))
-    assert 'aten::mkldnn_convolution' in ops and 'aten::addmm' not in ops
+    assert _routed(_ops(lambda: L.linear(x, w, b)))
     L.set_cpu_linear('blas')
     ops = _ops(lambda: L.linear(x, w, b))
-    assert 'aten::addmm' in ops and 'aten::mkldnn_convolution' not in ops
+    assert 'aten::addmm' in ops and not any('conv' in o for o in ops)
+
+
+def test_one_thread_takes_f_linear():
+    x, w, b = torch.randn(2, 500, 24), torch.randn(40, 24), torch.randn(40)
+    torch.set_num_threads(1)
+    ops = _ops(lambda: L.linear(x, w, b))
+    assert 'aten::addmm' in ops and not any('conv' in o for o in ops)
+
+
+def test_fx_symbolic_trace_records_a_linear():
+    """torch.fx passes Proxies: the traced graph is a plain linear, as nn.Linear's."""
+    import torch.fx
+
+    from mmlinattn.core.models.layers.common import Linear
+    m = Linear(24, 40)
+    g = torch.fx.symbolic_trace(m)
+    assert 'linear' in g.code and 'conv' not in g.code
+    x = torch.randn(2, 500, 24)
+    assert torch.allclose(g(x), F.linear(x, m.weight, m.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_shape_errors_and_empty_outputs_are_f_linears():
+    x = torch.randn(2, 500, 24)
+    assert L.linear(x, torch.randn(0, 24)).shape == (2, 500, 0)
+    with pytest.raises(RuntimeError) as ours:
+        L.linear(x, torch.randn(40, 23))
+    with pytest.raises(RuntimeError) as theirs:
+        F.linear(x, torch.randn(40, 23))
+    assert str(ours.value) == str(theirs.value)
 
 
 @pytest.mark.parametrize('case', ['float64', 'strided', 'jit-trace', 'autocast', 'empty',
@@ -87,7 +125,7 @@ def test_falls_back_to_f_linear(case):
                 return L.linear(x, w, b)
         return L.linear(x, w, b)
     ops = _ops(call)
-    assert 'aten::mkldnn_convolution' not in ops and 'aten::convolution' not in ops
+    assert not any('conv' in o for o in ops)
     expected = F.linear(x, w, b)
     if case == 'autocast':
         with torch.autocast('cpu', dtype=torch.bfloat16):
@@ -120,10 +158,17 @@ def test_backbones_project_through_it_and_agree_with_blas(kind):
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert linears and all(isinstance(m, Linear) for m in linears)
     x = torch.randn(1, 3, 64, 96)
+    def convs():  # oneDNN convolutions in one forward (the patch embeddings' among them)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            model(x)
+        return sum(e.name == 'aten::mkldnn_convolution' for e in prof.events())
     with torch.no_grad():
+        routed = convs()
         fast = model(x)
         L.set_cpu_linear('blas')
+        plain = convs()
         slow = model(x)
+    assert not ONEDNN or routed > plain
     for a, b in zip(fast, slow):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * b.abs().max().item())
 

@@ -58,11 +58,14 @@ def load_file(path: str, name: str):
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except ImportError as err:
-        del sys.modules[name]
-        raise AuthorsCodeError(
-            f'{path}: importing the authors\' model file failed ({err}); it needs '
-            f'{", ".join(REQUIREMENTS)}: pip install {" ".join(REQUIREMENTS)}') from err
+    except BaseException as err:
+        if sys.modules.get(name) is module:  # no half-run module left behind under its name
+            del sys.modules[name]
+        if isinstance(err, ImportError):
+            raise AuthorsCodeError(
+                f'{path}: importing the authors\' model file failed ({err}); their files import '
+                f'{", ".join(REQUIREMENTS)}: pip install {" ".join(REQUIREMENTS)}') from err
+        raise
     return module
 
 
@@ -75,12 +78,19 @@ def build_authors(family: str, arch: str, repo: str, drop_path: float = 0.0) -> 
     _, rel, archs = SOURCES[family]
     if arch not in archs:
         raise KeyError(f'{family}: no released arch {arch!r}; choose one of {sorted(archs)}')
-    module = load_file(osp.join(repo, rel), f'authors_{family}')
+    path = osp.join(repo, rel)
+    module = load_file(path, f'authors_{family}')
     ctor, kwargs = archs[arch]
+    if not callable(getattr(module, ctor, None)):
+        raise AuthorsCodeError(f'{path} has no {ctor}(): not the authors\' file this tool '
+                               'knows (a different commit of their repository?)')
     model = getattr(module, ctor)(**kwargs)
     for m in model.modules():
         if hasattr(m, 'drop_prob'):  # timm's DropPath
             m.drop_prob = drop_path
+        elif 'DropPath' in type(m).__name__:
+            raise AuthorsCodeError(f'{path}: a {type(m).__name__} without drop_prob; cannot set '
+                                   'its stochastic depth rate')
     return model
 
 

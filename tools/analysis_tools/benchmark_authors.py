@@ -20,7 +20,9 @@ Measured on a random batch (``--batch`` x 3 x ``--size`` x ``--size``):
 * training step: ``train()`` forward, cross-entropy on random labels, backward, AdamW step,
   gradients dropped;
 * memory: the peak bytes a training step allocates beyond what existed before it (CPU: the
-  profiler's memory events; CUDA: the allocator's peak).
+  profiler's memory events; CUDA: the allocator's peak); ``--rss`` adds the growth of the peak
+  resident memory over the first training step, each model in a fresh process (what the
+  allocator's events miss, e.g. oneDNN's scratch buffers, included).
 
 Times are the median of ``--reps`` repetitions after one warm-up of each, ours and theirs
 alternating so that both see the same machine state. Ratios are the authors' time (memory) over
@@ -131,8 +133,50 @@ def measure(family, arch, repo, args, device) -> dict:
     return out
 
 
+def _params(r) -> str:
+    ours, theirs = r['params_ours'] / 1e6, r['params_authors'] / 1e6
+    return f'{ours:.2f}' if r['params_ours'] == r['params_authors'] else \
+        f'{ours:.2f} (authors: {theirs:.2f})'
+
+
 def _fmt(x) -> str:
     return '-' if x is None else f'{x:.2f}'
+
+
+def rss_one(args, repos) -> int:
+    """(in a fresh process) one training step of one model; prints its peak RSS growth in MB."""
+    import resource
+
+    from mmlinattn.workshop.authors_code import SOURCES, build_pair
+    family, which = args.rss_one
+    ours, theirs = build_pair(family, args.arch, repos[SOURCES[family][0]], 0.0, args.seed)
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(args.batch, 3, args.size, args.size, generator=g)
+    y = torch.randint(0, 1000, (args.batch,), generator=g)
+    r = Runner(ours, True, x, y, torch.device('cpu')) if which == 'ours' else \
+        Runner(theirs, False, x, y, torch.device('cpu'))
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r.train_step()
+    print(f'RSS {(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024:.1f}')
+    return 0
+
+
+def rss_pair(family, argv) -> dict:
+    """Peak RSS growth (MB) of the first training step of ours and of the authors' model, each
+    in a fresh process (Linux ru_maxrss)."""
+    import subprocess
+    keep = [a for a in argv if a not in ('--profile', '--rss')]
+    out = {}
+    for which in ('ours', 'authors'):
+        cmd = [sys.executable, osp.abspath(__file__), *keep, '--rss-one', family, which]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith('RSS ')]
+        if res.returncode or not lines:
+            raise SystemExit(f'{family} ({which}): the RSS run failed:\n{res.stderr[-2000:]}')
+        out[f'rss_mb_{which}'] = float(lines[-1].split()[1])
+    out['rss_ratio'] = round(out['rss_mb_ours'] / out['rss_mb_authors'], 3) \
+        if out['rss_mb_authors'] else None
+    return out
 
 
 def table(results) -> str:
@@ -141,11 +185,17 @@ def table(results) -> str:
             '|---|---|---|---|---|']
     for r in results:
         rows.append(
-            f"| {r['family']}-{r['arch']} | {r['params_ours'] / 1e6:.2f} | "
+            f"| {r['family']}-{r['arch']} | {_params(r)} | "
             f"{r['infer_s_authors']:.3f} / {r['infer_s_ours']:.3f} (**{r['infer_ratio']:.2f}x**) | "
             f"{r['train_step_s_authors']:.3f} / {r['train_step_s_ours']:.3f} "
             f"(**{r['train_step_ratio']:.2f}x**) | {r['train_peak_mb_authors']:.0f} / "
             f"{r['train_peak_mb_ours']:.0f} (**{_fmt(r['memory_ratio'])}**) |")
+    if any('rss_ratio' in r for r in results):
+        rows += ['', '| model | first-step peak RSS growth MB: authors / ours '
+                 '(ratio ours/authors) |', '|---|---|']
+        rows += [f"| {r['family']}-{r['arch']} | {r['rss_mb_authors']:.0f} / "
+                 f"{r['rss_mb_ours']:.0f} (**{_fmt(r['rss_ratio'])}**) |"
+                 for r in results if 'rss_ratio' in r]
     return '\n'.join(rows)
 
 
@@ -208,6 +258,11 @@ def main(argv=None):
     p.add_argument('--atol', type=float, default=1e-4,
                    help='largest logit difference accepted before timing (default 1e-4)')
     p.add_argument('--profile', action='store_true', help='one profiled training step of each')
+    p.add_argument('--rss', action='store_true',
+                   help="also the growth of the process's peak resident memory over the first "
+                        'training step, each model in a fresh process (allocations outside '
+                        "torch's allocator included)")
+    p.add_argument('--rss-one', nargs=2, metavar=('FAMILY', 'WHICH'), help=argparse.SUPPRESS)
     p.add_argument('--out', help='folder for results.json and results.md')
     args = p.parse_args(argv)
     from mmlinattn.workshop.authors_code import SOURCES, AuthorsCodeError
@@ -221,8 +276,13 @@ def main(argv=None):
         if not repos[SOURCES[f][0]]:
             opt = '--inline-repo' if SOURCES[f][0].endswith('InLine') else '--mala-repo'
             p.error(f'{f} needs {opt} (a clone of {SOURCES[f][0]})')
+        if args.arch not in SOURCES[f][2]:
+            p.error(f'--arch: {f} has no released arch {args.arch!r}; choose from '
+                    f'{sorted(SOURCES[f][2])}')
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.rss_one:
+        return rss_one(args, repos)
     device = torch.device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == 'cuda' else \
         f'{cpu_name()}, {torch.get_num_threads()} threads'
@@ -233,6 +293,8 @@ def main(argv=None):
         except AuthorsCodeError as err:
             raise SystemExit(str(err))
         r = results[-1]
+        if args.rss:
+            r.update(rss_pair(f, argv if argv is not None else sys.argv[1:]))
         print(f"{f}-{args.arch}: logits differ by {r['logits_max_abs_diff']:.2g}; inference "
               f"{r['infer_ratio']:.2f}x, training step {r['train_step_ratio']:.2f}x, memory "
               f"{_fmt(r['memory_ratio'])} (time: authors' / ours; memory: ours / authors')",

@@ -7,8 +7,10 @@
 The shapes are those of the tiny backbones at 224x224 (InLine-Swin-T's and InLine-PVT-T's MLPs and
 qkv projections, stage by stage): ``(batch, tokens, C_in) -> C_out``. For each: the median time of
 forward + backward (gradients of input, weight and bias, from a fixed output gradient) and of a
-forward under ``no_grad``, both routes alternating in one run; the ratio is BLAS time / ours. Also
-the largest difference between the two outputs. Prints a table with the CPU named; one run.
+forward under ``no_grad``, the two routes one after the other on the same tensors in one run; the
+ratio is BLAS time / ours. Also the largest difference between the two outputs. With one torch
+thread the route is ``F.linear`` itself (mmlinattn.core.ops.linear), so use ``--threads`` 2 or
+more. Prints a table with the CPU named; one run.
 """
 import argparse
 import platform

@@ -4,12 +4,13 @@ Every ``Linear`` of our token backbones (qkv / q / kv / proj, the MLPs, Swin's p
 :class:`mmlinattn.core.models.layers.common.Linear`, whose forward is :func:`linear`. On the CPU,
 for contiguous float32 tokens (..., C) outside autocast and tracing, it runs the product as
 oneDNN's 1x1 convolution on the tokens viewed as a channels-last (1, C, N, 1) map (inputs of more
-than :data:`MIN_ELEMENTS` values): no copy on
+than :data:`MIN_ELEMENTS` values, torch using more than one thread): no copy on
 the way in or out, the same parameters and the same float32 arithmetic (a different summation
 order: results agree with ``F.linear`` to float32 rounding). Everything else - CUDA, other
-dtypes, strided inputs, autocast, ``torch.jit`` tracing, ``torch.compile`` and ``torch.export``
-- goes to ``F.linear`` unchanged, so GPU training, exported graphs and FLOP counts see a plain
-linear.
+dtypes, strided inputs, autocast, ``torch.jit`` tracing and scripting, ``torch.fx`` symbolic
+tracing, ``torch.compile`` and ``torch.export`` - goes to ``F.linear`` unchanged, so GPU training,
+exported graphs and FLOP counts see a plain linear. (torch's dynamic quantization matches module
+types exactly and leaves this ``Linear`` subclass in float; ``torch.jit.script`` cannot compile it.)
 
 Why: on the CPUs we measured, torch's BLAS (MKL) is the slower of the two for these shapes
 (many tokens, a few hundred channels). docs/benchmarks.md sections 12-13 have the figures, and
@@ -34,9 +35,9 @@ def _checked(backend: str) -> str:
     return backend
 
 
-#: ATen hands a 1x1 convolution of one image to oneDNN only above this many input elements (its
-#: own heuristic; below it runs the native kernel, no faster than F.linear), so smaller inputs
-#: go to F.linear directly
+#: ATen hands a 1x1 convolution of one image to oneDNN only above this many input elements, and
+#: only with more than one thread (its own heuristic; otherwise it runs its native kernel, a GEMM
+#: no faster than F.linear), so smaller inputs and single-threaded runs go to F.linear directly
 MIN_ELEMENTS = 20480
 _backend = _checked(os.environ.get('MMLINATTN_CPU_LINEAR', 'onednn'))
 _ONEDNN = torch.backends.mkldnn.is_available()
@@ -54,16 +55,19 @@ def cpu_linear() -> str:
     return _backend
 
 
-def _eager_cpu_float32(x: Tensor) -> bool:
-    return (_backend == 'onednn' and _ONEDNN and torch.backends.mkldnn.enabled
+def _eager_cpu_float32(x) -> bool:
+    # a plain tensor: torch.fx's Proxies and tracing subclasses (FakeTensor, ...) take F.linear
+    return (_backend == 'onednn' and type(x) is torch.Tensor and _ONEDNN
+            and torch.backends.mkldnn.enabled and torch.get_num_threads() > 1
             and x.device.type == 'cpu' and x.dtype == torch.float32
             and not torch.jit.is_tracing() and not torch.jit.is_scripting()
             and not is_compiling() and not is_exporting() and not autocast_cpu_enabled())
 
 
-def _onednn_applies(x: Tensor, weight: Tensor) -> bool:
-    return (weight.dtype == torch.float32 and x.dim() >= 2 and x.numel() > MIN_ELEMENTS
-            and x.is_contiguous() and _eager_cpu_float32(x))
+def _onednn_applies(x, weight: Tensor) -> bool:
+    return (_eager_cpu_float32(x) and weight.dtype == torch.float32 and x.dim() >= 2
+            and x.numel() > MIN_ELEMENTS and x.is_contiguous() and weight.dim() == 2
+            and weight.shape[0] > 0 and weight.shape[1] == x.shape[-1])
 
 
 def cpu_channels_last(x: Tensor) -> Tensor:
