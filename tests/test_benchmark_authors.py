@@ -224,3 +224,13 @@ def test_classifier_part_by_what_a_module_is():
     assert classifier_part('layers.0.downsample', nn.Sequential()) == 'embed'
     assert classifier_part('head', nn.Linear(2, 2)) == 'head'
     assert classifier_part('layers.0.blocks.0', nn.Sequential()) is None
+
+
+def test_peak_rss_sees_an_allocation_of_known_size():
+    """--rss's reading grows by (at least most of) a 200 MB buffer written once."""
+    tool = _tool()
+    base = tool._peak_rss_kb()
+    buf = torch.ones(200 * 2 ** 20 // 4)
+    buf += 1
+    assert tool._peak_rss_kb() - base >= 0.9 * 200 * 1024
+    del buf

@@ -329,6 +329,40 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
                 device=device, amp=amp, threads=torch.get_num_threads())
 
 
+def infer_together(jobs, device='cpu', size=None, reps=5) -> list:
+    """Inference of several detectors / segmentors built in ONE process, with the same head work
+    (:func:`same_head_work`), timed in turn: each repetition runs every model once (whole
+    ``predict`` and the backbone alone), in an order that rotates; the medians are returned. In
+    separate processes the same heads on the same work differ by up to ~25 % between processes on
+    a shared machine; here every model sees the same process and machine state. ``jobs``: (config,
+    reference backbone or None) pairs."""
+    benches = [(config, ref, bench_model(config, ref, device, size=size, fixed_heads=True))
+               for config, ref in jobs]
+    for _, _, b in benches:  # warm-up: one call of each
+        b.infer()
+        b.infer_backbone()
+    times = {i: ([], []) for i in range(len(benches))}
+    for rep in range(reps):
+        order = list(range(len(benches)))
+        order = order[rep % len(order):] + order[:rep % len(order)]
+        for i in order:
+            b = benches[i][2]
+            for j, fn in enumerate((b.infer, b.infer_backbone)):
+                t = time.perf_counter()
+                fn()
+                if device == 'cuda':
+                    torch.cuda.synchronize()
+                times[i][j].append(time.perf_counter() - t)
+    return [dict(config=osp.basename(config)[:-3], backbone=ref or b.cfg.model.backbone.type,
+                 params_m=round(b.params_m, 2), test_hw=list(b.test_hw),
+                 infer_s=round(statistics.median(times[i][0]), 3),
+                 infer_backbone_s=round(statistics.median(times[i][1]), 3), infer_reps=reps,
+                 fixed_heads=True, together=True, train_s=None, train_mem_mb=None, batch=None,
+                 size=list(size) if size else None, device=device,
+                 threads=torch.get_num_threads())
+            for i, (config, ref, b) in enumerate(benches)]
+
+
 def _round(x, digits):
     return None if x is None else round(x, digits)
 

@@ -145,8 +145,6 @@ def _fmt(x) -> str:
 
 def rss_one(args, repos) -> int:
     """(in a fresh process) one training step of one model; prints its peak RSS growth in MB."""
-    import resource
-
     from mmlinattn.workshop.authors_code import SOURCES, build_pair
     family, which = args.rss_one
     ours, theirs = build_pair(family, args.arch, repos[SOURCES[family][0]], 0.0, args.seed)
@@ -155,15 +153,30 @@ def rss_one(args, repos) -> int:
     y = torch.randint(0, 1000, (args.batch,), generator=g)
     r = Runner(ours, True, x, y, torch.device('cpu')) if which == 'ours' else \
         Runner(theirs, False, x, y, torch.device('cpu'))
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = _peak_rss_kb()
     r.train_step()
-    print(f'RSS {(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024:.1f}')
+    print(f'RSS {(_peak_rss_kb() - base) / 1024:.1f}')
     return 0
+
+
+def _peak_rss_kb() -> float:
+    """This process's peak resident memory in KB: Linux's VmHWM (its own address space's high-water
+    mark; ``ru_maxrss`` is inherited across fork + exec, so a child started by a large parent would
+    report the parent's peak), else ``ru_maxrss``."""
+    import resource
+    try:
+        with open('/proc/self/status') as f:
+            for line in f:
+                if line.startswith('VmHWM:'):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def rss_pair(family, argv) -> dict:
     """Peak RSS growth (MB) of the first training step of ours and of the authors' model, each
-    in a fresh process (Linux ru_maxrss)."""
+    in a fresh process."""
     import subprocess
     keep = [a for a in argv if a not in ('--profile', '--rss')]
     out = {}

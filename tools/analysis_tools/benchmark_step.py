@@ -18,7 +18,10 @@ input size and per-GPU batch: time and peak memory, one progress line per config
   (``--infer-reps N``: the median of N calls, and the backbone alone timed the same way;
   ``--same-head-work``: a detector's test-time score thresholds and NMS drop nothing, so its
   heads do the same work behind every backbone - with random weights the kept proposals and
-  detections, and the heads' time, otherwise differ from model to model and run to run);
+  detections, and the heads' time, otherwise differ from model to model and run to run;
+  ``--infer-together``: inference only, all models in one process with the same head work, timed
+  in turn - separate processes time the same heads on the same work up to ~25 % apart on a
+  shared machine);
 * memory: on CUDA the peak allocated by torch (train and inference separately); on the CPU the
 growth
   of the process's peak resident memory over its size after building the model (each config runs
@@ -167,6 +170,10 @@ def main(argv=None):
     p.add_argument('--infer-reps', type=int, default=1,
                    help='inference time = the median of this many calls; > 1 also times the '
                         'backbone alone on the test image (default 1)')
+    p.add_argument('--infer-together', action='store_true',
+                   help='inference only, every model built in this one process with the same head '
+                        'work and timed in turn (--infer-reps repetitions, default 5): the fairest '
+                        'inference comparison on a noisy machine; no memory figures')
     p.add_argument('--same-head-work', action='store_true',
                    help='detectors: no proposal or detection dropped by score threshold or NMS at '
                         'test time, so the heads do the same work behind every backbone')
@@ -208,6 +215,21 @@ def main(argv=None):
                 jobs += [(c, ref) for ref in REFERENCES]
     if not jobs:
         p.error('give config files, --matrix or --references')
+    if args.infer_together:
+        from mmlinattn.workshop.benchmarking import infer_together
+        rows = []
+        for size in (args.size or [None]):
+            rows += infer_together(jobs, args.device, size, max(args.infer_reps, 5)
+                                   if args.infer_reps == 1 else args.infer_reps)
+        md = table(rows)
+        print(md)
+        if args.out:
+            os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+            with open(args.out + '.json', 'w') as f:
+                json.dump(rows, f, indent=1)
+            with open(args.out + '.md', 'w') as f:
+                f.write(md + '\n')
+        return 0
     runs = [(size, config, ref) for size in (args.size or [None]) for config, ref in jobs]
     rows = []
     for i, (size, config, ref) in enumerate(runs, 1):
