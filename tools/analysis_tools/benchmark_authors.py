@@ -25,11 +25,12 @@ Measured on a random batch (``--batch`` x 3 x ``--size`` x ``--size``):
   allocator's events miss, e.g. oneDNN's scratch buffers, included).
 
 Times are the median of ``--reps`` repetitions after one warm-up of each, ours and theirs
-alternating so that both see the same machine state. Ratios are the authors' time (memory) over
-ours: > 1 means ours is faster (smaller). ``--profile`` adds one profiled training step of each:
-forward / backward milliseconds by part (attention, FFN, norms, embedding, head, the rest) and the
-step's operator self time by kind (GEMMs, convolutions, layout copies, ...). Timings are one run on
-one machine; the CPU is printed with them.
+alternating so that both see the same machine state. Time ratios are the authors' time over ours
+(> 1: ours is faster); memory ratios are ours over the authors' (< 1: ours is smaller).
+``--profile`` adds one profiled training step of each: forward / backward milliseconds by part
+(attention, FFN, norms, embedding, head, the rest) and the step's operator self time by kind
+(GEMMs, convolutions, layout copies, ...). Timings are one run on one machine; the CPU is printed
+with them.
 """
 import argparse
 import json
