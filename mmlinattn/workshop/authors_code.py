@@ -116,12 +116,15 @@ def our_classifier_cfg(family: str, arch: str, drop_path: float = 0.0) -> dict:
 
 
 def build_ours(family: str, arch: str, drop_path: float = 0.0) -> nn.Module:
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
     from mmpretrain.utils import register_all_modules
 
     import mmlinattn  # noqa: F401  (registers our modules)
     register_all_modules(init_default_scope=False)
-    return MODELS.build(our_classifier_cfg(family, arch, drop_path))
+    # mmpretrain's scope whatever scope the caller runs in (a detector's leaves 'mmdet' current)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(our_classifier_cfg(family, arch, drop_path))
 
 
 def load_authors_weights(ours: nn.Module, theirs: nn.Module, family: str) -> None:

@@ -56,12 +56,14 @@ def cpu_linear() -> str:
 
 
 def _eager_cpu_float32(x) -> bool:
-    # a plain tensor: torch.fx's Proxies and tracing subclasses (FakeTensor, ...) take F.linear
-    return (_backend == 'onednn' and type(x) is torch.Tensor and _ONEDNN
-            and torch.backends.mkldnn.enabled and torch.get_num_threads() > 1
-            and x.device.type == 'cpu' and x.dtype == torch.float32
-            and not torch.jit.is_tracing() and not torch.jit.is_scripting()
-            and not is_compiling() and not is_exporting() and not autocast_cpu_enabled())
+    # the tracers first (dynamo sees is_compiling() as a constant True and reads nothing after it:
+    # get_num_threads() would be a graph break); then a plain tensor: torch.fx's Proxies and
+    # tracing subclasses (FakeTensor, ...) take F.linear
+    return (not is_compiling() and not is_exporting() and not torch.jit.is_tracing()
+            and not torch.jit.is_scripting() and _backend == 'onednn'
+            and type(x) is torch.Tensor and _ONEDNN and torch.backends.mkldnn.enabled
+            and torch.get_num_threads() > 1 and x.device.type == 'cpu'
+            and x.dtype == torch.float32 and not autocast_cpu_enabled())
 
 
 def _onednn_applies(x, weight: Tensor) -> bool:
