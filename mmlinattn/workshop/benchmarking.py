@@ -7,6 +7,7 @@ Nothing here runs at import; the tools are thin command lines over it.
 """
 import os
 import os.path as osp
+import platform
 import re
 import resource
 import statistics
@@ -23,6 +24,18 @@ ROOT = resource_root()
 CONFIG_DIRS = tuple(FAMILIES)
 # our backbone in a config name, e.g. "mavit-t": (family prefix, arch letter)
 BACKBONE_IN_NAME = re.compile('(' + '|'.join(f.prefix for f in FAMILIES.values()) + r')-([a-z])')
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo, else the platform's), printed beside timings."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or 'unknown CPU'
 
 
 def timeit(fn, min_time: float = 0.3, max_reps: int = 50) -> float:

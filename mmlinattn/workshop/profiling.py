@@ -115,18 +115,25 @@ def _wrap(owner, attr, kind, ranges):
     return lambda: setattr(owner, attr, fn)
 
 
-def _instrument(model: nn.Module, ranges: _Ranges):
-    """Hooks and wrappers that open the ranges; returns the callables that remove them."""
-    from mmlinattn.core.ops import attention as attention_ops
-    from mmlinattn.core.ops import cores
+def _hook_ranges(model: nn.Module, kind_of, ranges: _Ranges) -> list:
+    """Forward hooks that open the range ``kind_of(name, module)`` around each module that has
+    one; returns their removers."""
     undo = []
     for name, module in model.named_modules():
-        kind = _kind(name, module)
+        kind = kind_of(name, module)
         if kind is None:
             continue
         undo.append(module.register_forward_pre_hook(
             lambda m, a, kind=kind: ranges.enter(kind)).remove)
         undo.append(module.register_forward_hook(lambda m, a, o: ranges.exit()).remove)
+    return undo
+
+
+def _instrument(model: nn.Module, ranges: _Ranges):
+    """Hooks and wrappers that open the ranges; returns the callables that remove them."""
+    from mmlinattn.core.ops import attention as attention_ops
+    from mmlinattn.core.ops import cores
+    undo = _hook_ranges(model, _kind, ranges)
     undo.append(_wrap(cores.Core, '__call__', lambda a: 'core:' + a[0].name, ranges))
     for owner in (attention_ops, cores):
         if hasattr(owner, 'apply_rope'):
@@ -318,14 +325,7 @@ def profile_parts(model: nn.Module, loss_fn, optim, part=classifier_part,
     :func:`profile_step`), plus the step's self time by kind of operator
     (:func:`op_kind`). ``cores``: also a range around each of our attention cores."""
     ranges = _Ranges()
-    undo = []
-    for name, module in model.named_modules():
-        kind = part(name, module)
-        if kind is None:
-            continue
-        undo.append(module.register_forward_pre_hook(
-            lambda m, a, kind=kind: ranges.enter(kind)).remove)
-        undo.append(module.register_forward_hook(lambda m, a, o: ranges.exit()).remove)
+    undo = _hook_ranges(model, part, ranges)
     if cores:
         from mmlinattn.core.ops import cores as core_ops
         undo.append(_wrap(core_ops.Core, '__call__', lambda a: 'core:' + a[0].name, ranges))

@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import os.path as osp
-import platform
 import statistics
 import sys
 import time
@@ -44,16 +43,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-
-def cpu_name() -> str:
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or 'unknown CPU'
+from mmlinattn.workshop.benchmarking import cpu_name
 
 
 class Runner:

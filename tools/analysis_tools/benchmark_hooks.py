@@ -21,7 +21,6 @@ Prints a table with the CPU named; timings are one run.
 """
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -29,16 +28,7 @@ import types
 
 import torch
 
-
-def cpu_name() -> str:
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or 'unknown CPU'
+from mmlinattn.workshop.benchmarking import cpu_name
 
 
 def _step_fn(config, size, batch):

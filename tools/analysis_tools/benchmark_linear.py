@@ -13,7 +13,6 @@ thread the route is ``F.linear`` itself (mmlinattn.core.ops.linear), so use ``--
 more. Prints a table with the CPU named; one run.
 """
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -21,22 +20,13 @@ import time
 import torch
 import torch.nn.functional as F
 
+from mmlinattn.workshop.benchmarking import cpu_name
+
 # (C_in, C_out, tokens at 224x224): InLine-Swin-T (C 96..768, MLP ratio 4, qkv 3C) and
 # InLine-PVT-T (C 64..512, MLP ratios 8, 8, 4, 4)
 SHAPES = [(96, 384, 3136), (384, 96, 3136), (96, 288, 3136), (192, 768, 784), (768, 192, 784),
           (384, 1536, 196), (1536, 384, 196), (768, 3072, 49), (3072, 768, 49),
           (64, 512, 3136), (512, 64, 3136), (320, 1280, 196), (1280, 320, 196)]
-
-
-def cpu_name() -> str:
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or 'unknown CPU'
 
 
 def median_ms(fn, reps):

@@ -146,6 +146,17 @@ def table(rows):
     return '\n'.join(out)
 
 
+def write_out(out, rows, md):
+    """OUT.json (the rows) and OUT.md (the table), when ``--out`` is given."""
+    if not out:
+        return
+    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+    with open(out + '.json', 'w') as f:
+        json.dump(rows, f, indent=1)
+    with open(out + '.md', 'w') as f:
+        f.write(md + '\n')
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -223,12 +234,7 @@ def main(argv=None):
                                    if args.infer_reps == 1 else args.infer_reps)
         md = table(rows)
         print(md)
-        if args.out:
-            os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-            with open(args.out + '.json', 'w') as f:
-                json.dump(rows, f, indent=1)
-            with open(args.out + '.md', 'w') as f:
-                f.write(md + '\n')
+        write_out(args.out, rows, md)
         return 0
     runs = [(size, config, ref) for size in (args.size or [None]) for config, ref in jobs]
     rows = []
@@ -253,12 +259,7 @@ def main(argv=None):
     ok = [r for r in rows if 'error' not in r]
     md = summary_table(ok) if args.profile else table(rows)
     print(md)
-    if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out + '.json', 'w') as f:
-            json.dump(rows, f, indent=1)
-        with open(args.out + '.md', 'w') as f:
-            f.write(md + '\n')
+    write_out(args.out, rows, md)
     return 1 if any('error' in r for r in rows) else 0
 
 
