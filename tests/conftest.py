@@ -25,6 +25,40 @@ def pytest_report_header(config):
     return f'torch threads: {torch.get_num_threads()} (MMLINATTN_TEST_THREADS)'
 
 
+# Free disk where the tests write (pytest's temp dir), read after every test: the summary names
+# the lowest it went, and after which test, so that a CI run that fills the disk says where.
+_disk = {}
+
+
+def _free_bytes(config):
+    try:
+        base = config._tmp_path_factory.getbasetemp()
+        st = os.statvfs(base)
+    except (AttributeError, OSError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def pytest_sessionstart(session):
+    _disk['start'] = _free_bytes(session.config)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    free = _free_bytes(item.config)
+    if free is not None and ('low' not in _disk or free < _disk['low'][0]):
+        _disk['low'] = (free, item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    start, low = _disk.get('start'), _disk.get('low')
+    if start is None or low is None:
+        return
+    gb = 1024 ** 3
+    terminalreporter.write_line(
+        f'disk: {start / gb:.1f} GiB free in the temp dir at the start, lowest '
+        f'{low[0] / gb:.1f} GiB (after {low[1]})')
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

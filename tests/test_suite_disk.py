@@ -1,0 +1,44 @@
+"""The suite's own footprint on disk: what a test wrote under tmp_path goes when the test passes.
+
+One run of ``make test`` wrote about 15 GB of checkpoints under pytest's temp dir, and with every
+directory kept to the end CI ran out of disk in the last tests. The repository's pytest.ini and
+conftest run here on an inner session (a fresh pytest process in a scratch dir) of one passing and
+one failing test; the oracle is the directories pytest leaves behind.
+"""
+import os
+import os.path as osp
+import shutil
+import subprocess
+import sys
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+INNER = '''
+def test_passes(tmp_path):
+    (tmp_path / 'weights.pth').write_bytes(b'0' * 1024)
+
+
+def test_fails(tmp_path):
+    (tmp_path / 'weights.pth').write_bytes(b'0' * 1024)
+    assert False, 'fails on purpose'
+'''
+
+
+def test_passed_tests_leave_no_files_and_failed_ones_keep_theirs(tmp_path):
+    proj = tmp_path / 'proj'
+    (proj / 'tests').mkdir(parents=True)
+    shutil.copy(osp.join(ROOT, 'pytest.ini'), proj / 'pytest.ini')
+    shutil.copy(osp.join(ROOT, 'tests', 'conftest.py'), proj / 'tests' / 'conftest.py')
+    (proj / 'tests' / 'test_inner.py').write_text(INNER)
+    base = tmp_path / 'base'
+    env = {k: v for k, v in os.environ.items() if not k.startswith('PYTEST_')}
+    r = subprocess.run([sys.executable, '-m', 'pytest', '-q', f'--basetemp={base}', 'tests'],
+                       cwd=proj, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out  # one test failed, as written
+    assert '1 failed, 1 passed' in out, out
+    assert not (base / 'test_passes0').exists(), sorted(os.listdir(base))
+    assert (base / 'test_fails0' / 'weights.pth').is_file(), sorted(os.listdir(base))
+    # the summary says how low the free space went, and after which test
+    assert 'GiB free in the temp dir at the start, lowest' in out, out
+    assert 'tests/test_inner.py::test_' in out.split('lowest', 1)[1], out
