@@ -63,3 +63,37 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+def _stale_visualizers():
+    """(class, name) of the mmengine visualizers whose save dir is gone."""
+    import sys
+    if 'mmengine.visualization' not in sys.modules:
+        return []
+    from mmengine.visualization import Visualizer
+    classes, todo = [], [Visualizer]
+    while todo:
+        cls = todo.pop()
+        classes.append(cls)
+        todo.extend(cls.__subclasses__())
+    stale = []
+    for cls in classes:
+        for name, vis in list(cls.__dict__.get('_instance_dict', {}).items()):
+            backends = getattr(vis, '_vis_backends', {}).values()
+            dirs = [getattr(b, '_save_dir', None) for b in backends]
+            if any(d and not os.path.isdir(d) for d in dirs):
+                stale.append((cls, name))
+    return stale
+
+
+@pytest.fixture(autouse=True)
+def _no_visualizer_into_a_removed_dir():
+    """mmengine keeps visualizers by name ('visualizer' in every OpenMMLab config) and hands the
+    existing one to the next Runner built in the process, save dir and all. A test that builds a
+    Runner itself (not through mmlinattn's build_runner, which takes a fresh name) would write its
+    vis_data into an earlier test's tmp_path, which pytest deletes when that test passes
+    (pytest.ini). After each test (and after its tmp_path is gone: autouse fixtures are torn down
+    last), visualizers pointing into a removed folder are dropped, as a fresh process has none."""
+    yield
+    for cls, name in _stale_visualizers():
+        cls._instance_dict.pop(name, None)

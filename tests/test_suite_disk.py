@@ -42,3 +42,42 @@ def test_passed_tests_leave_no_files_and_failed_ones_keep_theirs(tmp_path):
     # the summary says how low the free space went, and after which test
     assert 'GiB free in the temp dir at the start, lowest' in out, out
     assert 'tests/test_inner.py::test_' in out.split('lowest', 1)[1], out
+
+
+TWO_RUNS = '''
+from mmengine.visualization import Visualizer
+
+
+def _log_a_scalar(tmp_path):
+    # what a Runner built in the test does: the runtime config's visualizer, named 'visualizer'
+    vis = Visualizer.get_instance('visualizer', save_dir=str(tmp_path),
+                                  vis_backends=[dict(type='LocalVisBackend')])
+    vis.add_scalar('loss', 1.0, step=1)
+    return vis
+
+
+def test_first_run(tmp_path):
+    _log_a_scalar(tmp_path)
+
+
+def test_second_run(tmp_path):
+    vis = _log_a_scalar(tmp_path)
+    assert str(tmp_path) in vis._vis_backends['LocalVisBackend']._save_dir
+'''
+
+
+def test_a_later_test_does_not_write_into_an_earlier_tests_removed_tmp_path(tmp_path):
+    """mmengine hands the next Runner the visualizer of the same name, save dir and all; with the
+    earlier test's tmp_path deleted, the later test's first scalar failed (FileNotFoundError) -
+    two tests of the suite did. The conftest drops visualizers pointing into a removed folder."""
+    proj = tmp_path / 'proj'
+    (proj / 'tests').mkdir(parents=True)
+    shutil.copy(osp.join(ROOT, 'pytest.ini'), proj / 'pytest.ini')
+    shutil.copy(osp.join(ROOT, 'tests', 'conftest.py'), proj / 'tests' / 'conftest.py')
+    (proj / 'tests' / 'test_inner.py').write_text(TWO_RUNS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith('PYTEST_')}
+    r = subprocess.run([sys.executable, '-m', 'pytest', '-q',
+                        f'--basetemp={tmp_path / "base"}', 'tests'],
+                       cwd=proj, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and '2 passed' in out, out
