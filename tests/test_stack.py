@@ -21,6 +21,15 @@ def test_versions_are_the_measured_stack():
     assert int(numpy.__version__.split('.')[0]) >= 2
 
 
+def test_installed_metadata_has_the_package_version():
+    """pip show / mim list / importlib.metadata read the metadata written at install time; the
+    installer reinstalls when mmlinattn/version.py changes, so the two agree."""
+    import importlib.metadata
+
+    import mmlinattn
+    assert importlib.metadata.version('mmlinattn') == mmlinattn.__version__
+
+
 def test_mmcv_has_its_compiled_ops():
     from mmcv.ops import RoIAlign, nms
     boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]])

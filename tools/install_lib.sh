@@ -27,8 +27,10 @@ fi
 cp311); set PYTHON=/path/to/python3.11"
 
 # Everything that decides what gets installed goes into the stamp.
-want_stamp=$(cat "$STAMP_SCRIPT" "${BASH_SOURCE[0]}" "$ROOT/setup.py" "$ROOT"/requirements/*.txt \
-  | sha256sum | cut -d' ' -f1)
+# mmlinattn/version.py is setup.py's version: the editable install's metadata (pip show, mim list,
+# importlib.metadata) is written at install time and would keep an old one.
+want_stamp=$(cat "$STAMP_SCRIPT" "${BASH_SOURCE[0]}" "$ROOT/setup.py" "$ROOT/mmlinattn/version.py" \
+  "$ROOT"/requirements/*.txt | sha256sum | cut -d' ' -f1)
 
 # 0 when the venv was installed from exactly these files and still imports mmcv's ops and us.
 stamp_up_to_date() {
