@@ -220,3 +220,68 @@ def test_benchmark_linear_prints_one_row_per_shape(capsys):
 def test_a_transposed_weight_is_taken_too():
     x, w = torch.randn(2, 500, 24), torch.randn(24, 40).t()  # (40, 24), not contiguous
     assert torch.allclose(L.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
+
+
+def _tiny(kind):
+    import mmlinattn  # noqa: F401
+    from mmlinattn.core.registry import MODELS
+    torch.manual_seed(0)
+    return MODELS.build(dict(type=kind, arch='tiny', out_indices=(0, 1, 2, 3))).eval()
+
+
+@pytest.mark.parametrize('kind', ['InLineSwin', 'InLinePVT'])  # MAViT has no Linear
+def test_plain_linear_gives_nn_linears_with_the_same_parameters(kind):
+    """plain_linear turns every Linear of ours into torch's own nn.Linear (the type, exactly)
+    holding the same tensors; the state dict and the BLAS route's outputs are unchanged."""
+    from mmlinattn.core.models.layers import Linear, plain_linear
+    model = _tiny(kind)
+    ours = sum(type(m) is Linear for m in model.modules())
+    linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    before = model.state_dict(keep_vars=True)
+    x = torch.randn(1, 3, 64, 96)
+    L.set_cpu_linear('blas')  # the same F.linear product on both sides: equal, not close
+    with torch.no_grad():
+        want = model(x)
+        assert plain_linear(model) is model
+        got = model(x)
+    assert ours == linears > 0
+    assert not any(type(m) is Linear for m in model.modules())
+    assert sum(type(m) is torch.nn.Linear for m in model.modules()) == linears
+    after = model.state_dict(keep_vars=True)
+    assert list(after) == list(before)
+    assert all(after[k] is before[k] for k in before)  # the same Parameter objects
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    # a Linear at the root is replaced and returned; training mode is kept
+    root = Linear(4, 3, bias=False).train()
+    plain = plain_linear(root)
+    assert type(plain) is torch.nn.Linear and plain.weight is root.weight and plain.bias is None
+    assert plain.training
+
+
+def test_dynamic_quantization_takes_them_after_plain_linear():
+    """torch's quantize_dynamic matches module types exactly: it leaves our Linear in float and
+    quantizes every layer once plain_linear has run (torch's own swap is the oracle)."""
+    import copy
+    quantization = getattr(torch, 'ao', None) and getattr(torch.ao, 'quantization', None)
+    if quantization is None or not hasattr(quantization, 'quantize_dynamic'):
+        pytest.skip('this torch has no torch.ao.quantization.quantize_dynamic')
+    import warnings
+
+    from mmlinattn.core.models.layers import plain_linear
+    model = _tiny('InLinePVT')
+    n = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+
+    def quantized(m):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')  # torch.ao.quantization's deprecation notice
+            q = quantization.quantize_dynamic(m, {torch.nn.Linear}, dtype=torch.qint8)
+        return q, sum(type(x).__name__ == 'Linear' and 'quantized' in type(x).__module__
+                      for x in q.modules())
+
+    _, as_is = quantized(copy.deepcopy(model))
+    q, swapped = quantized(plain_linear(copy.deepcopy(model)))
+    assert as_is == 0 and swapped == n
+    x = torch.randn(1, 3, 64, 96)
+    with torch.no_grad():
+        for a, b in zip(q(x), model(x)):  # int8 weights: close, not equal
+            assert (a - b).norm() < 0.1 * b.norm()

@@ -13,6 +13,7 @@ from .common import (
     Mlp,
     PatchEmbed,
     pad_to_multiple,
+    plain_linear,
     resize_pos_embed,
 )
 from .window import WindowSoftmaxAttention, relative_position_index
@@ -20,4 +21,4 @@ from .window import WindowSoftmaxAttention, relative_position_index
 __all__ = ['AttentionModule', 'LocalResidual', 'QKVOAttention', 'RoPE',
            'TokenAttention', 'WindowSoftmaxAttention', 'core_matrix', 'relative_position_index',
            'DropPath', 'LayerNorm2d', 'Linear', 'Mlp', 'PatchEmbed', 'pad_to_multiple',
-           'resize_pos_embed']
+           'plain_linear', 'resize_pos_embed']

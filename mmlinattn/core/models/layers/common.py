@@ -18,6 +18,28 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
+def plain_linear(module: nn.Module) -> nn.Module:
+    """Every :class:`Linear` in ``module`` (``module`` itself included) replaced by a plain
+    ``nn.Linear`` holding the same parameter tensors; returns ``module``, or its replacement if it
+    is one. Keys, values and outputs (the ``F.linear`` product) are unchanged; forward hooks
+    registered on a replaced layer are not carried over.
+
+    For tools that match module types exactly, such as torch's dynamic quantization
+    (``quantize_dynamic(model, {nn.Linear})`` leaves a subclass in float). The layers then take
+    ``F.linear`` on the CPU too (BLAS instead of oneDNN).
+    """
+    if type(module) is Linear:
+        plain = nn.Linear(module.in_features, module.out_features, bias=module.bias is not None,
+                          device='meta')
+        plain.weight, plain.bias = module.weight, module.bias
+        return plain.train(module.training)
+    for name, child in list(module.named_children()):
+        new = plain_linear(child)
+        if new is not child:
+            setattr(module, name, new)
+    return module
+
+
 def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if p == 0. or not training:
         return x
