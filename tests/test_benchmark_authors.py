@@ -230,16 +230,15 @@ def test_classifier_part_by_what_a_module_is():
 
 
 def test_peak_rss_sees_an_allocation_of_known_size():
-    """--rss's reading grows by (at least most of) a 200 MB buffer written once, in a fresh
-    process (as the tool measures; this process's high-water mark is long past such a buffer)."""
+    """The peak-RSS reader (--rss here, benchmark_step's CPU memory) grows by (at least most of) a
+    200 MB buffer written once, in a fresh process (as the tools measure; this process's
+    high-water mark is long past such a buffer)."""
     import subprocess
     import sys
-    path = osp.join(ROOT, 'tools', 'analysis_tools', 'benchmark_authors.py')
-    code = ('import importlib.util, torch\n'
-            f'spec = importlib.util.spec_from_file_location("t", {path!r})\n'
-            'tool = importlib.util.module_from_spec(spec); spec.loader.exec_module(tool)\n'
-            'base = tool._peak_rss_kb()\n'
+    code = ('import torch\n'
+            'from mmlinattn.workshop.benchmarking import peak_rss_kb\n'
+            'base = peak_rss_kb()\n'
             'buf = torch.ones(200 * 2 ** 20 // 4); buf += 1\n'
-            'print(tool._peak_rss_kb() - base)\n')
+            'print(peak_rss_kb() - base)\n')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
     assert float(out.stdout.split()[-1]) >= 0.9 * 200 * 1024

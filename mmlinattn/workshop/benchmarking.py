@@ -210,8 +210,18 @@ def seg_batch(n, hw):
     return dict(inputs=inputs, data_samples=samples)
 
 
-def _peak_rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def peak_rss_kb() -> float:
+    """This process's peak resident memory in KB: Linux's VmHWM (its own address space's high-water
+    mark; ``ru_maxrss`` is inherited across fork + exec, so a child started by a large parent would
+    report the parent's peak), else ``ru_maxrss``."""
+    try:
+        with open('/proc/self/status') as f:
+            for line in f:
+                if line.startswith('VmHWM:'):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def same_head_work(test_cfg) -> None:
@@ -309,7 +319,7 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
 
     def timed(fn, untimed):
         """Run ``fn`` ``untimed`` times, then once timed: (seconds, peak memory in MB)."""
-        base_rss = _peak_rss_mb()  # after building the model, before any step
+        base_rss = peak_rss_kb() / 1024  # after building the model, before any step
         for _ in range(untimed):
             fn()
         if cuda:
@@ -320,7 +330,8 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
-        peak = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else _peak_rss_mb() - base_rss
+        peak = (torch.cuda.max_memory_allocated() / 2 ** 20 if cuda
+                else peak_rss_kb() / 1024 - base_rss)
         return seconds, peak
 
     t_train, mem_train = timed(bench.train_step, warmup) if train else (None, None)

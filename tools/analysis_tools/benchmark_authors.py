@@ -43,7 +43,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from mmlinattn.workshop.benchmarking import cpu_name
+from mmlinattn.workshop.benchmarking import cpu_name, peak_rss_kb
 
 
 class Runner:
@@ -144,25 +144,10 @@ def rss_one(args, repos) -> int:
     y = torch.randint(0, 1000, (args.batch,), generator=g)
     r = Runner(ours, True, x, y, torch.device('cpu')) if which == 'ours' else \
         Runner(theirs, False, x, y, torch.device('cpu'))
-    base = _peak_rss_kb()
+    base = peak_rss_kb()
     r.train_step()
-    print(f'RSS {(_peak_rss_kb() - base) / 1024:.1f}')
+    print(f'RSS {(peak_rss_kb() - base) / 1024:.1f}')
     return 0
-
-
-def _peak_rss_kb() -> float:
-    """This process's peak resident memory in KB: Linux's VmHWM (its own address space's high-water
-    mark; ``ru_maxrss`` is inherited across fork + exec, so a child started by a large parent would
-    report the parent's peak), else ``ru_maxrss``."""
-    import resource
-    try:
-        with open('/proc/self/status') as f:
-            for line in f:
-                if line.startswith('VmHWM:'):
-                    return float(line.split()[1])
-    except OSError:
-        pass
-    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def rss_pair(family, argv) -> dict:
