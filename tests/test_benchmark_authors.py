@@ -3,7 +3,6 @@ authors' code (the suite never has it): the file importer's errors, our classifi
 against the authors' manifests (tests/data/authors_keys, made from their model files), the tool's
 guard against models that are not the same, its command line, and the profile's split by part and
 by operator kind."""
-import importlib.util
 import json
 import os.path as osp
 import types
@@ -16,16 +15,12 @@ from mmlinattn.workshop import authors_code
 from mmlinattn.workshop.profiling import classifier_part, op_kind, profile_parts
 
 HERE = osp.dirname(osp.abspath(__file__))
-ROOT = osp.dirname(HERE)
 KEYS = osp.join(HERE, 'data', 'authors_keys')
 
 
 def _tool():
-    path = osp.join(ROOT, 'tools', 'analysis_tools', 'benchmark_authors.py')
-    spec = importlib.util.spec_from_file_location('benchmark_authors_tool', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tools.analysis_tools import benchmark_authors
+    return benchmark_authors
 
 
 def _manifest(family, arch):

@@ -78,21 +78,14 @@ def test_same_head_work_keeps_every_proposal_and_detection():
 def test_infer_together_times_every_model_in_one_process():
     """--infer-together: one row per model, whole inference no faster than its backbone alone,
     and the table's ratio columns filled from the reference row."""
-    import importlib.util
-    import os.path as osp
-
     from mmlinattn.workshop.benchmarking import infer_together
+    from tools.analysis_tools.benchmark_step import table
     rows = infer_together([('configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py', None),
                            ('configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py', 'Swin-T')],
                           size=(96, 128), reps=2)
     assert [r['backbone'] for r in rows] == ['InLinePVT', 'Swin-T']
     for r in rows:
         assert r['infer_s'] >= r['infer_backbone_s'] > 0 and r['together'] and r['fixed_heads']
-    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'tools', 'analysis_tools',
-                    'benchmark_step.py')
-    spec = importlib.util.spec_from_file_location('benchmark_step_tool', path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    md = tool.table(rows)
+    md = table(rows)
     ratio = rows[1]['infer_s'] / rows[0]['infer_s']
     assert f'- / {ratio:.2f} (backbone ' in md

@@ -200,13 +200,7 @@ def test_mavit_runs_channels_last_on_the_cpu_and_returns_nchw():
 def test_benchmark_linear_prints_one_row_per_shape(capsys):
     """tools/analysis_tools/benchmark_linear.py: a row per projection shape, the two routes'
     outputs within float32 rounding of each other, the CPU named."""
-    import importlib.util
-    import os.path as osp
-    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'tools', 'analysis_tools',
-                    'benchmark_linear.py')
-    spec = importlib.util.spec_from_file_location('benchmark_linear_tool', path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    from tools.analysis_tools import benchmark_linear as tool
     assert tool.main(['--batch', '1', '--reps', '1']) == 0
     out = capsys.readouterr().out
     assert tool.cpu_name() in out
