@@ -24,18 +24,24 @@ def test_fails(tmp_path):
 '''
 
 
-def test_passed_tests_leave_no_files_and_failed_ones_keep_theirs(tmp_path):
+def _inner_session(tmp_path, tests: str):
+    """pytest on ``tests`` (a test file's text) with the repository's pytest.ini and conftest, in a
+    fresh process; returns (exit code, output, its --basetemp folder)."""
     proj = tmp_path / 'proj'
     (proj / 'tests').mkdir(parents=True)
     shutil.copy(osp.join(ROOT, 'pytest.ini'), proj / 'pytest.ini')
     shutil.copy(osp.join(ROOT, 'tests', 'conftest.py'), proj / 'tests' / 'conftest.py')
-    (proj / 'tests' / 'test_inner.py').write_text(INNER)
+    (proj / 'tests' / 'test_inner.py').write_text(tests)
     base = tmp_path / 'base'
     env = {k: v for k, v in os.environ.items() if not k.startswith('PYTEST_')}
     r = subprocess.run([sys.executable, '-m', 'pytest', '-q', f'--basetemp={base}', 'tests'],
                        cwd=proj, env=env, capture_output=True, text=True, timeout=300)
-    out = r.stdout + r.stderr
-    assert r.returncode == 1, out  # one test failed, as written
+    return r.returncode, r.stdout + r.stderr, base
+
+
+def test_passed_tests_leave_no_files_and_failed_ones_keep_theirs(tmp_path):
+    rc, out, base = _inner_session(tmp_path, INNER)
+    assert rc == 1, out  # one test failed, as written
     assert '1 failed, 1 passed' in out, out
     assert not (base / 'test_passes0').exists(), sorted(os.listdir(base))
     assert (base / 'test_fails0' / 'weights.pth').is_file(), sorted(os.listdir(base))
@@ -70,14 +76,5 @@ def test_a_later_test_does_not_write_into_an_earlier_tests_removed_tmp_path(tmp_
     """mmengine hands the next Runner the visualizer of the same name, save dir and all; with the
     earlier test's tmp_path deleted, the later test's first scalar failed (FileNotFoundError) -
     two tests of the suite did. The conftest drops visualizers pointing into a removed folder."""
-    proj = tmp_path / 'proj'
-    (proj / 'tests').mkdir(parents=True)
-    shutil.copy(osp.join(ROOT, 'pytest.ini'), proj / 'pytest.ini')
-    shutil.copy(osp.join(ROOT, 'tests', 'conftest.py'), proj / 'tests' / 'conftest.py')
-    (proj / 'tests' / 'test_inner.py').write_text(TWO_RUNS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith('PYTEST_')}
-    r = subprocess.run([sys.executable, '-m', 'pytest', '-q',
-                        f'--basetemp={tmp_path / "base"}', 'tests'],
-                       cwd=proj, env=env, capture_output=True, text=True, timeout=300)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0 and '2 passed' in out, out
+    rc, out, _ = _inner_session(tmp_path, TWO_RUNS)
+    assert rc == 0 and '2 passed' in out, out
