@@ -31,6 +31,53 @@ NEW_PREFIXES = {InLineSwin: ('out_norms.',), InLinePVT: ('out_norms.',), MAViT: 
 SMALLEST = [(InLineSwin, 'tiny'), (InLinePVT, 'tiny'), (MAViT, 'tiny')]
 
 
+@pytest.mark.parametrize('cls', [InLineSwin, InLinePVT, MAViT])
+def test_projections_are_torch_linears_that_tools_count_and_quantize(cls):
+    """Every linear layer is torch's own ``nn.Linear`` (the exact type, which tools match on):
+    mmcv's FLOP counter gives each one tokens x C_in x C_out multiply-adds (read off the layer's
+    input and weight shapes here), and torch's dynamic quantization swaps every one for its int8
+    ``Linear``. MAViT projects with 1x1 convolutions and has none."""
+    import copy
+    import warnings
+
+    from mmcv.cnn.utils.flops_counter import add_flops_counting_methods
+    torch.manual_seed(0)
+    model = cls(arch='tiny', out_indices=(0, 1, 2, 3)).eval()
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert all(type(m) is nn.Linear for m in linears)
+    assert bool(linears) == (cls is not MAViT)
+    if not linears:
+        return
+    x = torch.randn(1, 3, 64, 96)
+    counted = add_flops_counting_methods(copy.deepcopy(model))
+    seen = {}
+    hooks = [m.register_forward_hook(lambda m, a, o: seen.setdefault(m, []).append(a[0].shape))
+             for m in linears]
+    counted.start_flops_count()
+    with torch.no_grad():
+        model(x)
+        counted(x)
+    for h in hooks:
+        h.remove()
+    counted_linears = [m for m in counted.modules() if isinstance(m, nn.Linear)]
+    for ours, theirs in zip(linears, counted_linears):
+        want = sum(torch.Size(s[:-1]).numel() * ours.in_features * ours.out_features
+                   for s in seen[ours])
+        assert theirs.__flops__ == want > 0
+    counted.stop_flops_count()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # torch.ao.quantization's deprecation notice
+        q = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {nn.Linear},
+                                                   dtype=torch.qint8)
+    swapped = [m for m in q.modules() if 'quantized' in type(m).__module__
+               and type(m).__name__ == 'Linear']
+    assert len(swapped) == len(linears)
+    assert not any(type(m) is nn.Linear for m in q.modules())
+    with torch.no_grad():
+        for a, b in zip(q(x), model(x)):  # int8 weights: close, not equal
+            assert (a - b).norm() < 0.1 * b.norm()
+
+
 @pytest.mark.parametrize('cls,arch', list(PARAMS))
 def test_parameter_counts_exact(cls, arch):
     m = cls(arch=arch)

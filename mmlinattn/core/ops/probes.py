@@ -37,15 +37,6 @@ is_compiling: Callable[[], bool] = (_lookup('torch.compiler.is_compiling')
 is_exporting: Callable[[], bool] = _lookup('torch.compiler.is_exporting') or _never
 
 
-def autocast_cpu_enabled() -> bool:
-    """Whether CPU autocast is on: ``torch.is_autocast_enabled('cpu')`` where it takes a device
-    (torch >= 2.4), ``torch.is_autocast_cpu_enabled()`` before."""
-    try:
-        return torch.is_autocast_enabled('cpu')
-    except TypeError:  # this torch's is_autocast_enabled takes no device
-        return torch.is_autocast_cpu_enabled()
-
-
 def has_export() -> bool:
     """``torch.export.export`` with ``dynamic_shapes`` and ``Dim`` (torch >= 2.2), and
     ``torch.onnx.export(..., dynamo=True)`` (torch >= 2.5), which tools/deployment needs."""

@@ -20,7 +20,6 @@ from mmcv.cnn import build_norm_layer
 
 from mmlinattn.core.models.layers import (
     DropPath,
-    Linear,
     Mlp,
     PatchEmbed,
     TokenAttention,
@@ -160,7 +159,7 @@ class PatchMerging(nn.Module):
     def __init__(self, dim: int, norm_cfg: dict = SWIN_NORM, out_dim: Optional[int] = None):
         super().__init__()
         self.norm = build_norm_layer(norm_cfg, 4 * dim)[1]
-        self.reduction = Linear(4 * dim, out_dim or 2 * dim, bias=False)
+        self.reduction = nn.Linear(4 * dim, out_dim or 2 * dim, bias=False)
 
     def forward(self, x, hw):
         b, n, c = x.shape

@@ -15,7 +15,6 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
 from mmlinattn.core.models.layers import DropPath, LayerNorm2d, QKVOAttention, RoPE
-from mmlinattn.core.ops.linear import cpu_channels_last
 from mmlinattn.core.registry import MODELS
 from mmlinattn.core.weights import AuthorsLayout
 
@@ -275,6 +274,4 @@ class MAViT(LinAttnBackbone):
         return [self.patch_embed] if i == 0 else [self.layers[i - 1]]
 
     def forward_stem(self, x):
-        # on the CPU the convolutions run in oneDNN's channels-last layout (mmlinattn.core.ops.
-        # linear.cpu_channels_last); the stages' outputs come back as contiguous NCHW (_output)
-        return self.patch_embed(cpu_channels_last(x))
+        return self.patch_embed(x)

@@ -9,16 +9,14 @@ from .attention import (
 from .common import (
     DropPath,
     LayerNorm2d,
-    Linear,
     Mlp,
     PatchEmbed,
     pad_to_multiple,
-    plain_linear,
     resize_pos_embed,
 )
 from .window import WindowSoftmaxAttention, relative_position_index
 
 __all__ = ['AttentionModule', 'LocalResidual', 'QKVOAttention', 'RoPE',
            'TokenAttention', 'WindowSoftmaxAttention', 'core_matrix', 'relative_position_index',
-           'DropPath', 'LayerNorm2d', 'Linear', 'Mlp', 'PatchEmbed', 'pad_to_multiple',
-           'plain_linear', 'resize_pos_embed']
+           'DropPath', 'LayerNorm2d', 'Mlp', 'PatchEmbed', 'pad_to_multiple',
+           'resize_pos_embed']

@@ -29,8 +29,6 @@ from mmlinattn.core.ops import dynamic_depthwise_conv3x3, rope_sin_cos
 from mmlinattn.core.ops.cores import CORES, get_core
 from mmlinattn.core.ops.kernels import rope_angles
 
-from .common import Linear
-
 
 def core_matrix(core: str, q, k, scale: Optional[float] = None, kernel: Optional[str] = None,
                 rope=None, attn_bias=None, **options):
@@ -195,10 +193,10 @@ class TokenAttention(AttentionModule):
         self._init_core(dim, num_heads, core, kernel, attn_drop, core_options)
         entry = self.core_entry
         if qkv_layout == 'qkv':
-            self.qkv = Linear(dim, dim * 3, bias=qkv_bias)
+            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         elif qkv_layout == 'q_kv':
-            self.q = Linear(dim, dim, bias=qkv_bias)
-            self.kv = Linear(dim, dim * 2, bias=qkv_bias)
+            self.q = nn.Linear(dim, dim, bias=qkv_bias)
+            self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
         else:
             raise ValueError(f"qkv_layout must be 'qkv' or 'q_kv', got {qkv_layout!r}")
         self.qkv_layout = qkv_layout
@@ -213,7 +211,7 @@ class TokenAttention(AttentionModule):
                                  f'cores {reducible}, not {core!r}')
             self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
             self.norm = nn.LayerNorm(dim, eps=norm_eps)
-        self.proj = Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         if local_residual is None:
             local_residual = entry.local_residual

@@ -6,39 +6,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 
-from ...ops.linear import linear
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` (same parameters, keys and initialisation) whose product runs through
-    :func:`mmlinattn.core.ops.linear.linear`: oneDNN on the CPU for float32 tokens, ``F.linear``
-    everywhere else."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
-
-
-def plain_linear(module: nn.Module) -> nn.Module:
-    """Every :class:`Linear` in ``module`` (``module`` itself included) replaced by a plain
-    ``nn.Linear`` holding the same parameter tensors; returns ``module``, or its replacement if it
-    is one. Keys, values and outputs (the ``F.linear`` product) are unchanged; forward hooks
-    registered on a replaced layer are not carried over.
-
-    For tools that match module types exactly, such as torch's dynamic quantization
-    (``quantize_dynamic(model, {nn.Linear})`` leaves a subclass in float). The layers then take
-    ``F.linear`` on the CPU too (BLAS instead of oneDNN).
-    """
-    if type(module) is Linear:
-        plain = nn.Linear(module.in_features, module.out_features, bias=module.bias is not None,
-                          device='meta')
-        plain.weight, plain.bias = module.weight, module.bias
-        return plain.train(module.training)
-    for name, child in list(module.named_children()):
-        new = plain_linear(child)
-        if new is not child:
-            setattr(module, name, new)
-    return module
-
 
 def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if p == 0. or not training:
@@ -77,9 +44,9 @@ class Mlp(nn.Module):
 
     def __init__(self, dim: int, hidden: int, drop: float = 0.):
         super().__init__()
-        self.fc1 = Linear(dim, hidden)
+        self.fc1 = nn.Linear(dim, hidden)
         self.act = nn.GELU()
-        self.fc2 = Linear(hidden, dim)
+        self.fc2 = nn.Linear(hidden, dim)
         self.drop = nn.Dropout(drop)
 
     def forward(self, x):

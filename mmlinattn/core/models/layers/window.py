@@ -6,7 +6,6 @@ import torch
 import torch.nn as nn
 
 from .attention import AttentionModule
-from .common import Linear
 
 
 def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
@@ -48,8 +47,8 @@ class WindowSoftmaxAttention(AttentionModule):
             torch.zeros((2 * window_size - 1) ** 2, num_heads))
         self.register_buffer('relative_position_index', relative_position_index(window_size),
                              persistent=False)
-        self.qkv = Linear(dim, dim * 3, bias=qkv_bias)
-        self.proj = Linear(dim, dim)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         nn.init.trunc_normal_(self.relative_position_bias_table, std=.02)
 
