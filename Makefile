@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo lint test test-all test-compat bench gpu-report clean-venv
+.PHONY: install demo lint test test-all test-compat bench gpu-check gpu-check-wheels clean-venv
 
 install:
 	@bash tools/install.sh
@@ -49,7 +49,7 @@ COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_gues
 	tests/test_faults.py::test_untrusted_checkpoint_runs_no_code tests/test_faults.py::test_not_a_checkpoint \
 	tests/test_faults_more.py::test_sigterm_saves_the_finished_iteration_and_resume_continues_there \
 	tests/test_classification.py tests/test_inference.py::test_inferencer_runs_config \
-	tests/test_ops.py tests/test_core_grads.py tests/test_cpu_linear.py
+	tests/test_ops.py tests/test_core_grads.py tests/test_gpu_check.py
 test-compat: install
 	@MMLINATTN_COMPAT_VENV=$(COMPAT_VENV) bash tools/install_compat.sh
 	@$(COMPAT_VENV)/bin/python -m pytest -m "not heavy or upstream" $(PYTEST_ARGS) $(COMPAT_TESTS) \
@@ -63,10 +63,16 @@ bench: install
 	$(PY) tools/analysis_tools/benchmark.py --out docs/benchmarks
 	$(PY) tools/analysis_tools/get_flops.py --all-backbones
 
-# On a CUDA machine: the GPU-only tests, fp16/bf16 attention vs fp32 and flash attention, training
-# memory and it/s with and without --amp -> docs/benchmarks/gpu_report.md (exits 2 without CUDA).
-gpu-report: install
-	$(PY) tools/analysis_tools/gpu_report.py --out docs/benchmarks/gpu_report
+# The GPU check (tools/analysis_tools/gpu_check.py): on a GPU node it needs only python and torch,
+# plus the wheels that gpu-check-wheels downloads into wheels/gpu_check/ (git-ignored; `make install`
+# fetches them too). Copy the checkout there and run, with the node's python:
+#   python3 tools/analysis_tools/gpu_check.py run --out docs/benchmarks/gpu_check/report
+# `make gpu-check` runs it here with the .venv's python (exits 2 without CUDA).
+gpu-check-wheels: install
+	$(PY) tools/analysis_tools/gpu_check.py fetch $(if $(NODE_PYTHON),--python-version $(NODE_PYTHON))
+
+gpu-check: install
+	$(PY) tools/analysis_tools/gpu_check.py run --out docs/benchmarks/gpu_check/report
 
 clean-venv:
 	rm -rf $(VENV)

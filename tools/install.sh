@@ -24,7 +24,17 @@ STAMP_SCRIPT=${BASH_SOURCE[0]}
 # shellcheck source=tools/install_lib.sh
 source "$ROOT/tools/install_lib.sh"
 
+# The wheels tools/analysis_tools/gpu_check.py takes to a GPU node (and its test runs from):
+# pure-Python ones and this python's numpy / pyyaml / opencv / pillow, into wheels/gpu_check/.
+check_wheels() {
+  [[ -f "$ROOT/wheels/gpu_check/.complete" ]] && return 0
+  log "the GPU check's wheels (requirements/gpu_check.txt) into wheels/gpu_check/"
+  "$VENV/bin/python" "$ROOT/tools/analysis_tools/gpu_check.py" fetch --quiet >&2 \
+    || die "downloading the GPU check's wheels failed (output above)"
+}
+
 if stamp_up_to_date; then
+  check_wheels
   log "up to date: $VENV"
   exit 0
 fi
@@ -36,7 +46,7 @@ pipi -q -r "$ROOT/requirements/build.txt"
 log "torch + torchvision (large: a CUDA build that also runs on the CPU)"
 pipi -q -r "$ROOT/requirements/torch.txt"
 
-if ! mmcv_ok; then
+if ! mmcv_ok 2>/dev/null; then
   # mmcv's setup.py imports opencv, torch and a few helpers at build time
   pipi -q "opencv-python>=4.10,<5" "addict" "yapf" "packaging" "pyyaml" "Pillow"
   wheel=$(mmcv_wheel)
@@ -49,6 +59,7 @@ log "test tools"
 pipi -q -r "$ROOT/requirements/tests.txt"
 log "deployment extras: onnx, onnxscript, onnxruntime (tools/deployment/export_onnx.py)"
 pipi -q -r "$ROOT/requirements/deploy.txt"
+check_wheels
 log "mmlinattn (editable)"
 pipi -q --no-deps --no-build-isolation -e "$ROOT"
 

@@ -1,4 +1,4 @@
-"""What the benchmark tools share (tools/analysis_tools/benchmark*.py, gpu_report.py,
+"""What the benchmark tools share (tools/analysis_tools/benchmark*.py,
 from_scratch_study.py): timing and memory helpers, mmdet's reference backbones (Swin-T, PVT-S)
 defined once, the config matrix as it is on disk, synthetic detection / segmentation batches, and
 one measured training step + inference of a whole config (:func:`measure_one`).
@@ -394,58 +394,3 @@ def _round(x, digits):
 def recipe_name(name):
     """The config name without its backbone: rows of the same detector / segmentor share it."""
     return BACKBONE_IN_NAME.sub('{}', name)
-
-
-def cuda_attention_table(tokens, log=print, heads=4, head_dim=32, reps=10) -> list:
-    """Per N: fp16 / bf16 error of every linear-time core of the table (mmlinattn.core.ops.CORES)
-    against fp32, and their fp16 times against SDPA flash."""
-    import torch.nn.functional as F
-
-    from mmlinattn.core.ops import CORES, probes
-    probes.require('the flash-attention column', probes.has_sdpa_kernel_choice(),
-                   'torch.nn.attention.sdpa_kernel (torch >= 2.3)')
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    cores = {name: core for name, core in CORES.items() if name != 'softmax'}  # flash is softmax's
-
-    def cuda_ms(fn):
-        fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            ts.append(a.elapsed_time(b))
-        return sorted(ts)[len(ts) // 2]
-
-    rows = []
-    for n in tokens:
-        g = torch.Generator(device='cuda').manual_seed(0)
-        q, k, v = (torch.randn(1, heads, n, head_dim, device='cuda', generator=g) for _ in range(3))
-        row = dict(tokens=n)
-        with torch.no_grad():
-            for name, core in cores.items():
-                fn = core
-                ref = fn(q, k, v)
-                scale = ref.abs().max().item()
-                row[f'{name}_fp32_ms'] = cuda_ms(lambda: fn(q, k, v))
-                for dt in (torch.float16, torch.bfloat16):
-                    qh, kh, vh = q.to(dt), k.to(dt), v.to(dt)
-                    out = fn(qh, kh, vh)
-                    err = (out.float() - ref).abs().max().item()
-                    row[f'{name}_{str(dt)[6:]}_err'] = err / scale
-                    if dt == torch.float16:
-                        row[f'{name}_fp16_ms'] = cuda_ms(lambda: fn(qh, kh, vh))
-            qh, kh, vh = q.half(), k.half(), v.half()
-            try:
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    row['flash_fp16_ms'] = cuda_ms(lambda: F.scaled_dot_product_attention(qh, kh,
-                                                                                          vh))
-            except RuntimeError as e:
-                row['flash_error'] = str(e).splitlines()[0][:120]
-        log(f'attention N={n}: ' + ', '.join(f'{k} {v:.3g}' for k, v in row.items()
-                                            if isinstance(v, float)))
-        rows.append(row)
-    return rows

@@ -1,0 +1,158 @@
+"""tools/analysis_tools/gpu_check.py on a bare node: a fresh virtual environment holding only
+torch (and what torch itself requires), no mmengine, mmcv, mmdet, mmseg or mmpretrain, runs the
+whole check on the CPU at small sizes from the wheels folder, leaves the environment and the temp
+dir as they were, and writes a report that says what it checked."""
+import importlib.metadata as md
+import json
+import os
+import os.path as osp
+import re
+import subprocess
+import sys
+
+import pytest
+
+from mmlinattn.core.ops import CORES
+from tools.analysis_tools import gpu_check
+
+
+def _torch_closure():
+    """torch's distribution and those it requires here (markers evaluated), recursively."""
+    from packaging.markers import Marker
+    todo, found = ['torch'], {}
+    while todo:
+        name = re.sub(r'[-_.]+', '-', todo.pop()).lower()
+        if name in found:
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        found[name] = dist
+        for req in dist.requires or []:
+            spec, _, marker = req.partition(';')
+            if marker and not Marker(marker).evaluate():
+                continue
+            todo.append(re.match(r'[A-Za-z0-9_.\-]+', spec.strip()).group(0))
+    return found
+
+
+def bare_env(path):
+    """A venv (no pip) whose site-packages links to this torch and its requirements only."""
+    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(path)], check=True)
+    py = osp.join(str(path), 'bin', 'python')
+    site = subprocess.run([py, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    for dist in _torch_closure().values():
+        for top in {str(f).split('/')[0] for f in dist.files or [] if not str(f).startswith('..')}:
+            src = osp.join(str(dist.locate_file('')), top)
+            if osp.exists(src) and not osp.lexists(osp.join(site, top)):
+                os.symlink(src, osp.join(site, top))
+    return py, site
+
+
+def test_wheel_tags_pick_what_this_python_runs():
+    """The tags of PEP 425 read from wheel names: py3-none-any everywhere, cpXY-abi3 from 3.Y on,
+    cpXY-cpXY on 3.Y only, linux wheels on their machine only."""
+    fits = gpu_check.wheel_fits
+    assert fits('mmengine-0.10.7-py3-none-any.whl', (3, 10), 'x86_64')
+    assert fits('mmcv_lite-2.1.0-py2.py3-none-any.whl', (3, 12), 'aarch64')
+    assert fits('opencv_python_headless-4.14.0.94-cp37-abi3-manylinux_2_28_x86_64.whl',
+                (3, 11), 'x86_64')
+    assert not fits('opencv_python_headless-4.14.0.94-cp37-abi3-manylinux_2_28_x86_64.whl',
+                    (3, 11), 'aarch64')
+    numpy = 'numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl'
+    assert fits(numpy, (3, 11), 'x86_64') and not fits(numpy, (3, 12), 'x86_64')
+    assert not fits('x-1.0-cp313-abi3-manylinux_2_28_x86_64.whl', (3, 11), 'x86_64')
+    assert not fits('not a wheel.whl', (3, 11), 'x86_64')
+
+
+@pytest.fixture(scope='module')
+def bare_run(tmp_path_factory):
+    wheels = gpu_check.WHEELS
+    if not osp.isdir(wheels) or not any(f.startswith('mmengine-') for f in os.listdir(wheels)):
+        pytest.fail(f'{wheels} holds no wheels: `make install` fetches them '
+                    '(python tools/analysis_tools/gpu_check.py fetch)')
+    root = tmp_path_factory.mktemp('bare')
+    py, site = bare_env(root / 'env')
+    before = sorted(os.listdir(site))
+    tmp, work = root / 'tmp', root / 'elsewhere'
+    tmp.mkdir()
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(('PYTHON', 'VIRTUAL_ENV'))}
+    env.update(TMPDIR=str(tmp), PYTHONNOUSERSITE='1')
+    out = work / 'report'
+    proc = subprocess.run([py, osp.join(gpu_check.ROOT, 'tools', 'analysis_tools', 'gpu_check.py'),
+                           'run', '--device', 'cpu', '--small', '--compile-backend', 'aot_eager',
+                           '--out', str(out)],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    return dict(proc=proc, py=py, site=site, before=before, tmp=tmp, out=out)
+
+
+def test_the_bare_environment_lacks_what_the_check_brings(bare_run):
+    """The environment is what a GPU image with only python + torch offers: none of the
+    OpenMMLab packages, no numpy."""
+    probe = ('import importlib.util as u; print([m for m in ("torch", "mmengine", "mmcv", "mmdet", '
+             '"mmseg", "mmpretrain", "numpy", "mmlinattn") if u.find_spec(m)])')
+    found = subprocess.run([bare_run['py'], '-c', probe], capture_output=True, text=True,
+                           check=True, cwd=str(bare_run['tmp'])).stdout.strip()
+    assert found == "['torch']"
+
+
+def test_the_whole_check_runs_there_and_leaves_nothing_behind(bare_run):
+    proc = bare_run['proc']
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'PASS: wrote' in proc.stdout
+    assert sorted(os.listdir(bare_run['site'])) == bare_run['before']
+    assert os.listdir(bare_run['tmp']) == []  # the unpacked wheels are gone
+    report = json.loads(open(str(bare_run['out']) + '.json').read())
+    assert report['ok'] and report['failures'] == []
+    unpacked = ' '.join(report['environment']['unpacked'])
+    assert 'mmengine-0.10.7' in unpacked and 'mmcv_lite-2.1.0' in unpacked
+    parts = report['parts']
+    # a: every core of the table, three precisions, forward and backward within the limits
+    assert {(r['core'], r['precision']) for r in parts['cores']} == \
+        {(c, p) for c in CORES for p in ('fp32', 'fp16', 'bf16')}
+    for r in parts['cores']:
+        assert r['ok'] and r['finite'] and r['out_err'] <= gpu_check.CORE_TOL[r['precision']]
+    # b: every backbone, fp16 and bf16 steps finite and near fp32
+    assert len(parts['amp_steps']) == 2 * len(gpu_check.FAMILIES)
+    assert all(r['ok'] and r['finite'] for r in parts['amp_steps'])
+    # c: every core and the floor timed at each size
+    for r in parts['core_speed']:
+        assert all(f'{c}_train_ms' in r for c in CORES) and r['floor_fp32_train_ms'] > 0
+    # d: ours timed; the authors' code and timm named as skipped, with the reason
+    ours = [r for r in parts['backbone_speed'] if r['who'] == 'ours']
+    assert len(ours) == len(gpu_check.FAMILIES) and all(r['fp32_ms'] > 0 for r in ours)
+    assert all(r.get('skipped') for r in parts['backbone_speed'] if r['who'] != 'ours')
+    # e: every backbone compiles and matches eager
+    assert len(parts['compile']) == len(gpu_check.FAMILIES)
+    assert all(r['ok'] and r['err'] <= gpu_check.COMPILE_TOL for r in parts['compile'])
+    # f: skipped, and the report says why
+    assert parts['detectors']['skipped'] and parts['detectors']['rows'] == []
+    md_text = open(str(bare_run['out']) + '.md').read()
+    assert '**PASS**' in md_text and 'Skipped: ' in md_text
+    for heading in ('## a.', '## b.', '## c.', '## d.', '## e.', '## f.'):
+        assert heading in md_text
+
+
+def test_without_the_wheels_it_says_where_they_belong(tmp_path):
+    """A node without the wheels folder gets one line naming it and the fetch command."""
+    py, _ = bare_env(tmp_path / 'env')
+    proc = subprocess.run([py, osp.join(gpu_check.ROOT, 'tools', 'analysis_tools', 'gpu_check.py'),
+                           'run', '--device', 'cpu', '--small', '--wheels', str(tmp_path / 'none'),
+                           '--out', str(tmp_path / 'r')], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1
+    assert 'gpu_check.py fetch' in proc.stderr and str(tmp_path / 'none') in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+def test_cuda_requested_without_a_gpu_exits_2(tmp_path):
+    if __import__('torch').cuda.is_available():
+        pytest.skip('a GPU is here')
+    proc = subprocess.run([sys.executable, osp.join(gpu_check.ROOT, 'tools', 'analysis_tools',
+                                                    'gpu_check.py'),
+                           'run', '--out', str(tmp_path / 'r')], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2 and '--device cpu' in proc.stderr
