@@ -37,7 +37,7 @@ pipo -q torch torchvision
 
 # mmcv's setup.py imports opencv, torch and a few helpers at build time
 pipo -q "opencv-python>=4.10,<5" "addict" "yapf" "packaging" "pyyaml" "Pillow"
-if ! mmcv_ok; then
+if ! mmcv_ok 2>/dev/null; then
   wheel=$(mmcv_wheel)
   log "mmcv from $wheel"
   pipo -q --no-deps --force-reinstall "$wheel"

@@ -4,8 +4,9 @@
 # The caller sets ROOT, VENV, STAMP, TAG (the log prefix) and STAMP_SCRIPT (its own path, hashed into
 # the stamp with this file, setup.py and requirements/*.txt) before sourcing; PYTHON may be preset.
 # Afterwards the caller has: log / die, PYTHON (a 3.11 interpreter), stamp_up_to_date, make_venv
-# (sets VPY), mmcv_wheel_dir (the cache folder of mmcv wheels built against the venv's torch) and
-# mmcv_ok (mmcv imports at MMCV_VERSION and its compiled NMS runs).
+# (sets VPY), mmcv_wheel_dir (the cache folder of mmcv wheels built against the venv's torch, CPU or
+# CUDA ops) and mmcv_ok (mmcv imports at MMCV_VERSION and its compiled NMS and RoIAlign run, on the
+# GPU too where torch sees one).
 
 MMCV_VERSION=2.1.0
 CACHE_ROOT=${XDG_CACHE_HOME:-$HOME/.cache}/mmlinattn
@@ -46,22 +47,71 @@ make_venv() {
   VPY=$VENV/bin/python
 }
 
-# The cache folder, keyed on torch version, python tag and machine, so that a wheel built against
-# another torch is never reused.
-mmcv_wheel_dir() {
-  local torch_version pytag
-  torch_version=$("$VPY" -c 'import torch; print(torch.__version__)')
-  pytag=$("$VPY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-  echo "$CACHE_ROOT/wheels/mmcv-$MMCV_VERSION-torch$torch_version-$pytag-$(uname -m)"
+# Which ops mmcv's setup.py compiles here: "cuda" when the venv's torch sees a GPU (mmcv 2.1.0
+# then builds its CUDA kernels whatever FORCE_CUDA says), else "cpu".
+mmcv_ops_kind() {
+  "$VPY" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'
 }
 
+# The cache folder, keyed on torch version, python tag, machine and the ops it holds (cpu, or
+# cuda<version>), so that a wheel built against another torch or without CUDA kernels is never
+# reused. A folder of an earlier release without the ops suffix held CPU ops: it is renamed.
+mmcv_wheel_dir() {
+  local torch_version pytag base kind
+  torch_version=$("$VPY" -c 'import torch; print(torch.__version__)')
+  pytag=$("$VPY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  base="$CACHE_ROOT/wheels/mmcv-$MMCV_VERSION-torch$torch_version-$pytag-$(uname -m)"
+  kind=$(mmcv_ops_kind)
+  [[ "$kind" == cpu ]] || kind="cuda$("$VPY" -c 'import torch; print(torch.version.cuda)')"
+  if [[ "$kind" == cpu && -d "$base" && ! -e "$base-cpu" ]]; then
+    mv "$base" "$base-cpu"
+  fi
+  echo "$base-$kind"
+}
+
+# mmcv imports at MMCV_VERSION and its compiled NMS and RoIAlign run on the CPU, and on the GPU
+# too when torch sees one. Prints what failed (to stderr) and returns 1 otherwise.
 mmcv_ok() {
-  "$VPY" - <<PYEOF >/dev/null 2>&1
-import mmcv, mmcv._ext, torch
-from mmcv.ops import nms
-assert mmcv.__version__ == '$MMCV_VERSION', mmcv.__version__
-b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]]); s = torch.tensor([0.9, 0.8])
-nms(b, s, 0.5)
+  "$VPY" - <<PYEOF >&2
+import sys
+try:
+    import mmcv, mmcv._ext, torch
+    from mmcv.ops import nms, roi_align
+    assert mmcv.__version__ == '$MMCV_VERSION', f'mmcv {mmcv.__version__}, not $MMCV_VERSION'
+    devices = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
+    for dev in devices:
+        b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]], device=dev)
+        nms(b, torch.tensor([0.9, 0.8], device=dev), 0.5)
+        rois = torch.tensor([[0., 0., 0., 4., 4.]], device=dev)
+        roi_align(torch.ones(1, 2, 8, 8, device=dev), rois, (2, 2), 1.0, 0, 'avg', True)
+except Exception as err:
+    print(f'mmcv ops check: {type(err).__name__}: {err}'.splitlines()[0], file=sys.stderr)
+    sys.exit(1)
+PYEOF
+}
+
+# With a GPU visible, mmcv's setup.py compiles CUDA kernels: that needs nvcc of the CUDA major
+# version torch was built with. Stops in one line naming what is missing.
+mmcv_cuda_build_ready() {
+  "$VPY" - <<'PYEOF' || exit 1
+import os, re, subprocess, sys
+import torch
+from torch.utils.cpp_extension import CUDA_HOME
+want = torch.version.cuda
+if not want:
+    sys.exit(0)
+nvcc = os.path.join(CUDA_HOME, 'bin', 'nvcc') if CUDA_HOME else None
+hint = (f'a GPU is visible, so mmcv {os.environ["MMCV_VERSION"]} builds its CUDA ops, which needs '
+        f'nvcc of CUDA {want} (torch {torch.__version__}\'s)')
+if not nvcc or not os.path.exists(nvcc):
+    sys.exit(f'[install] ERROR: {hint}; none found: set CUDA_HOME to a CUDA {want} toolkit, or '
+             'build CPU-only ops with CUDA_VISIBLE_DEVICES= make install')
+out = subprocess.run([nvcc, '--version'], capture_output=True, text=True).stdout
+have = re.search(r'release (\d+\.\d+)', out)
+if not have or have.group(1).split('.')[0] != want.split('.')[0]:
+    sys.exit(f'[install] ERROR: {hint}; {nvcc} is CUDA {have.group(1) if have else "?"}: set '
+             f'CUDA_HOME to a CUDA {want} toolkit, or build CPU-only ops with '
+             'CUDA_VISIBLE_DEVICES= make install')
 PYEOF
 }
 
@@ -93,7 +143,10 @@ PYEOF
   if [[ "$std" != 17 ]]; then
     sed -i "s/-std=c++17/-std=c++$std/g" "$src/setup.py"
   fi
-  log "compiling with -std=c++$std (the standard torch.utils.cpp_extension uses)"
+  log "compiling with -std=c++$std (the standard torch.utils.cpp_extension uses), $(mmcv_ops_kind) ops"
+  if [[ "$(mmcv_ops_kind)" == cuda ]]; then
+    MMCV_VERSION=$MMCV_VERSION mmcv_cuda_build_ready
+  fi
   mkdir -p "$dir"
   MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
     "$VPY" -m pip wheel --no-cache-dir --no-deps --no-build-isolation -w "$work/dist" "$src" >&2 \
