@@ -17,29 +17,11 @@ hook registry; the CPU DDP wrapper in its model-wrapper registry. The fixes for 
 are applied by :mod:`mmlinattn.upstream_fixes` (our tools import it, our configs list it in
 ``custom_imports``).
 
-``mmlinattn.ops``, ``mmlinattn.models`` and ``mmlinattn.registry`` (the core's paths before
-release 0.2) still name the same modules: the entries of :data:`MOVED` are set in ``sys.modules``
-(our own names only) so that ``from mmlinattn.ops import ...`` keeps working for one release.
+The core's modules live under ``mmlinattn.core`` only (the 0.1 paths ``mmlinattn.ops``,
+``mmlinattn.models`` and ``mmlinattn.registry`` were removed in 0.3.0; docs/changelog.md).
 """
-import sys
-
-from . import core
-from .core import models, ops, registry  # noqa: F401  (the old paths, see MOVED)
+from . import core  # noqa: F401  (registers the backbones)
 from .training import distributed, hooks  # noqa: F401  (register the hooks and the DDP wrapper)
 from .version import __version__
 
-#: old module path -> the module it names now (kept for one release; docs/changelog.md)
-MOVED = {'mmlinattn.ops': 'mmlinattn.core.ops', 'mmlinattn.models': 'mmlinattn.core.models',
-         'mmlinattn.registry': 'mmlinattn.core.registry'}
-
-
-def _alias_moved_modules():
-    for old, new in MOVED.items():
-        for name, module in list(sys.modules.items()):
-            if name == new or name.startswith(new + '.'):
-                sys.modules.setdefault(old + name[len(new):], module)
-
-
-_alias_moved_modules()
-
-__all__ = ['__version__', 'core', 'ops', 'models', 'registry']
+__all__ = ['__version__', 'core']

@@ -4,6 +4,8 @@ import ast
 import os
 import os.path as osp
 
+import pytest
+
 from tools.misc import draw_layout
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -121,19 +123,16 @@ def test_importing_the_core_loads_no_other_part():
     assert out.stdout.strip().splitlines()[-1] == '[]', out.stdout + out.stderr
 
 
-def test_the_old_core_paths_name_the_same_modules():
-    """``mmlinattn.ops`` / ``.models`` / ``.registry`` (the paths before 0.2) are the core's modules
-    themselves, submodules included, for one release (docs/changelog.md)."""
+def test_the_pre_0_2_paths_are_gone():
+    """``mmlinattn.ops`` / ``.models`` / ``.registry`` were removed in 0.3.0: importing them fails
+    instead of handing out the core's modules under a second name."""
     import importlib
 
     import mmlinattn
-    for old, new in (('mmlinattn.ops.cores', 'mmlinattn.core.ops.cores'),
-                     ('mmlinattn.models.backbones.mavit', 'mmlinattn.core.models.backbones.mavit'),
-                     ('mmlinattn.registry', 'mmlinattn.core.registry')):
-        assert importlib.import_module(old) is importlib.import_module(new)
-    from mmlinattn.core.ops.cores import CORES as CORES2
-    from mmlinattn.ops import CORES
-    assert CORES is CORES2 and mmlinattn.models is importlib.import_module('mmlinattn.core.models')
+    for old in ('mmlinattn.ops', 'mmlinattn.models.backbones.mavit', 'mmlinattn.registry'):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
+    assert not hasattr(mmlinattn, 'MOVED') and not hasattr(mmlinattn, 'ops')
 
 
 def test_no_import_cycle_in_the_library():
