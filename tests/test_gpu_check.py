@@ -104,7 +104,8 @@ def test_the_whole_check_runs_there_and_leaves_nothing_behind(bare_run):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'PASS: wrote' in proc.stdout
     assert sorted(os.listdir(bare_run['site'])) == bare_run['before']
-    assert os.listdir(bare_run['tmp']) == []  # the unpacked wheels are gone
+    # the unpacked wheels are gone (torch.compile's own cache may stay, as anywhere)
+    assert not [d for d in os.listdir(bare_run['tmp']) if d.startswith('mmlinattn-gpu-check-')]
     report = json.loads(open(str(bare_run['out']) + '.json').read())
     assert report['ok'] and report['failures'] == []
     unpacked = ' '.join(report['environment']['unpacked'])
