@@ -290,6 +290,31 @@ def test_image_demo_writes_pictures_and_json(task, images, toy_checkpoints, tmp_
     assert not [d for d in os.listdir(tmp_path) if d.startswith('.image_demo-')]
 
 
+@pytest.mark.parametrize('cuda', [True, False])
+def test_image_demo_device_defaults_to_cuda_where_there_is_one(cuda, images, toy_checkpoints,
+                                                              monkeypatch):
+    """As mmdet's demo: the model goes to cuda:0 when torch sees a GPU, else to the CPU; an
+    explicit --device wins either way."""
+    import torch
+
+    from tools import image_demo as tool
+
+    class Built(Exception):
+        pass
+
+    def build(cfg, checkpoint, device):
+        raise Built(device)
+    monkeypatch.setattr(tool, 'build_inferencer', build)
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: cuda)
+    folder, _ = images
+    config, _, _, ckpt = toy_checkpoints['det']
+    args = [str(folder), osp.join(ROOT, config), ckpt]
+    with pytest.raises(Built, match='^cuda:0$' if cuda else '^cpu$'):
+        tool.main(args)
+    with pytest.raises(Built, match='^cpu$'):
+        tool.main(args + ['--device', 'cpu'])
+
+
 @pytest.mark.parametrize('task', ['det', 'seg'])
 def test_image_demo_takes_mmdets_and_mmsegs_demo_flags(task, images, toy_checkpoints, tmp_path,
                                                       capsys, monkeypatch):

@@ -2,7 +2,7 @@
 predictions.
 
     python tools/image_demo.py IMAGE CONFIG CHECKPOINT [--out-dir outputs] [--score-thr 0.3]
-                               [--device cpu] [--batch-size 1] [--no-save-vis] [--no-save-pred]
+                               [--device cuda:0] [--batch-size 1] [--no-save-vis] [--no-save-pred]
                                [--print-result] [--show [--wait-time S]] [--out-file FILE]
                                [--opacity A] [--with-labels]
 
@@ -162,7 +162,8 @@ def main(argv=None):
                    help='where vis/ and preds/ go (default: outputs)')
     p.add_argument('--score-thr', '--pred-score-thr', dest='score_thr', type=float, default=0.3,
                    help='detection: boxes drawn from this score')
-    p.add_argument('--device', default='cpu')
+    p.add_argument('--device', default=None,
+                   help="default: cuda:0 when torch sees a GPU, else cpu (as mmdet's demo)")
     p.add_argument('--batch-size', type=int, default=1, help='images per forward')
     p.add_argument('--no-save-vis', action='store_true', help='no vis/ pictures')
     p.add_argument('--no-save-pred', action='store_true', help='no preds/ files')
@@ -197,6 +198,9 @@ def main(argv=None):
         if not osp.isfile(args.checkpoint):
             raise InputError(f'checkpoint not found: {args.checkpoint}')
         read_checkpoint(args.checkpoint)  # a file that is no checkpoint: CheckpointError naming it
+        if args.device is None:
+            import torch
+            args.device = 'cuda:0' if torch.cuda.is_available() else 'cpu'
         inferencer = build_inferencer(cfg, args.checkpoint, args.device)
         # the inferencers load non-strictly (a checkpoint of another model would run half-random)
         check_model_checkpoint(inferencer.model, args.checkpoint)
