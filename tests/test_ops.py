@@ -249,6 +249,25 @@ def test_chunked_inference_path_equals_reference(monkeypatch, grad):
         assert torch.equal(q, q0)
 
 
+def test_a_jit_traced_core_runs_at_other_lengths(monkeypatch):
+    """torch.jit.trace (the legacy ONNX exporter's tracer, mmdeploy's route) records the cores
+    without the chunk loop: a graph traced at 30 tokens (chunks of 7) gives the float64 reference
+    at 45 tokens too, where an unrolled loop would still cut the example's five chunks."""
+    from mmlinattn.core.ops import attention
+    monkeypatch.setattr(attention, 'CHUNK_TOKENS', 7)
+    fns = {'inline': (inline_attention, inline_attention_reference),
+           'mala': (mala_attention, mala_attention_reference),
+           'linear': (lambda q, k, v: linear_attention(q, k, v, kernel='elu'),
+                      lambda q, k, v: linear_attention_reference(q, k, v, kernel='elu'))}
+    for name, (fn, ref) in fns.items():
+        example = [rand((1, 2, 30, 8)) for _ in range(3)]
+        with torch.no_grad():
+            traced = torch.jit.trace(fn, example, check_trace=False)
+            other = [rand((1, 2, 45, 8)) for _ in range(3)]
+            # the traced graph holds the scale s / N as a float32 scalar: float32 rounding
+            assert torch.allclose(traced(*other), ref(*other), rtol=1e-6, atol=1e-6), name
+
+
 def test_eager_kernels_match_torchs_own_exp_and_elu():
     """The eager inference path computes exp as exp2 (faster on CPU) and ELU + 1 in scratch
     buffers: torch.exp and F.elu are the oracle, in float64 and to float32 rounding."""

@@ -82,10 +82,11 @@ def _needs_grad(*tensors: Tensor) -> bool:
 
 def _step(q: Tensor, k: Tensor, v: Tensor) -> int:
     """Chunk length along N (of the queries and of the keys, which may differ): the whole
-    sequence with autograd, and while ``torch.export`` (and so ``torch.onnx.export``) traces, where
-    the loop would unroll at the example's N and compare a symbolic N with the chunk size (no
-    dynamic height / width); else :data:`CHUNK_TOKENS`. The math is the same either way."""
-    if _needs_grad(q, k, v) or probes.is_exporting():
+    sequence with autograd, and while a graph is traced for export - ``torch.export`` (the dynamo
+    ONNX exporter) or the jit (``torch.jit.trace``, the legacy ``torch.onnx.export`` that mmdeploy
+    uses) - where the loop would unroll at the example's N and a graph with another height / width
+    would run the example's chunks; else :data:`CHUNK_TOKENS`. The math is the same either way."""
+    if _needs_grad(q, k, v) or probes.is_exporting() or torch.jit.is_tracing():
         return max(q.shape[-2], k.shape[-2])
     return CHUNK_TOKENS
 
