@@ -23,7 +23,7 @@ def installed(tmp_path_factory):
     src = base / 'src'
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         '.git', '.venv*', 'build', 'dist', '*.egg-info', '__pycache__', '.mim', 'work_dirs',
-        'data', 'outputs'))
+        'data', 'outputs', 'wheels'))
     wheels = base / 'wheels'
     subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation',
                     '-w', str(wheels), str(src)], check=True, capture_output=True, timeout=600)
