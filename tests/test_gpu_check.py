@@ -52,18 +52,22 @@ def bare_env(path):
 
 
 def test_wheel_tags_pick_what_this_python_runs():
-    """The tags of PEP 425 read from wheel names: py3-none-any everywhere, cpXY-abi3 from 3.Y on,
-    cpXY-cpXY on 3.Y only, linux wheels on their machine only."""
-    fits = gpu_check.wheel_fits
-    assert fits('mmengine-0.10.7-py3-none-any.whl', (3, 10), 'x86_64')
+    """The tags of PEP 425 / 600 read from wheel names: py3-none-any everywhere, cpXY-abi3 from 3.Y
+    on, cpXY-cpXY on 3.Y only, linux wheels on their machine and on a glibc at least as new as
+    their manylinux tag names (manylinux2014 = glibc 2.17), none on musl."""
+    def fits(name, version, machine, glibc=(2, 31)):
+        return gpu_check.wheel_fits(name, version, machine, glibc)
+    assert fits('mmengine-0.10.7-py3-none-any.whl', (3, 10), 'x86_64', None)
     assert fits('mmcv_lite-2.1.0-py2.py3-none-any.whl', (3, 12), 'aarch64')
-    assert fits('opencv_python_headless-4.14.0.94-cp37-abi3-manylinux_2_28_x86_64.whl',
-                (3, 11), 'x86_64')
-    assert not fits('opencv_python_headless-4.14.0.94-cp37-abi3-manylinux_2_28_x86_64.whl',
-                    (3, 11), 'aarch64')
+    cv = 'opencv_python_headless-4.14.0.94-cp37-abi3-manylinux_2_28_x86_64.whl'
+    assert fits(cv, (3, 11), 'x86_64', (2, 28)) and not fits(cv, (3, 11), 'aarch64', (2, 28))
+    assert not fits(cv, (3, 11), 'x86_64', (2, 27)) and not fits(cv, (3, 11), 'x86_64', None)
     numpy = 'numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl'
-    assert fits(numpy, (3, 11), 'x86_64') and not fits(numpy, (3, 12), 'x86_64')
+    assert fits(numpy, (3, 11), 'x86_64', (2, 27)) and not fits(numpy, (3, 12), 'x86_64')
+    yaml = 'pyyaml-6.0.4-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl'
+    assert fits(yaml, (3, 11), 'x86_64', (2, 17)) and not fits(yaml, (3, 11), 'x86_64', (2, 12))
     assert not fits('x-1.0-cp313-abi3-manylinux_2_28_x86_64.whl', (3, 11), 'x86_64')
+    assert not fits('x-1.0-cp311-cp311-musllinux_1_2_x86_64.whl', (3, 11), 'x86_64')
     assert not fits('not a wheel.whl', (3, 11), 'x86_64')
 
 
