@@ -11,8 +11,10 @@
 # the ranges is tools/install_compat.sh's (`make test-compat`).
 #
 # mmcv 2.1.0 has no wheel for this torch, so it is compiled here (~14 min on 2 cores; tools/install_lib.sh,
-# mmcv_wheel). The wheel is cached under ${XDG_CACHE_HOME:-~/.cache}/mmlinattn/wheels/, keyed on the torch version, python tag and
-# machine, so a wheel built against another torch is never reused. A second run with nothing changed
+# mmcv_wheel). The wheel is cached under ${XDG_CACHE_HOME:-~/.cache}/mmlinattn/wheels/, keyed on the torch version, python tag,
+# machine and ops (cpu, or cuda<version>-sm<arch> where torch sees a GPU: mmcv's setup.py then builds
+# CUDA kernels, and the nvcc it needs is checked first), so a wheel built against another torch is
+# never reused. A second run with nothing changed
 # only checks a stamp and imports mmcv's ops: a few seconds.
 set -euo pipefail
 
@@ -25,16 +27,19 @@ STAMP_SCRIPT=${BASH_SOURCE[0]}
 source "$ROOT/tools/install_lib.sh"
 
 # The wheels tools/analysis_tools/gpu_check.py takes to a GPU node (and its test runs from):
-# pure-Python ones and this python's numpy / pyyaml / opencv / pillow, into wheels/gpu_check/.
+# pure-Python ones and this python's numpy / pyyaml / opencv / pillow, into wheels/gpu_check/,
+# fetched again when requirements/gpu_check.txt changes (fetch writes its sha256 into .complete).
 check_wheels() {
-  [[ -f "$ROOT/wheels/gpu_check/.complete" ]] && return 0
+  local want
+  want="sha256 $(sha256sum "$ROOT/requirements/gpu_check.txt" | cut -d' ' -f1)"
+  [[ "$(head -n1 "$ROOT/wheels/gpu_check/.complete" 2>/dev/null)" == "$want" ]] && return 0
   log "the GPU check's wheels (requirements/gpu_check.txt) into wheels/gpu_check/"
-  "$VENV/bin/python" "$ROOT/tools/analysis_tools/gpu_check.py" fetch --quiet >&2 \
-    || die "downloading the GPU check's wheels failed (output above)"
+  "$VENV/bin/python" "$ROOT/tools/analysis_tools/gpu_check.py" fetch --quiet >&2
 }
 
 if stamp_up_to_date; then
-  check_wheels
+  check_wheels || log "WARNING: the GPU check's wheels could not be fetched (output above); \
+tests/test_gpu_check.py needs them: rerun make install with network"
   log "up to date: $VENV"
   exit 0
 fi
@@ -59,7 +64,7 @@ log "test tools"
 pipi -q -r "$ROOT/requirements/tests.txt"
 log "deployment extras: onnx, onnxscript, onnxruntime (tools/deployment/export_onnx.py)"
 pipi -q -r "$ROOT/requirements/deploy.txt"
-check_wheels
+check_wheels || die "downloading the GPU check's wheels failed (output above)"
 log "mmlinattn (editable)"
 pipi -q --no-deps --no-build-isolation -e "$ROOT"
 

@@ -54,7 +54,7 @@ mmcv_ops_kind() {
 }
 
 # The cache folder, keyed on torch version, python tag, machine and the ops it holds (cpu, or
-# cuda<version>), so that a wheel built against another torch or without CUDA kernels is never
+# cuda<version>-sm<GPU architecture>), so that a wheel built against another torch or without CUDA kernels is never
 # reused. A folder of an earlier release without the ops suffix held CPU ops: it is renamed.
 mmcv_wheel_dir() {
   local torch_version pytag base kind
@@ -62,7 +62,8 @@ mmcv_wheel_dir() {
   pytag=$("$VPY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
   base="$CACHE_ROOT/wheels/mmcv-$MMCV_VERSION-torch$torch_version-$pytag-$(uname -m)"
   kind=$(mmcv_ops_kind)
-  [[ "$kind" == cpu ]] || kind="cuda$("$VPY" -c 'import torch; print(torch.version.cuda)')"
+  # CUDA: the toolkit version and the GPU's architecture the kernels are compiled for
+  [[ "$kind" == cpu ]] || kind=$("$VPY" -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"cuda{torch.version.cuda}-sm{m}{n}")')
   if [[ "$kind" == cpu && -d "$base" && ! -e "$base-cpu" ]]; then
     mv "$base" "$base-cpu"
   fi
@@ -127,6 +128,9 @@ mmcv_wheel() {
     log "using cached mmcv wheel $wheel"
     echo "$wheel"; return
   fi
+  if [[ "$(mmcv_ops_kind)" == cuda ]]; then  # before any download: one line if nvcc is missing
+    MMCV_VERSION=$MMCV_VERSION mmcv_cuda_build_ready
+  fi
   log "building mmcv $MMCV_VERSION with ops against torch $("$VPY" -c 'import torch; print(torch.__version__)') (about 14 min on 2 cores)"
   work=$(mktemp -d)
   "$VPY" -m pip download -q --no-deps --no-binary mmcv --no-build-isolation -d "$work" \
@@ -144,9 +148,6 @@ PYEOF
     sed -i "s/-std=c++17/-std=c++$std/g" "$src/setup.py"
   fi
   log "compiling with -std=c++$std (the standard torch.utils.cpp_extension uses), $(mmcv_ops_kind) ops"
-  if [[ "$(mmcv_ops_kind)" == cuda ]]; then
-    MMCV_VERSION=$MMCV_VERSION mmcv_cuda_build_ready
-  fi
   mkdir -p "$dir"
   MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
     "$VPY" -m pip wheel --no-cache-dir --no-deps --no-build-isolation -w "$work/dist" "$src" >&2 \

@@ -10,7 +10,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python )}
 export PYTHONPATH="$ROOT:${PYTHONPATH:-}"
-# say which python runs (the checkout's .venv is taken first when it exists)
+# say which python runs ($PYTHON when set, else the checkout's .venv when it exists, else python)
 echo "tools/launch.sh: $("$PYTHON" -c 'import sys, torch; print(sys.executable, "- python", sys.version.split()[0], "- torch", torch.__version__, "- CUDA GPUs:", torch.cuda.device_count())' 2>&1 | tail -n1)" >&2
 SCRIPT=$ROOT/tools/$2
 case $1 in
