@@ -46,6 +46,10 @@ def test_projections_are_torch_linears_that_tools_count_and_quantize(cls):
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert all(type(m) is nn.Linear for m in linears)
     assert bool(linears) == (cls is not MAViT)
+    modules = dict(model.named_modules())  # no projection written as F.linear on a bare weight
+    for name, p in model.named_parameters():
+        if p.dim() == 2 and name.endswith('.weight'):
+            assert type(modules[name.rsplit('.', 1)[0]]) is nn.Linear, name
     if not linears:
         return
     x = torch.randn(1, 3, 64, 96)
@@ -60,6 +64,7 @@ def test_projections_are_torch_linears_that_tools_count_and_quantize(cls):
     for h in hooks:
         h.remove()
     counted_linears = [m for m in counted.modules() if isinstance(m, nn.Linear)]
+    assert len(counted_linears) == len(linears)
     for ours, theirs in zip(linears, counted_linears):
         want = sum(torch.Size(s[:-1]).numel() * ours.in_features * ours.out_features
                    for s in seen[ours])
