@@ -42,7 +42,7 @@ COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_gues
 	tests/test_compare.py \
 	tests/test_backbones.py::test_any_input_size tests/test_backbones.py::test_every_out_indices_subset \
 	tests/test_backbones.py::test_roi_align_reads_the_features_we_return \
-	tests/test_backbones.py::test_authors_file_loads_exactly \
+	tests/test_backbones.py::test_authors_file_loads_exactly tests/test_backbones.py::test_autocast_matches_fp32 \
 	tests/test_backbones.py::test_wrong_architecture_fails_with_keys_and_shapes \
 	tests/test_configs.py::test_toy_config_builds tests/test_configs.py::test_config_builds \
 	tests/test_custom_dataset.py::test_guide_config_trains_and_evaluates \

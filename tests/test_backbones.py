@@ -518,6 +518,11 @@ def _run(m, x, dtype=None):
 @pytest.mark.parametrize('cls,arch', SMALLEST)
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 def test_autocast_matches_fp32(cls, arch, dtype):
+    try:
+        with torch.autocast('cpu', dtype=dtype):
+            pass
+    except RuntimeError as err:  # torch 2.1's CPU autocast takes bfloat16 only
+        pytest.skip(f'this torch\'s CPU autocast does not take {dtype}: {err}')
     m = cls(arch=arch, drop_path_rate=0.0)
     m.init_weights()
     m.train()

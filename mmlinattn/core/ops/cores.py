@@ -105,8 +105,11 @@ class Core:
         return kw
 
     def _rotated(self, q: Tensor, k: Tensor, rope) -> Tuple[Tensor, Tensor]:
+        # in q's and k's own dtype: half q and k under autocast rotated by float32 tables would
+        # come out float32 beside a half v, which SDPA refuses where autocast leaves it alone
+        # (torch 2.1's CPU autocast); newer autocasts cast the three to half themselves
         if self.rope == 'qk' and rope is not None:
-            return apply_rope(q, *rope), apply_rope(k, *rope)
+            return apply_rope(q, *rope).to(q.dtype), apply_rope(k, *rope).to(k.dtype)
         return q, k
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, rope=None, **settings) -> Tensor:
