@@ -11,9 +11,25 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from mmlinattn.core.ops import CORES
 from tools.analysis_tools import gpu_check
+
+# torch.compile of the backbones fails in torch < 2.3's dynamo (seen on 2.1.2, even with the
+# aot_eager backend: an AssertionError, 'SymNodeVariable() is not a constant',
+# BackendCompilerFailed); torch.compiler.is_compiling, which our probes use, arrived with 2.3's
+# dynamo (2.2 is untested; 2.14 compiles). There the check must report part e as failed, and
+# nothing else.
+OLD_DYNAMO = not hasattr(getattr(torch, 'compiler', None), 'is_compiling')
+
+
+def _cpu_autocast_takes(dtype):
+    try:
+        with torch.autocast('cpu', dtype=dtype):
+            return True
+    except RuntimeError:  # torch 2.1's CPU autocast takes bfloat16 only
+        return False
 
 
 def _torch_closure():
@@ -132,24 +148,34 @@ def test_the_bare_environment_lacks_what_the_check_brings(bare_run):
 
 def test_the_whole_check_runs_there_and_leaves_nothing_behind(bare_run):
     proc = bare_run['proc']
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert 'PASS: wrote' in proc.stdout
+    assert proc.returncode == (1 if OLD_DYNAMO else 0), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert ('FAIL: wrote' if OLD_DYNAMO else 'PASS: wrote') in proc.stdout
     assert sorted(os.listdir(bare_run['site'])) == bare_run['before']
     # the unpacked wheels are gone (torch.compile's own cache may stay, as anywhere)
     assert not [d for d in os.listdir(bare_run['tmp']) if d.startswith('mmlinattn-gpu-check-')]
     report = json.loads(open(str(bare_run['out']) + '.json').read())
-    assert report['ok'] and report['failures'] == []
+    assert report['ok'] != OLD_DYNAMO
+    assert all(f.startswith('compile: ') for f in report['failures'])
+    assert len(report['failures']) == (len(gpu_check.FAMILIES) if OLD_DYNAMO else 0)
     unpacked = ' '.join(report['environment']['unpacked'])
     assert 'mmengine-0.10.7' in unpacked and 'mmcv_lite-2.1.0' in unpacked
     parts = report['parts']
     # a: every core of the table, three precisions, forward and backward within the limits
     assert {(r['core'], r['precision']) for r in parts['cores']} == \
         {(c, p) for c in CORES for p in ('fp32', 'fp16', 'bf16')}
+    fp16 = _cpu_autocast_takes(torch.float16)
     for r in parts['cores']:
+        if r['precision'] == 'fp16' and not fp16:
+            assert r['ok'] and 'no fp16 autocast on cpu' in r['skipped']
+            continue
         assert r['ok'] and r['finite'] and r['out_err'] <= gpu_check.CORE_TOL[r['precision']]
     # b: every backbone, fp16 and bf16 steps finite and near fp32
     assert len(parts['amp_steps']) == 2 * len(gpu_check.FAMILIES)
-    assert all(r['ok'] and r['finite'] for r in parts['amp_steps'])
+    for r in parts['amp_steps']:
+        if r['precision'] == 'fp16' and not fp16:
+            assert r['ok'] and r['skipped']
+            continue
+        assert r['ok'] and r['finite'] and r['grad_err'] <= gpu_check.GRAD_TOL[r['precision']]
     # c: every core and the floor timed at each size
     for r in parts['core_speed']:
         assert all(f'{c}_train_ms' in r for c in CORES) and r['floor_fp32_train_ms'] > 0
@@ -166,11 +192,14 @@ def test_the_whole_check_runs_there_and_leaves_nothing_behind(bare_run):
     assert rows['Swin-T (timm)']['skipped'] == 'timm is not installed'
     # e: every backbone compiles and matches eager
     assert len(parts['compile']) == len(gpu_check.FAMILIES)
-    assert all(r['ok'] and r['err'] <= gpu_check.COMPILE_TOL for r in parts['compile'])
+    if OLD_DYNAMO:
+        assert all(not r['ok'] and r['error'] for r in parts['compile'])
+    else:
+        assert all(r['ok'] and r['err'] <= gpu_check.COMPILE_TOL for r in parts['compile'])
     # f: skipped, and the report says why
     assert parts['detectors']['skipped'] and parts['detectors']['rows'] == []
     md_text = open(str(bare_run['out']) + '.md').read()
-    assert '**PASS**' in md_text and 'Skipped: ' in md_text
+    assert ('**FAIL**' if OLD_DYNAMO else '**PASS**') in md_text and 'Skipped: ' in md_text
     for heading in ('## a.', '## b.', '## c.', '## d.', '## e.', '## f.'):
         assert heading in md_text
 

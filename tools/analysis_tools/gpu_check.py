@@ -287,6 +287,17 @@ def autocast(device, name):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def autocast_missing(device, name):
+    """Why this torch cannot autocast to ``name`` on ``device`` (torch 2.1's CPU autocast takes
+    bfloat16 only), or None."""
+    try:
+        with autocast(device, name):
+            pass
+    except RuntimeError as err:
+        return f'this torch has no {name} autocast on {device.type}: {_why(err, 120)}'
+    return None
+
+
 def no_tf32():
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -313,6 +324,11 @@ def part_cores(device, small, log):
         for prec in ('fp32', 'fp16', 'bf16'):
             xs = [t.float().to(device).requires_grad_() for t in (q, k, v)]
             row = dict(core=name, precision=prec, tokens=n)
+            missing = autocast_missing(device, prec)
+            if missing:
+                rows.append(dict(row, ok=True, skipped=missing))
+                log(f'a. {name:8s} {prec}: skipped ({missing})')
+                continue
             try:
                 with autocast(device, prec):
                     low = [x.to(torch.float16 if prec == 'fp16' else torch.bfloat16)
@@ -393,6 +409,11 @@ def part_amp_steps(device, small, log):
             continue
         for prec in ('fp16', 'bf16'):
             row = dict(backbone=f'{kind}-{arch}', precision=prec, batch=batch, size=size)
+            missing = autocast_missing(device, prec)
+            if missing:
+                rows.append(dict(row, ok=True, skipped=missing))
+                log(f'b. {kind} {prec}: skipped ({missing})')
+                continue
             try:
                 loss, g, scaled = grads(prec, model)
                 finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(g).all())
@@ -696,7 +717,7 @@ def targets(parts):
         worst = max(errs) if errs else None
         rows.append((f'every core in {prec} within {limit:g} of float64', worst,
                      None if worst is None else worst <= limit))
-    steps = parts.get('amp_steps') or []
+    steps = [r for r in parts.get('amp_steps') or [] if not r.get('skipped')]
     rows.append(('AMP training finite for every backbone, fp16 and bf16',
                  f"{sum(bool(r.get('finite')) for r in steps)} / {len(steps)}",
                  bool(steps) and all(r.get('finite') for r in steps)))
@@ -713,6 +734,12 @@ def targets(parts):
     rows.append(('bf16 peak training memory at most 0.6x fp32', max(mem) if mem else None,
                  max(mem) <= 0.6 if mem else None))
     return rows
+
+
+def _verdict(row) -> str:
+    if row.get('skipped'):
+        return f"skipped: {row['skipped']}"
+    return 'yes' if row['ok'] else row.get('error', 'NO')
 
 
 def markdown(report) -> str:
@@ -737,7 +764,7 @@ def markdown(report) -> str:
               '|---|---|---|---|---|---|']
     for r in parts['cores']:
         lines.append(f"| {r['core']} | {r['precision']} | {r['tokens']} | {_f(r.get('out_err'))} | "
-                     f"{_f(r.get('grad_err'))} | {'yes' if r['ok'] else r.get('error', 'NO')} |")
+                     f"{_f(r.get('grad_err'))} | {_verdict(r)} |")
     lines += ['', '## b. Backbone training step under autocast against fp32', '',
               f"||g - g_fp32|| / ||g_fp32|| over every parameter; limits {GRAD_TOL}.", '',
               '| backbone | precision | input | finite | gradient error | loss error | ok |',
@@ -745,7 +772,7 @@ def markdown(report) -> str:
     for r in parts['amp_steps']:
         lines.append(f"| {r['backbone']} | {r['precision']} | {r['batch']}x{r['size']}^2 | "
                      f"{r.get('finite', '-')} | {_f(r.get('grad_err'))} | {_f(r.get('loss_err'))} "
-                     f"| {'yes' if r['ok'] else r.get('error', 'NO')} |")
+                     f"| {_verdict(r)} |")
     lines += ['', '## c. Core time and memory (forward + backward, 1 x 4 heads x N x 32)', '',
               'Cores take bf16 inputs (what a model under autocast hands them) and compute in '
               'fp32; the floor is Q (K^T V) in fp32 and in bf16; SDPA is flash attention in bf16. '
@@ -794,7 +821,7 @@ def markdown(report) -> str:
         lines.append(f"| {r['backbone']} | {r['batch']}x{r['size']}^2 | "
                      f"{_f(r.get('compile_s'), '.1f')} | {_f(r.get('err'), '.1e')} | "
                      f"{_f(r.get('eager_ms'), '.1f')} | {_f(r.get('compiled_ms'), '.1f')} | "
-                     f"{r.get('skipped') or ('yes' if r['ok'] else r.get('error', 'NO'))} |")
+                     f"{_verdict(r)} |")
     det = parts['detectors']
     lines += ['', '## f. Detector and segmentor steps (benchmark_step.py)', '']
     if det['skipped']:
