@@ -197,23 +197,21 @@ def _importable(module: str) -> bool:
 
 def unpack_missing(wheels: str, target: str):
     """Unpack into ``target`` every wheel in ``wheels`` that fits this python and provides a module
-    this python cannot import; returns (unpacked wheel names, [(wheel, reason skipped)])."""
+    this python cannot import; returns the unpacked wheels' name-version."""
     if not osp.isdir(wheels):
-        return [], []
-    taken, skipped, seen = [], [], set()
+        return []
+    taken, seen = [], set()
     for fname in sorted(os.listdir(wheels)):
         if not fname.endswith('.whl'):
             continue
         dist = fname.split('-', 1)[0].lower().replace('_', '-')
         if dist in seen:
             continue
-        if not wheel_fits(fname):
-            skipped.append((fname, 'not for this python, machine or glibc'))
+        if not wheel_fits(fname):  # not for this python, machine or glibc
             continue
         path = osp.join(wheels, fname)
         mods = wheel_modules(path)
-        if mods and all(_importable(m) for m in mods):
-            skipped.append((fname, 'the node has it'))
+        if mods and all(_importable(m) for m in mods):  # the node has it
             seen.add(dist)
             continue
         with zipfile.ZipFile(path) as z:
@@ -228,7 +226,7 @@ def unpack_missing(wheels: str, target: str):
                 shutil.rmtree(osp.join(target, data))
         taken.append('-'.join(fname.split('-', 2)[:2]))  # name-version
         seen.add(dist)
-    return taken, skipped
+    return taken
 
 
 # --------------------------------------------------------------------------------------------------
@@ -850,7 +848,7 @@ def environment(device, unpacked):
 def run(args) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix='mmlinattn-gpu-check-') as target:
-        unpacked, _ = unpack_missing(args.wheels, target)  # before torch, which looks for numpy
+        unpacked = unpack_missing(args.wheels, target)  # before torch, which looks for numpy
         sys.path[:0] = [target, ROOT]
         import torch
         device = torch.device(args.device)
