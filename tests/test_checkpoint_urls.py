@@ -38,12 +38,23 @@ class _Server:
 
     def __init__(self, root):
         self.requests = []
+        self.heads = []
         outer = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
             def do_GET(self):
                 outer.requests.append(self.path.split('?')[0])
                 super().do_GET()
+
+            def do_HEAD(self):
+                outer.heads.append(self.path.split('?')[0])
+                super().do_HEAD()
+
+            def end_headers(self):
+                # what the Hugging Face Hub sends with a file (huggingface_hub needs both)
+                self.send_header('X-Repo-Commit', 'c' * 40)
+                self.send_header('ETag', '"%s"' % hashlib.sha1(self.path.encode()).hexdigest())
+                super().end_headers()
 
             def log_message(self, *args):
                 pass
@@ -289,6 +300,102 @@ def test_download_checkpoints_tool(served, tmp_path, capsys):
     assert 'HTML page' in err and f'{server.url}/MAViT_S.pth' in err
     assert not (out_dir / 'MAViT_S.pth').exists() and 'MAViT_S.pth' not in \
         (out_dir / 'SHA256SUMS').read_text()
+
+
+# --------------------------------------------------------------------------- mirrors
+MAVIT_HF = 'https://huggingface.co/aldjalkdf/MAViT/resolve/{}/MAViT_T.pth'
+
+
+def _loads(url, want):
+    m = MAViT(arch=TINY, out_norm=False, init_cfg=dict(type='Pretrained', checkpoint=url))
+    m.init_weights()
+    got = m.state_dict()
+    assert all(torch.equal(got[k], v) for k, v in want.items())
+
+
+@pytest.mark.parametrize('hub', ['huggingface_hub', 'torch.hub'])
+def test_hf_endpoint_is_honoured(served, tmp_path, monkeypatch, hub):
+    """A huggingface.co URL is fetched from HF_ENDPOINT (the server here), once: through
+    huggingface_hub where it is installed (the URL's revision asked for, the file in the Hugging
+    Face cache), else by torch.hub into the cache of the URL the config names."""
+    from mmlinattn.core.weights import urls
+    server, root = served
+    folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / 'v1.0'
+    folder.mkdir(parents=True)
+    want = _tiny_mavit_file(folder / 'MAViT_T.pth')
+    monkeypatch.setenv('HF_ENDPOINT', server.url)
+    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    if hub == 'huggingface_hub':
+        import huggingface_hub.constants
+        monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path / 'hf'))
+    else:
+        monkeypatch.setattr(urls, '_hf_hub_download', lambda: None)  # as without the library
+    url = MAVIT_HF.format('v1.0')
+    for _ in range(2):
+        _loads(url, want)
+    assert server.count('aldjalkdf/MAViT/resolve/v1.0/MAViT_T.pth') == 1
+    if hub == 'huggingface_hub':
+        assert '/aldjalkdf/MAViT/resolve/v1.0/MAViT_T.pth' in server.heads
+        assert list((tmp_path / 'hf').rglob('MAViT_T.pth'))
+        assert not (tmp_path / 'hub').exists()
+    else:
+        assert _cached(tmp_path, 'MAViT_T.pth') == Path(urls.url_cache_path(url))
+
+
+def test_a_page_through_huggingface_hub_is_named_and_removed(served, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    server, root = served
+    folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / 'main'
+    folder.mkdir(parents=True)
+    (folder / 'MAViT_T.pth').write_bytes(HTML)
+    monkeypatch.setenv('HF_ENDPOINT', server.url)
+    monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path / 'hf'))
+    for attempt in (1, 2):  # removed from the Hugging Face cache: the second use fetches again
+        with pytest.raises(CheckpointError, match='HTML page.*was removed'):
+            _loads(MAVIT_HF.format('main'), {})
+        assert not [p for p in (tmp_path / 'hf').rglob('*') if p.is_file() and
+                    p.read_bytes() == HTML]
+        assert server.count('aldjalkdf/MAViT/resolve/main/MAViT_T.pth') == attempt
+
+
+def test_base_url_mirrors_config_urls_and_the_download_tool(served, tmp_path, monkeypatch):
+    """MMLINATTN_CHECKPOINT_BASE_URL serves every URL: an authors' file under its local name (what
+    download_checkpoints.py saves and fetches), any other under its file name, even with
+    huggingface_hub installed; the cache stays the config URL's. A value that is no URL is one
+    error naming the variable. The download tool honours HF_ENDPOINT."""
+    from tools.misc import download_checkpoints as dl
+    server, root = served
+    (root / 'mirror').mkdir()
+    want = _tiny_mavit_file(root / 'mirror' / 'MAViT_T.pth', seed=1)
+    other = _tiny_mavit_file(root / 'mirror' / 'release.pth', seed=2)
+    monkeypatch.setenv('MMLINATTN_CHECKPOINT_BASE_URL', f'{server.url}/mirror/')
+    authors = AUTHORS_CHECKPOINTS['MAViT_T'].url
+    _loads(authors, want)
+    _loads('https://example.invalid/files/release.pth', other)
+    assert server.count('mirror/MAViT_T.pth') == 1 and server.count('mirror/release.pth') == 1
+    from mmlinattn.core.weights import url_cache_path
+    assert Path(url_cache_path(authors)).is_file()
+    monkeypatch.setenv('MMLINATTN_CHECKPOINT_BASE_URL', 'mirror.example.org')
+    with pytest.raises(CheckpointError, match='MMLINATTN_CHECKPOINT_BASE_URL=mirror.example.org: '
+                                              'expected an http'):
+        _loads('https://example.invalid/files/other.pth', other)
+    # the download tool: HF_ENDPOINT for the huggingface.co files
+    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL')
+    monkeypatch.setenv('HF_ENDPOINT', server.url)
+    folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / 'main'
+    folder.mkdir(parents=True)
+    (folder / 'MAViT_T.pth').write_bytes((root / 'mirror' / 'MAViT_T.pth').read_bytes())
+    assert dl.main(['--only', 'MAViT_T', '--out-dir', str(tmp_path / 'ck'), '--no-progress']) == 0
+    assert server.count('aldjalkdf/MAViT/resolve/main/MAViT_T.pth') == 1
+    assert (tmp_path / 'ck' / 'MAViT_T.pth').read_bytes() == (folder / 'MAViT_T.pth').read_bytes()
+
+
+def test_a_failed_download_leaves_no_folder(served, tmp_path):
+    from mmlinattn.core.weights import local_checkpoint
+    server, _ = served
+    with pytest.raises(CheckpointError, match='download to .* failed'):
+        local_checkpoint(f'{server.url}/missing.pth')
+    assert not list((tmp_path / 'hub' / 'checkpoints' / 'mmlinattn-urls').iterdir())
 
 
 # --------------------------------------------------------------------------- train.py edges

@@ -14,7 +14,8 @@ present is not fetched again: its sha256 is verified against the record (or reco
 there by hand). The authors publish no checksums, so the first download is the reference.
 
 ``--base-url URL`` (or ``MMLINATTN_CHECKPOINT_BASE_URL``) fetches ``URL/<local name>`` instead: a
-mirror holding the files under the configs' names.
+mirror holding the files under the configs' names (the same variable mirrors the URLs of configs).
+``HF_ENDPOINT`` is honoured for the huggingface.co files.
 """
 import argparse
 import hashlib
@@ -25,15 +26,17 @@ import sys
 
 from mmlinattn.core.families import AUTHORS_CHECKPOINTS
 from mmlinattn.core.weights import (
+    BASE_URL_ENV,
     CheckpointError,
     checkpoint_file_problem,
     extract_state_dict,
+    is_url,
     read_checkpoint,
+    source_url,
 )
 from mmlinattn.training.fileio import write_atomic
 
 SUMS = 'SHA256SUMS'
-BASE_URL_ENV = 'MMLINATTN_CHECKPOINT_BASE_URL'
 
 
 def _key(name: str) -> str:
@@ -104,7 +107,7 @@ def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
     checkpoint or a sha256 that differs from the record."""
     import torch.hub
     entry = AUTHORS_CHECKPOINTS[name]
-    url = f'{base_url.rstrip("/")}/{entry.filename}' if base_url else entry.url
+    url = source_url(entry.url, base_url)
     dst = osp.join(out_dir, entry.filename)
     recorded = sums.get(entry.filename)
     if osp.isfile(dst) and not force:
@@ -167,6 +170,8 @@ def main(argv=None):
                    help='with --list: the table as checkpoints/README.md shows it')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
     args = p.parse_args(argv)
+    if args.base_url and not is_url(args.base_url):
+        p.error(f'--base-url / {BASE_URL_ENV}: {args.base_url!r} is not an http(s):// URL')
     names = select(args.only)
     if args.list and args.markdown:
         print(markdown_table(names))

@@ -23,15 +23,17 @@ from .reading import (
     read_checkpoint,
 )
 from .urls import (
+                   BASE_URL_ENV,
                    checkpoint_file_problem,
                    is_url,
                    local_checkpoint,
+                   source_url,
                    url_cache_path,
 )
 
-__all__ = ['AuthorsLayout', 'CheckpointError',
+__all__ = ['AuthorsLayout', 'BASE_URL_ENV', 'CheckpointError',
            'ForeignObject', 'check_model_checkpoint', 'checkpoint_file_problem',
            'extract_state_dict', 'fit_backbone_checkpoint', 'fit_state_dict', 'is_url',
            'load_runner_checkpoint', 'local_checkpoint',
-           'read_checkpoint', 'url_cache_path',
+           'read_checkpoint', 'source_url', 'url_cache_path',
            '_RestrictedUnpickler']

@@ -1,13 +1,27 @@
 """Checkpoints given as http(s) URLs: fetched once into a cache keyed by the URL, checked, then read
 like local files. The authors' files and where their READMEs publish them are in the family table
-(:data:`mmlinattn.core.families.AUTHORS_CHECKPOINTS`)."""
+(:data:`mmlinattn.core.families.AUTHORS_CHECKPOINTS`).
+
+Mirrors, for machines that cannot reach the hosts a config names:
+
+* ``MMLINATTN_CHECKPOINT_BASE_URL=URL``: every checkpoint URL is fetched as ``URL/<name>`` instead
+  (:func:`source_url`), ``<name>`` being the local name of an authors' file (what
+  ``tools/misc/download_checkpoints.py`` saves it as, and reads from the same mirror) or else the
+  URL's file name. The cache stays keyed by the URL the config names.
+* ``HF_ENDPOINT=URL`` (the Hugging Face libraries' variable): a ``https://huggingface.co/...`` URL
+  is fetched from ``URL/...``.
+* With ``huggingface_hub`` installed, a ``huggingface.co/<repo>/resolve/<revision>/<file>`` URL is
+  fetched by its ``hf_hub_download`` (its cache, ``HF_ENDPOINT``, ``HF_TOKEN``, the revision,
+  resumed downloads) unless ``MMLINATTN_CHECKPOINT_BASE_URL`` is set.
+"""
 import hashlib
 import http.client
 import logging
 import os
 import os.path as osp
 import re
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
+from urllib.parse import unquote
 
 from .errors import CheckpointError
 
@@ -131,24 +145,98 @@ def _discard(url: str, local: str, err: Exception):
         f'cached file was removed; the next use downloads it again.{_url_hint(url)}') from None
 
 
+BASE_URL_ENV = 'MMLINATTN_CHECKPOINT_BASE_URL'
+_HF = 'https://huggingface.co'
+#: ``https://huggingface.co/[datasets/|spaces/]<owner>/<repo>/resolve/<revision>/<file>``
+_HF_FILE = re.compile(r'^https://huggingface\.co/(?:(datasets|spaces)/)?([^/?#]+/[^/?#]+)/resolve/'
+                      r'([^/?#]+)/([^?#]+)')
+
+
+def base_url_setting() -> Optional[str]:
+    """``MMLINATTN_CHECKPOINT_BASE_URL`` when set (:mod:`mmlinattn.settings`; a value that is no
+    http(s) URL raises :class:`CheckpointError` naming the variable and its value), else None."""
+    from mmlinattn import settings
+    try:
+        return settings.get(BASE_URL_ENV)
+    except settings.SettingError as e:
+        raise CheckpointError(str(e)) from None
+
+
+def mirror_name(url: str) -> str:
+    """The name a mirror serves ``url``'s file under: an authors' file's local name (as
+    ``tools/misc/download_checkpoints.py`` saves it), else the URL's file name."""
+    from ..families import AUTHORS_CHECKPOINTS  # the table imports the models: read when needed
+    for entry in AUTHORS_CHECKPOINTS.values():
+        if entry.url == url:
+            return entry.filename
+    return url_file_name(url)
+
+
+def source_url(url: str, base_url: Optional[str] = None) -> str:
+    """Where ``url``'s file is fetched from: ``base_url`` (or ``MMLINATTN_CHECKPOINT_BASE_URL``)
+    + ``/`` + :func:`mirror_name`; a huggingface.co URL under ``HF_ENDPOINT``; else ``url``."""
+    base = base_url.rstrip('/') if base_url else base_url_setting()
+    if base:
+        return f'{base}/{mirror_name(url)}'
+    endpoint = os.environ.get('HF_ENDPOINT', '').strip().rstrip('/')
+    if endpoint and url.startswith(_HF + '/'):
+        return endpoint + url[len(_HF):]
+    return url
+
+
+def hf_file(url: str) -> Optional[Tuple[str, str, str, str]]:
+    """``(repo_id, repo_type, revision, filename)`` of a Hugging Face file URL (``resolve/`` form),
+    else None."""
+    found = _HF_FILE.match(url)
+    if not found:
+        return None
+    kind, repo, revision, filename = found.groups()
+    return repo, (kind or 'model').rstrip('s'), unquote(revision), unquote(filename)
+
+
+def _hf_hub_download() -> Optional[Callable]:
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        return None
+    return hf_hub_download
+
+
 def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
                      progress: bool = True) -> str:
     """A local path for ``path``: itself, or for an http(s) URL the file in torch's hub cache
-    (:func:`url_cache_path`: that URL's own file), downloaded by ``torch.hub.download_url_to_file``
-    (with a progress bar) when not cached yet. The file is checked (:func:`checkpoint_file_problem`,
-    and the sha256 prefix a torch-hub style name carries); an HTML page, a truncated file or one
-    whose hash differs is removed and :class:`CheckpointError` names the URL, the cached path and
-    the reason. Under an initialised process group, local rank 0 downloads while the other ranks
-    wait."""
+    (:func:`url_cache_path`: that URL's own file), downloaded from :func:`source_url` by
+    ``torch.hub.download_url_to_file`` (with a progress bar) when not cached yet; a Hugging Face
+    file URL goes through ``huggingface_hub`` where it is installed (:func:`_hub_checkpoint`). The
+    file is checked (:func:`checkpoint_file_problem`, and the sha256 prefix a torch-hub style name
+    carries); an HTML page, a truncated file or one whose hash differs is removed and
+    :class:`CheckpointError` names the URL, the cached path and the reason. Under an initialised
+    process group, local rank 0 downloads while the other ranks wait."""
     if not is_url(path):
         return path
     logger = logger or logging.getLogger('mmlinattn')
+    source = source_url(path)
+    hub = None if base_url_setting() else _hf_hub_download()
+    if hub is not None and hf_file(path):
+        return _hub_checkpoint(path, hub, logger)
     cached = url_cache_path(path)
+    _rank0_first(lambda: osp.isfile(cached) or _download(source, cached, logger, progress, path))
+    if not osp.isfile(cached):  # another node's rank 0 fetched it; this node's failed to
+        raise CheckpointError(f'{path}: not downloaded (expected at {cached})')
+    problem = checkpoint_file_problem(cached) or _hash_problem(path, cached)
+    if problem:
+        _discard(path, cached, problem)
+    return cached
+
+
+def _rank0_first(fetch: Callable) -> None:
+    """``fetch()`` on local rank 0 while the other ranks wait at a barrier (all of them, when no
+    process group runs); a :class:`CheckpointError` is raised after the barrier, on rank 0."""
     rank, world = _local_rank_and_world()
     failed = None
-    if rank == 0 and not osp.isfile(cached):
+    if rank == 0:
         try:
-            _download(path, cached, logger, progress)
+            fetch()
         except CheckpointError as e:  # raised after the barrier: the other ranks must not hang
             failed = e
     if world > 1:
@@ -156,12 +244,39 @@ def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
         dist.barrier()
     if failed is not None:
         raise failed
-    if not osp.isfile(cached):  # another node's rank 0 fetched it; this node's failed to
-        raise CheckpointError(f'{path}: not downloaded (expected at {cached})')
-    problem = checkpoint_file_problem(cached) or _hash_problem(path, cached)
+
+
+def _hub_checkpoint(url: str, hf_hub_download: Callable, logger: logging.Logger) -> str:
+    """``url``'s file through ``huggingface_hub.hf_hub_download`` (local rank 0 first): the path in
+    the Hugging Face cache. A file that is no checkpoint is removed from that cache (link and
+    blob) and named."""
+    repo, kind, revision, filename = hf_file(url)
+    endpoint = os.environ.get('HF_ENDPOINT', '').strip().rstrip('/') or _HF
+
+    def fetch():
+        try:  # the endpoint read now: huggingface_hub reads HF_ENDPOINT once, when imported
+            return hf_hub_download(repo_id=repo, filename=filename, revision=revision,
+                                   repo_type=kind, endpoint=endpoint)
+        except Exception as e:  # huggingface_hub's errors have no common base beyond Exception
+            raise CheckpointError(
+                f'{url}: download through huggingface_hub from {endpoint} failed '
+                f'({type(e).__name__}: {" ".join(str(e).split())[:300]}).{_url_hint(url)}'
+            ) from None
+
+    logger.info(f'fetching {url} through huggingface_hub ({endpoint})')
+    _rank0_first(fetch)
+    local = fetch()  # cached now: every rank gets its path
+    problem = checkpoint_file_problem(local)
     if problem:
-        _discard(path, cached, problem)
-    return cached
+        blob = osp.realpath(local)
+        for p in {local, blob}:
+            if osp.lexists(p):
+                os.remove(p)
+        raise CheckpointError(
+            f'{url}: the downloaded file (cached at {blob}) is not a readable checkpoint: '
+            f'{problem}. The cached file was removed; the next use downloads it again.'
+            f'{_url_hint(url)}')
+    return local
 
 
 def _local_rank_and_world() -> Tuple[int, int]:
@@ -171,17 +286,26 @@ def _local_rank_and_world() -> Tuple[int, int]:
     return 0, 1
 
 
-def _download(url: str, dst: str, logger: logging.Logger, progress: bool = True) -> None:
+def _download(url: str, dst: str, logger: logging.Logger, progress: bool = True,
+              named: Optional[str] = None) -> None:
     """``torch.hub.download_url_to_file`` into ``dst`` (it writes a temporary file and renames it,
-    so an interrupted download leaves nothing under ``dst``); errors name the URL and ``dst``."""
+    so an interrupted download leaves nothing under ``dst``); errors name the URL and ``dst``.
+    ``named``: the URL the config names, when ``url`` is its mirror."""
     import torch.hub
     os.makedirs(osp.dirname(dst), exist_ok=True)
-    logger.info(f'downloading {url} to {dst}')
+    mirror = f' (mirror of {named})' if named and named != url else ''
+    logger.info(f'downloading {url}{mirror} to {dst}')
     try:
         torch.hub.download_url_to_file(url, dst, progress=progress)
     except (OSError, http.client.HTTPException, ValueError) as e:
         # HTTP errors and refused connections (OSError), short reads (IncompleteRead), bad URLs
         if osp.exists(dst):
             os.remove(dst)
-        raise CheckpointError(f'{url}: download to {dst} failed ({type(e).__name__}: '
-                              f'{str(e).strip()[:200]}).{_url_hint(url)}') from None
+        folder = osp.dirname(dst)
+        if osp.basename(osp.dirname(folder)) == 'mmlinattn-urls':
+            try:  # the URL's own folder, made above: no empty folder stays behind
+                os.rmdir(folder)
+            except OSError:  # not empty, or another process removed it
+                pass
+        raise CheckpointError(f'{url}{mirror}: download to {dst} failed ({type(e).__name__}: '
+                              f'{str(e).strip()[:200]}).{_url_hint(named or url)}') from None
