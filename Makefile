@@ -49,7 +49,7 @@ COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_gues
 	tests/test_faults.py::test_untrusted_checkpoint_runs_no_code tests/test_faults.py::test_not_a_checkpoint \
 	tests/test_faults_more.py::test_sigterm_saves_the_finished_iteration_and_resume_continues_there \
 	tests/test_classification.py tests/test_inference.py::test_inferencer_runs_config \
-	tests/test_ops.py tests/test_core_grads.py tests/test_gpu_check.py
+	tests/test_ops.py tests/test_core_grads.py tests/test_gpu_check.py tests/test_deploy_jit.py
 test-compat: install
 	@MMLINATTN_COMPAT_VENV=$(COMPAT_VENV) bash tools/install_compat.sh
 	@$(COMPAT_VENV)/bin/python -m pytest -m "not heavy or upstream" $(PYTEST_ARGS) $(COMPAT_TESTS) \

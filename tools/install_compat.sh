@@ -46,6 +46,9 @@ fi
 log "the oldest supported OpenMMLab stack (requirements/oldest.txt) and the test tools"
 pipo -q "addict" "yapf" "packaging" "pyyaml" "Pillow" -r "$ROOT/requirements/runtime.txt" \
   -r "$ROOT/requirements/tests.txt"
+# the jit ONNX exporter's check (tests/test_deploy_jit.py): onnx and ONNX Runtime, without onnxscript
+# (which only torch >= 2.5's dynamo exporter uses)
+pipo -q $(grep -E '^(onnx|onnxruntime)==' "$ROOT/requirements/deploy.txt")
 
 "$VPY" - "$OLDEST" <<'EOF' || die "the environment is not the oldest stack of requirements/oldest.txt"
 import sys

@@ -19,6 +19,8 @@ PARTS = ('backbone', 'neck', 'model')
 INPUT_NAME = 'input'
 DEFAULT_RTOL = 1e-4
 DEFAULT_OPSET = 18
+JIT_OPSET = 17  # the highest the jit exporter of torch 2.1 writes
+EXPORTERS = ('dynamo', 'jit')
 
 
 class ExportError(ValueError):
@@ -97,6 +99,7 @@ class Exportable(nn.Module):
             raise ExportError(f'--part model exports mmseg segmentors (EncoderDecoder) only, not '
                               f'{type(model).__name__}: use --part backbone')
         self.model, self.part, self.kind = model, part, kind
+        self.train(model.training)  # the jit exporter restores this mode on every submodule
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         if self.part != 'model':
@@ -189,8 +192,8 @@ def _windowed_stages(backbone) -> List[Tuple[int, int]]:
 def dynamic_blockers(wrapper: Exportable) -> List[str]:
     """What in the exported part cannot take a dynamic height / width (known cases, found before
     a long export fails): adaptive pooling to more than 1 x 1 (UperNet's pyramid pooling; ONNX pools
-    with fixed kernels) and upsampling by a scale factor (mmseg's Semantic FPN head; torch.export
-    computes that output size in floating point and cannot relate it to the other levels')."""
+    with fixed kernels) and upsampling by a scale factor (mmseg's Semantic FPN head, which computes
+    that output size in Python)."""
     model = wrapper.model
     parts = [('backbone', model.backbone)]
     if wrapper.part in ('neck', 'model') and getattr(model, 'with_neck', False):
@@ -207,7 +210,8 @@ def dynamic_blockers(wrapper: Exportable) -> List[str]:
             elif type(m).__name__ == 'Upsample' and getattr(m, 'scale_factor', None) and \
                     getattr(m, 'size', None) is None:
                 found.append(f'{name}: upsampling by the scale factor {m.scale_factor} '
-                             '(torch.export cannot relate that output size to the other levels\')')
+                             '(its output size is computed in Python: torch.export cannot relate '
+                             'it to the other levels\', the jit fixes it at the example\'s)')
     return found
 
 
@@ -253,14 +257,33 @@ def example_input(shape: Sequence[int], batch: int = 1, seed: int = 0) -> torch.
     return torch.randn(batch, 3, *shape, generator=g)
 
 
-def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = False,
-           batch: int = 1, opset: int = DEFAULT_OPSET,
-           meta: Optional[dict] = None) -> Optional[SizeRule]:
-    """Export ``wrapper`` at ``shape`` (H, W) to the ONNX file ``out``; returns the size rule of a
-    dynamic export (None for a static one)."""
+def default_exporter() -> str:
+    """``'dynamo'`` where this torch has it (torch.export + ``torch.onnx.export(dynamo=True)``),
+    else ``'jit'``."""
     from mmlinattn.core.ops import probes
-    probes.require('ONNX export', probes.has_export(), 'torch.export with dynamic shapes and '
-                   'torch.onnx.export(dynamo=True) (torch >= 2.5)')
+    return 'dynamo' if probes.has_export() else 'jit'
+
+
+def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = False,
+           batch: int = 1, opset: Optional[int] = None, meta: Optional[dict] = None,
+           exporter: Optional[str] = None) -> Optional[SizeRule]:
+    """Export ``wrapper`` at ``shape`` (H, W) to the ONNX file ``out``; returns the size rule of a
+    dynamic export (None for a static one).
+
+    ``exporter``: ``'dynamo'`` (torch.export, then ``torch.onnx.export(dynamo=True)``; torch >= 2.5)
+    or ``'jit'`` (``torch.onnx.export`` tracing with the jit, the route mmdeploy takes, and the only
+    one before torch 2.5; opset at most 17 there); default :func:`default_exporter`. Both serve the
+    same size rule: the jit records the sizes' arithmetic (the models keep sizes as traced values
+    while the jit traces), and fixes what Python branches on, which the rule keeps constant."""
+    from mmlinattn.core.ops import probes
+    exporter = exporter or default_exporter()
+    if exporter not in EXPORTERS:
+        raise ExportError(f'exporter must be one of {EXPORTERS}, got {exporter!r}')
+    if exporter == 'dynamo' and not probes.has_export():
+        raise ExportError(f'the dynamo exporter needs torch.export with dynamic shapes and '
+                          f'torch.onnx.export(dynamo=True) (torch >= 2.5); this is torch '
+                          f'{torch.__version__}: use the jit exporter (--exporter jit)')
+    opset = opset or (DEFAULT_OPSET if exporter == 'dynamo' else JIT_OPSET)
     import onnx
     x = example_input(shape, batch)
     if dynamic:
@@ -271,9 +294,51 @@ def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = 
             raise ExportError(f'this {wrapper.part} cannot be exported with a dynamic height / '
                               f'width: {shown}. Export without --dynamic, one file per input size.')
     rule = size_rule(wrapper, shape) if dynamic else None
-    dynamic_shapes = (dict(zip((2, 3), rule.dims())),) if rule else None
     with torch.no_grad():
         outs = wrapper(x)
+    names = wrapper.output_names(len(outs))
+    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+    if exporter == 'jit':
+        _export_jit(wrapper, x, out, names, opset, dynamic)
+    else:
+        _export_dynamo(wrapper, x, out, names, opset, rule)
+    model = onnx.load(out)
+    props = dict(meta or {}, **{'mmlinattn.part': wrapper.part,
+                                'mmlinattn.exporter': exporter,
+                                'mmlinattn.input': f'{INPUT_NAME}: normalised image (B, 3, H, W), '
+                                                   'float32',
+                                'mmlinattn.size_rule': rule.text() if rule else
+                                f'static {batch}x3x{shape[0]}x{shape[1]}'})
+    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, **props})
+    onnx.save(model, out)
+    return rule
+
+
+def _export_jit(wrapper: Exportable, x: torch.Tensor, out: str, names: List[str], opset: int,
+                dynamic: bool) -> None:
+    """The legacy exporter: ``torch.onnx.export`` tracing ``wrapper`` with the jit, height and
+    width of the input and of every output named dynamic axes when ``dynamic``."""
+    import inspect
+    import warnings
+    axes = None
+    if dynamic:
+        axes = {INPUT_NAME: {2: 'height', 3: 'width'},
+                **{n: {2: f'{n}_height', 3: f'{n}_width'} for n in names}}
+    kw = {'dynamo': False} if 'dynamo' in inspect.signature(torch.onnx.export).parameters else {}
+    with torch.no_grad(), warnings.catch_warnings():
+        # the jit's TracerWarnings name each Python branch on a size: the size rule keeps every
+        # one of them constant (tests/test_deploy_jit.py checks parity at a second size)
+        warnings.filterwarnings('ignore', category=torch.jit.TracerWarning)
+        warnings.filterwarnings('ignore', message='.*legacy TorchScript-based ONNX export')
+        torch.onnx.export(wrapper, (x,), out, input_names=[INPUT_NAME], output_names=names,
+                          dynamic_axes=axes, opset_version=opset, **kw)
+
+
+def _export_dynamo(wrapper: Exportable, x: torch.Tensor, out: str, names: List[str], opset: int,
+                   rule: Optional[SizeRule]) -> None:
+    """torch.export within ``rule`` (None: static), then ``torch.onnx.export(dynamo=True)``."""
+    dynamic_shapes = (dict(zip((2, 3), rule.dims())),) if rule else None
+    with torch.no_grad():
         try:
             program = torch.export.export(wrapper, (x,), dynamic_shapes=dynamic_shapes,
                                           strict=False)
@@ -285,20 +350,9 @@ def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = 
                 'Export without --dynamic, one file per input size.\n'
                 + '\n'.join(lines[:6])) from None
     onnx_program = torch.onnx.export(program, (x,), input_names=[INPUT_NAME],
-                                     output_names=wrapper.output_names(len(outs)),
-                                     opset_version=opset, dynamo=True, external_data=False,
-                                     verbose=False)
-    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+                                     output_names=names, opset_version=opset, dynamo=True,
+                                     external_data=False, verbose=False)
     onnx_program.save(out, external_data=False)
-    model = onnx.load(out)
-    props = dict(meta or {}, **{'mmlinattn.part': wrapper.part,
-                                'mmlinattn.input': f'{INPUT_NAME}: normalised image (B, 3, H, W), '
-                                                   'float32',
-                                'mmlinattn.size_rule': rule.text() if rule else
-                                f'static {batch}x3x{shape[0]}x{shape[1]}'})
-    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, **props})
-    onnx.save(model, out)
-    return rule
 
 
 def ort_session(path: str, threads: Optional[int] = None):

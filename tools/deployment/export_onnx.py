@@ -20,6 +20,12 @@ The graph's input ``input`` is the *normalised* image tensor (B, 3, H, W), float
 preprocessor (mean / std, BGR -> RGB, padding) stays outside the graph, as in mmdeploy. Without a
 CHECKPOINT the weights are a random initialisation (enough to check an export).
 
+Two exporters (``--exporter``): ``dynamo`` (torch.export, then
+``torch.onnx.export(dynamo=True)``; the default where torch >= 2.5 has it) and ``jit``
+(``torch.onnx.export`` tracing with the jit, opset 17: the route mmdeploy takes, and the default
+before torch 2.5). Both take ``--dynamic`` within the same size rule and are checked the same
+way.
+
 ``--dynamic`` makes height and width dynamic (the batch stays fixed: InLine's local residual is one
 grouped convolution with B x C groups, a static attribute in ONNX). Every family exports dynamic
 sizes, within a size rule that the tool works out, prints and writes into the ONNX file's metadata
@@ -52,11 +58,14 @@ from mmlinattn.training.apis import CfgOptionsAction, ConfigError, load_config
 from mmlinattn.workshop.deploy import (
     DEFAULT_OPSET,
     DEFAULT_RTOL,
+    EXPORTERS,
+    JIT_OPSET,
     PARTS,
     Exportable,
     ExportError,
     build_model,
     check,
+    default_exporter,
     export,
     format_rows,
 )
@@ -79,7 +88,10 @@ def parse_args(argv=None):
                         'near --shape); repeatable')
     p.add_argument('--no-check', action='store_true', help='skip the ONNX Runtime check')
     p.add_argument('--rtol', type=float, default=DEFAULT_RTOL)
-    p.add_argument('--opset', type=int, default=DEFAULT_OPSET)
+    p.add_argument('--exporter', choices=EXPORTERS, default=None,
+                   help=f'dynamo or jit (default: {default_exporter()} on this torch)')
+    p.add_argument('--opset', type=int, default=None,
+                   help=f'ONNX opset (default: {DEFAULT_OPSET} with dynamo, {JIT_OPSET} with jit)')
     p.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction,
                    help='override config settings, key=value')
     return p.parse_args(argv)
@@ -92,10 +104,11 @@ def main(argv=None) -> int:
         wrapper = Exportable(build_model(cfg, args.checkpoint), args.part)
         shape = tuple(args.shape)
         t0 = time.time()
+        exporter = args.exporter or default_exporter()
         rule = export(wrapper, shape, args.out, args.dynamic, args.batch, args.opset,
-                      meta={'mmlinattn.config': osp.basename(args.config)})
+                      meta={'mmlinattn.config': osp.basename(args.config)}, exporter=exporter)
         print(f'exported {args.part} of {args.config} at {shape[0]}x{shape[1]} to {args.out} '
-              f'({time.time() - t0:.0f} s)')
+              f'with the {exporter} exporter ({time.time() - t0:.0f} s)')
         print(f'size rule: {rule.text()}' if rule else
               f'static input {args.batch}x3x{shape[0]}x{shape[1]} (--dynamic for other sizes)')
         if args.no_check:

@@ -233,10 +233,11 @@ def softmax_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = 
     Leading dims beyond (B, h) are allowed (Swin's (B, nW, h, N, d) windows with an (nW, h, N, N)
     bias); ``dropout_p`` is SDPA's attention dropout (pass 0 at inference)."""
     _check_qkv(*_batch_flat(q, k, v))
-    if probes.is_exporting() and not dropout_p:
+    if (probes.is_exporting() or torch.jit.is_tracing()) and not dropout_p:
         # torch.export / ONNX: the same math as explicit matmuls and softmax. ONNX's SDPA takes 4-D
-        # tensors only (Swin's windows are 5-D), and torch 2.14's ONNX decomposition of SDPA lays
-        # out its output unlike the CPU kernel the export traced, which breaks the reshape after it
+        # tensors only (Swin's windows are 5-D), torch 2.14's ONNX decomposition of SDPA lays out
+        # its output unlike the CPU kernel the export traced, which breaks the reshape after it,
+        # and torch 2.1's jit exporter cannot write SDPA with a scale
         return softmax_attention_reference(q, k, v, scale, attn_bias)
     lead = q.shape[:-2]
     q4, k4, v4, bias4 = _flash_layout(q, k, v, attn_bias)

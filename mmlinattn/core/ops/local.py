@@ -12,6 +12,13 @@ def dynamic_depthwise_conv3x3(x: Tensor, weight: Tensor) -> Tensor:
     c's kernel, row-major), zero padding 1. Implemented as one grouped conv with ``groups = B*C``.
     """
     b, c, h, w = x.shape
+    if torch.jit.is_tracing():
+        # the legacy (jit) ONNX exporter cannot write a convolution whose kernel is computed: the
+        # same sum over the nine shifted copies of the zero-padded map
+        weight = weight.reshape(b, c, 9, 1, 1).to(x.dtype)
+        padded = F.pad(x, (1, 1, 1, 1))
+        return sum(padded[:, :, i:i + h, j:j + w] * weight[:, :, 3 * i + j]
+                   for i in range(3) for j in range(3))
     weight = weight.reshape(b * c, 1, 3, 3).to(x.dtype)
     out = F.conv2d(x.reshape(1, b * c, h, w), weight, None, padding=1, groups=b * c)
     return out.reshape(b, c, h, w)

@@ -122,7 +122,7 @@ class PatchEmbed(nn.Module):
                              'that embeds it: use a larger input (InLinePVT needs >= 32 px per '
                              'side unless pad_patches=True)')
         x = self.proj(x)
-        hw = (int(x.shape[2]), int(x.shape[3]))
+        hw = (x.shape[2], x.shape[3])  # not int(): a jit trace keeps them dynamic
         return self.norm(x.flatten(2).transpose(1, 2)), hw
 
 
