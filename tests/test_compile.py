@@ -153,3 +153,19 @@ def test_toy_model_trains_with_mmengine_compile(tmp_path, config):
     assert r.returncode == 0, r.stdout[-3000:]
     assert 'Model has been "compiled"' in r.stdout
     assert ('coco/bbox_mAP' if det else 'mIoU') in read_metrics(str(tmp_path / 'work'))
+
+
+def test_two_input_sizes_compile_to_what_eager_computes(name='MAViT'):
+    """``compile=dict(dynamic=False)``, which tools/train.py lets through for inputs that change
+    size: one graph per size, and each computes what eager does (``aot_eager``; inductor's compile
+    takes minutes per size on 2 cores, and its automatic dynamic shapes fail at the second size,
+    docs/benchmarks.md section 11)."""
+    m = _backbone(name, out_norm=True).eval()
+    compiled = torch.compile(m, backend='aot_eager', dynamic=False)
+    for size in ((64, 64), (96, 128)):
+        x = torch.randn(1, 3, *size)
+        with torch.no_grad():
+            eager, got = m(x), compiled(x)
+        for e, c in zip(eager, got):
+            assert e.shape == c.shape
+            assert torch.allclose(c, e, rtol=2e-4, atol=2e-4 * e.abs().max().item())

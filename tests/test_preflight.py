@@ -264,3 +264,43 @@ def test_a_schedule_that_ends_before_it_begins_is_named(case, tmp_path, capsys):
                       {'train_cfg.max_iters': 4})
     warned = check_param_schedulers(cfg)
     assert warned and all('will not reach its end' in w or 'never starts' in w for w in warned)
+
+
+# -------------------- compile with inputs that change size
+@pytest.mark.parametrize('config, why', [
+    ('configs/mavit/mask-rcnn_mavit-t_fpn_1x_coco.py', "Resize(keep_ratio=True) follows each"),
+    ('configs/inline_swin/mask-rcnn_inline-swin-t_fpn_ms-3x_coco.py', 'RandomChoiceResize draws'),
+    ('configs/mavit/upernet_mavit-t_160k_ade20k-512x512.py', None),  # padded to 512 x 512
+    ('configs/classification/mavit-t_in1k.py', None),  # crops of one size
+])
+def test_which_training_inputs_change_size(config, why):
+    """The oracle is each recipe's own pipeline: mmdet's keep-ratio and multi-scale resizes give
+    another size per image; mmseg's preprocessor pads every crop to 512 x 512; mmpretrain's
+    RandomResizedCrop gives 224 x 224. A fixed-size Pad after the resize fixes it."""
+    from mmlinattn.training.apis.preflight.compile import size_varies
+    from mmlinattn.training.apis.runner import load_config
+    cfg = load_config(osp.join(ROOT, config))
+    got = size_varies(cfg)
+    assert (got is None) if why is None else (why in got), got
+    if why:
+        cfg.train_dataloader.dataset.pipeline.insert(-1, dict(type='Pad', size=(1344, 1344)))
+        assert size_varies(cfg) is None
+
+
+def test_compile_where_inputs_change_size_is_one_line(tmp_path, capsys):
+    """compile=True on a detector config (keep-ratio resizing): one line before any work, naming
+    the transform and the two ways on; compile=dict(dynamic=False) and another backend are let
+    through to the next check (here: the missing dataset)."""
+    from tools import train as train_tool
+    cfg = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
+    work = tmp_path / 'w'
+    assert train_tool.main([cfg, '--work-dir', str(work), '--cfg-options', 'compile=True']) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert 'compile: the training inputs change size (Resize(keep_ratio=True)' in err[0]
+    assert 'compile=dict(dynamic=False)' in err[0] and not list(work.glob('2*'))
+    for setting in ('compile.dynamic=False', 'compile.backend=aot_eager'):
+        assert train_tool.main([cfg, '--work-dir', str(work), '--cfg-options', setting,
+                                'train_dataloader.dataset.data_root=/nowhere']) == 2
+        err = capsys.readouterr().err
+        assert 'compile:' not in err and '/nowhere' in err

@@ -27,6 +27,7 @@ from mmlinattn.training.apis import (
     tool_error,
 )
 from mmlinattn.training.apis.preflight.checkpoints import prepare_checkpoints
+from mmlinattn.training.apis.preflight.compile import check_compile
 from mmlinattn.training.apis.runner import add_training_hooks
 from mmlinattn.training.apis.runs import check_work_dir
 from mmlinattn.training.apis.workdir_lock import lock_work_dir
@@ -83,6 +84,7 @@ def _build_cfg(args):
                               'add auto_scale_lr = dict(enable=True, base_batch_size=N), N the '
                               "total batch its optimizer's lr is for")
         cfg.auto_scale_lr.enable = True
+    check_compile(cfg)  # one line where the inputs change size (inductor fails at the second)
     # the config, every loader's paths, the files' contents, the model
     # (mmlinattn.training.apis.preflight)
     checked = preflight(cfg, ('train_dataloader',) if args.no_validate else
