@@ -15,13 +15,20 @@ environment turns them off here too (then mmengine's checkpoints need
 ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` on torch >= 2.6, as without mmlinattn).
 """
 import os
+import warnings
 
+from . import settings
 from .training import compat
 
 #: the environment variable that turns the fixes off ('0', 'off', 'false', 'no')
 SWITCH = 'MMLINATTN_UPSTREAM_FIXES'
 
-if os.environ.get(SWITCH, '1').strip().lower() in ('0', 'off', 'false', 'no'):
-    compat.STATUS.update({name: f'off ({SWITCH}={os.environ[SWITCH]})' for name in compat.PATCHES})
-else:
+try:
+    _on = settings.get(SWITCH)
+except settings.SettingError as e:  # our tools stop on it first (settings.check_all)
+    warnings.warn(f'{e}; the fixes stay on', stacklevel=2)
+    _on = True
+if _on:
     compat.apply()
+else:
+    compat.STATUS.update({name: f'off ({SWITCH}={os.environ[SWITCH]})' for name in compat.PATCHES})

@@ -57,7 +57,7 @@ def test_a_segmentor_keeps_to_the_budget(monkeypatch):
     sp.lean_postprocess(model)
     kept = model.postprocess_result(logits.clone(), [sample()])[0]  # default budget: mmseg's path
     assert 'seg_logits' in kept and torch.equal(kept.pred_sem_seg.data, want.pred_sem_seg.data)
-    monkeypatch.setattr(sp, 'FULL_LOGITS_BUDGET', 1000)
+    monkeypatch.setenv('MMLINATTN_FULL_LOGITS_BUDGET', '1000')
     got = model.postprocess_result(logits.clone(), [sample()])[0]
     assert 'seg_logits' not in got
     assert got.pred_sem_seg.data.shape == want.pred_sem_seg.data.shape == (1, 240, 320)

@@ -38,6 +38,7 @@ import tempfile
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
+from mmlinattn import settings
 from mmlinattn.core.weights import (
     CheckpointError,
     check_model_checkpoint,
@@ -185,6 +186,7 @@ def main(argv=None):
     if args.batch_size < 1:
         p.error('--batch-size must be at least 1')
     try:
+        settings.check_all()  # a bad MMLINATTN_* value: one line, before any work
         sizes = image_list(args.image)
         files = list(sizes)
         if args.out_file and len(files) != 1:
@@ -204,7 +206,7 @@ def main(argv=None):
         inferencer = build_inferencer(cfg, args.checkpoint, args.device)
         # the inferencers load non-strictly (a checkpoint of another model would run half-random)
         check_model_checkpoint(inferencer.model, args.checkpoint)
-    except (InputError, ScopeError, CheckpointError) as e:
+    except (InputError, ScopeError, CheckpointError, settings.SettingError) as e:
         print(f'image_demo.py: error: {e}', file=sys.stderr)
         return 2
     parent = osp.dirname(osp.abspath(args.out_dir))

@@ -48,6 +48,30 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
         super().__init__(module=module, device_ids=None, output_device=None, **kwargs)
 
 
+#: what each launcher's processes find in their environment (mmengine's ``init_dist`` reads these),
+#: and how they are started
+LAUNCHER_ENV = {
+    'pytorch': (('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'),
+                'start the script through torchrun (tools/dist_train.sh CONFIG GPUS)'),
+    'slurm': (('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST'),
+              'start the script under srun (tools/slurm_train.sh PARTITION JOB_NAME CONFIG '
+              'WORK_DIR)'),
+    'mpi': (('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_LOCAL_RANK',
+             'MASTER_ADDR'), 'start the script through Open MPI\'s mpirun, MASTER_ADDR set'),
+}
+
+
+def check_launcher_env(launcher: str) -> None:
+    """``ValueError`` in one line naming the variables ``launcher`` needs that are not set, and how
+    its processes are started (mmengine's own ``init_dist`` raises a bare ``KeyError``)."""
+    names, how = LAUNCHER_ENV.get(launcher, ((), ''))
+    missing = [n for n in names if n not in os.environ
+               and not (n == 'SLURM_NODELIST' and 'MASTER_ADDR' in os.environ)]
+    if missing:
+        raise ValueError(f'--launcher {launcher}: {", ".join(missing)} '
+                         f'{"is" if len(missing) == 1 else "are"} not set; {how}')
+
+
 def _slurm_env() -> None:
     """Fill the torchrun variables from a slurm allocation (one task per process)."""
     proc_id, ntasks = int(os.environ['SLURM_PROCID']), int(os.environ['SLURM_NTASKS'])

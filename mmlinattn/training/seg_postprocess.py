@@ -3,7 +3,7 @@
 mmseg's ``postprocess_result`` resizes the class logits to the original image size before the
 argmax and keeps them: C x H x W floats, 7.2 GB for ADE20K's 150 classes on a 4000 x 3000 photo
 (82 s and 11.2 GB peak for one image through a shipped Semantic FPN, measured). Where that tensor
-would exceed :data:`FULL_LOGITS_BUDGET`, :func:`lean_postprocess` lets mmseg's own method do its
+would exceed :func:`full_logits_budget`, :func:`lean_postprocess` lets mmseg's own method do its
 part at the logits' own size (padding removed, flips undone) and then computes the label map band
 by band of output rows: bilinear resizing is separable, ``out = R_h X R_w^T``, with the matrices
 ``R`` taken from ``F.interpolate`` itself (applied to an identity), so each band is what mmseg's
@@ -12,14 +12,18 @@ resize gives for those rows, up to float rounding. The full-resolution logits ar
 classes tie within rounding. The configs keep mmseg's own segmentor types: only the model objects
 our tools build are given this method, and only for outputs that large.
 """
-import os
 
 import torch
 import torch.nn.functional as F
 
-#: full-resolution logits above this size (bytes) are not materialised (environment:
-#: MMLINATTN_FULL_LOGITS_BUDGET; a huge value gives mmseg's own path for every image)
-FULL_LOGITS_BUDGET = int(os.environ.get('MMLINATTN_FULL_LOGITS_BUDGET', 1 << 30))
+
+def full_logits_budget() -> int:
+    """Full-resolution logits above this size (bytes) are not materialised:
+    ``MMLINATTN_FULL_LOGITS_BUDGET`` (:mod:`mmlinattn.settings`; default 1 GiB; a huge value gives
+    mmseg's own path for every image)."""
+    from mmlinattn import settings
+    return settings.get('MMLINATTN_FULL_LOGITS_BUDGET')
+
 #: the size (bytes) of one band of upsampled logits
 BAND_BYTES = 64 << 20
 
@@ -59,7 +63,7 @@ def lean_postprocess(model, budget: int = None):
         return model
 
     def postprocess_result(seg_logits, data_samples=None):
-        limit = FULL_LOGITS_BUDGET if budget is None else budget
+        limit = full_logits_budget() if budget is None else budget
         c = seg_logits.shape[1]
         big = data_samples is not None and c > 1 and \
             all('ori_shape' in s.metainfo for s in data_samples) and any(

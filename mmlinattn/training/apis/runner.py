@@ -96,6 +96,12 @@ def prepare_env(cfg: Config, launcher: str) -> None:
     Runner's own init is CUDA-only) and the model wrapped by ``CPUDistributedDataParallel`` (SyncBN
     reverted to BN). See :mod:`mmlinattn.training.distributed`."""
     cfg.launcher = launcher
+    if launcher != 'none':
+        from mmlinattn.training import distributed
+        try:
+            distributed.check_launcher_env(launcher)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if launcher != 'none' and not torch.cuda.is_available():
         from mmlinattn.training import distributed
         dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
@@ -110,7 +116,12 @@ def prepare_env(cfg: Config, launcher: str) -> None:
 def config_from_args(args) -> Config:
     """What every tool does first with its parsed ``args`` (``config``, ``cfg_options``,
     ``launcher``, ``work_dir``): the config with its overrides, the launcher's environment and the
-    work dir."""
+    work dir. A bad ``MMLINATTN_*`` value (:mod:`mmlinattn.settings`) stops it first."""
+    from mmlinattn import settings
+    try:
+        settings.check_all()
+    except settings.SettingError as e:
+        raise ConfigError(str(e)) from None
     cfg = load_config(args.config, args.cfg_options)
     prepare_env(cfg, args.launcher)
     set_work_dir(cfg, args.config, args.work_dir)

@@ -13,7 +13,7 @@ writes no checkpoint, and testing a checkpoint of a training under way is common
 * a lock whose owner is gone never blocks: on the same host the pid is checked (and its start
   time, so a reused pid is not taken for the owner); from another host (a shared file system, where
   a pid means nothing) the owner refreshes the file's time every :data:`HEARTBEAT_S` seconds and a
-  lock older than :data:`STALE_AFTER_S` has expired;
+  lock older than :func:`stale_after_s` has expired;
 * the lock is removed when the run ends, however it ends short of SIGKILL (then it is stale).
 
 The ranks of one DDP run are one run: only the process of global rank 0 takes the lock.
@@ -33,8 +33,13 @@ from .config import ConfigError
 LOCK_NAME = '.mmlinattn-run.lock'
 #: how often the owner refreshes the lock's time (seconds)
 HEARTBEAT_S = 30.0
-#: a lock from another host not refreshed for this long has expired (seconds)
-STALE_AFTER_S = float(os.environ.get('MMLINATTN_LOCK_STALE_S', 600))
+
+
+def stale_after_s() -> float:
+    """A lock from another host not refreshed for this long (seconds) has expired:
+    ``MMLINATTN_LOCK_STALE_S`` (:mod:`mmlinattn.settings`; default 600)."""
+    from mmlinattn import settings
+    return settings.get('MMLINATTN_LOCK_STALE_S')
 
 
 class WorkDirBusy(ConfigError):
@@ -85,7 +90,7 @@ def owner_alive(info: Optional[dict], path: str) -> bool:
     if info.get('host') == socket.gethostname():
         return _alive(info['pid'], info.get('started'))
     try:
-        return time.time() - os.path.getmtime(path) < STALE_AFTER_S
+        return time.time() - os.path.getmtime(path) < stale_after_s()
     except OSError:
         return False
 

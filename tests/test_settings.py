@@ -1,0 +1,102 @@
+"""The environment the tools read: every ``MMLINATTN_*`` variable the docs name is checked before any
+work (one line, exit 2, naming the variable, its value and what it takes), units are read as the
+docs state them, and a launcher started outside its launcher is one line naming what is missing.
+"""
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+from mmlinattn import settings
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DET = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
+LAUNCH_VARS = ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'LOCAL_RANK', 'SLURM_PROCID',
+               'SLURM_NTASKS', 'SLURM_NODELIST', 'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE',
+               'OMPI_COMM_WORLD_LOCAL_RANK')
+
+
+@pytest.mark.parametrize('name, value, read', [
+    ('MMLINATTN_LOCK_STALE_S', '10m', 600.0),
+    ('MMLINATTN_LOCK_STALE_S', '90', 90.0),
+    ('MMLINATTN_LOCK_STALE_S', '1h', 3600.0),
+    ('MMLINATTN_FULL_LOGITS_BUDGET', '2G', 2 * 1024 ** 3),
+    ('MMLINATTN_FULL_LOGITS_BUDGET', '512MiB', 512 * 1024 ** 2),
+    ('MMLINATTN_FULL_LOGITS_BUDGET', '1000', 1000),
+    ('MMLINATTN_UPSTREAM_FIXES', 'off', False),
+    ('MMLINATTN_UPSTREAM_FIXES', 'YES', True),
+    ('MMLINATTN_CHECKPOINT_BASE_URL', 'https://mirror.example/ckpt/', 'https://mirror.example/ckpt'),
+])
+def test_values_are_read_in_the_documented_units(name, value, read, monkeypatch):
+    monkeypatch.setenv(name, value)
+    assert settings.get(name) == read
+
+
+def test_the_readers_take_their_values_from_the_settings(monkeypatch):
+    from mmlinattn.training.apis.workdir_lock import stale_after_s
+    from mmlinattn.training.seg_postprocess import full_logits_budget
+    monkeypatch.delenv('MMLINATTN_LOCK_STALE_S', raising=False)
+    monkeypatch.delenv('MMLINATTN_FULL_LOGITS_BUDGET', raising=False)
+    assert stale_after_s() == 600 and full_logits_budget() == 1 << 30  # the documented defaults
+    monkeypatch.setenv('MMLINATTN_LOCK_STALE_S', '10m')
+    monkeypatch.setenv('MMLINATTN_FULL_LOGITS_BUDGET', '2G')
+    assert stale_after_s() == 600 and full_logits_budget() == 2 << 30
+
+
+@pytest.mark.parametrize('name, value, expected', [
+    ('MMLINATTN_UPSTREAM_FIXES', 'disabled', 'expected 1, on, true or yes'),
+    ('MMLINATTN_LOCK_STALE_S', 'ten', 'expected seconds'),
+    ('MMLINATTN_FULL_LOGITS_BUDGET', '2 gigs', 'expected bytes'),
+    ('MMLINATTN_CHECKPOINT_BASE_URL', 'mirror.example', 'expected an http:// or https:// URL'),
+])
+@pytest.mark.parametrize('tool', ['train', 'test', 'image_demo'])
+def test_a_bad_value_is_one_line_before_any_work(tool, name, value, expected, monkeypatch,
+                                                  tmp_path, capsys):
+    monkeypatch.setenv(name, value)
+    work = tmp_path / 'w'
+    if tool == 'train':
+        from tools import train as t
+        rc = t.main([DET, '--work-dir', str(work)])
+    elif tool == 'test':
+        from tools import test as t
+        rc = t.main([DET, str(tmp_path / 'none.pth'), '--work-dir', str(work)])
+    else:
+        from tools import image_demo as t
+        rc = t.main([str(tmp_path), DET, str(tmp_path / 'none.pth'), '--out-dir', str(work)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert f'error: {name}={value}: {expected}' in err[0]
+    assert not work.exists() or not any(work.iterdir())
+
+
+def test_upstream_tools_get_a_warning_and_keep_the_fixes():
+    """mmdet's own tools import mmlinattn.upstream_fixes through the config: a bad switch there is
+    a warning naming it, and the fixes stay on (the default)."""
+    env = {'MMLINATTN_UPSTREAM_FIXES': 'disabled', 'PATH': '/usr/bin:/bin'}
+    code = ('import warnings; warnings.simplefilter("always")\n'
+            'import mmlinattn.upstream_fixes\n'
+            'from mmlinattn.training import compat\n'
+            'print(sorted(set(str(v).split()[0] for v in compat.STATUS.values())))')
+    r = subprocess.run([sys.executable, '-c', code], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert 'MMLINATTN_UPSTREAM_FIXES=disabled: expected' in r.stderr
+    assert 'the fixes stay on' in r.stderr and "'off" not in r.stdout
+
+
+@pytest.mark.parametrize('launcher, missing, how', [
+    ('slurm', 'SLURM_PROCID, SLURM_NTASKS, SLURM_NODELIST are not set', 'under srun'),
+    ('pytorch', 'RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT are not set', 'torchrun'),
+    ('mpi', 'OMPI_COMM_WORLD_RANK', 'mpirun'),
+])
+def test_a_launcher_outside_its_launcher_is_one_line(launcher, missing, how, monkeypatch,
+                                                     tmp_path, capsys):
+    """mmengine's init_dist reads these with os.environ[...]: a KeyError traceback before."""
+    from tools import train
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    rc = train.main([DET, '--work-dir', str(tmp_path / 'w'), '--launcher', launcher])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert f'--launcher {launcher}: {missing}' in err[0] and how in err[0]
