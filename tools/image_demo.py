@@ -205,7 +205,9 @@ def main(argv=None):
             args.device = 'cuda:0' if torch.cuda.is_available() else 'cpu'
         inferencer = build_inferencer(cfg, args.checkpoint, args.device)
         # the inferencers load non-strictly (a checkpoint of another model would run half-random)
-        check_model_checkpoint(inferencer.model, args.checkpoint)
+        check_model_checkpoint(inferencer.model, args.checkpoint,
+                               backbone_cfg=cfg.model.get('backbone'),
+                               allow_attention_change=bool(cfg.get('allow_attention_change')))
     except (InputError, ScopeError, CheckpointError, settings.SettingError) as e:
         print(f'image_demo.py: error: {e}', file=sys.stderr)
         return 2

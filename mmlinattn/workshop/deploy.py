@@ -45,7 +45,9 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
     model = revert_sync_batchnorm(model_registry(cfg).build(cfg.model))
     if checkpoint:
         obj = read_checkpoint(checkpoint)
-        check_model_checkpoint(model, checkpoint, obj=obj, what='checkpoint')
+        check_model_checkpoint(model, checkpoint, obj=obj, what='checkpoint',
+                               backbone_cfg=cfg.model.get('backbone'),
+                               allow_attention_change=bool(cfg.get('allow_attention_change')))
         model.load_state_dict(extract_state_dict(obj, path=checkpoint))
     else:
         _quiet_init(model)

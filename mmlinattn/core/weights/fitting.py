@@ -126,7 +126,8 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def check_model_checkpoint(model: torch.nn.Module, path: str, *, obj=None, partial: bool = False,
-                           what: str = 'checkpoint', logger: Optional[logging.Logger] = None
+                           what: str = 'checkpoint', logger: Optional[logging.Logger] = None,
+                           backbone_cfg=None, allow_attention_change: bool = False
                            ) -> Dict[str, List[str]]:
     """Refuse a whole-model checkpoint (``tools/test.py CKPT``, ``load_from``, ``--resume``) that
     does not fit ``model`` before anything is loaded, evaluated or trained.
@@ -141,6 +142,10 @@ def check_model_checkpoint(model: torch.nn.Module, path: str, *, obj=None, parti
     ``obj``: the file's contents where the caller has read them already (tools/test.py, tools/
     train.py and the ONNX exporter read each checkpoint once and hand it on); else ``path`` is read
     here (:func:`read_checkpoint`).
+
+    A file that fits key for key is then checked for the attention function it was trained as
+    (:func:`check_trained_function`; ``backbone_cfg``: the config's ``model.backbone``,
+    ``allow_attention_change``: the config's key of that name).
     """
     logger = logger or logging.getLogger('mmlinattn')
     if obj is None:
@@ -153,6 +158,8 @@ def check_model_checkpoint(model: torch.nn.Module, path: str, *, obj=None, parti
     missing = [k for k in own if k not in state]
     report = dict(mismatched=mismatched, unexpected=unexpected, missing=missing)
     if not (mismatched or unexpected or missing):
+        check_trained_function(model, path, obj, backbone_cfg, allow=allow_attention_change,
+                               what=what, logger=logger)
         return report
     name = type(_unwrap(model)).__name__
     msg = f'{what} {path} does not fit the config\'s model ({name}): ' + \
@@ -165,3 +172,86 @@ def check_model_checkpoint(model: torch.nn.Module, path: str, *, obj=None, parti
         'loaded. An ImageNet backbone file goes in model.backbone.init_cfg=dict(type="Pretrained", '
         'checkpoint=...); to fine-tune a whole detector/segmentor on other classes, pass '
         '--partial-load to tools/train.py.')
+
+
+#: the backbone settings that change what a trained model computes without changing its keys
+FUNCTION_KEYS = ('attn_type', 'attn_cfg', 'window_size', 'inline_window')
+
+
+def attention_functions(backbone: torch.nn.Module) -> List[str]:
+    """What each attention of ``backbone`` computes, one line per module in order: its class, core,
+    kernel and core options (and window size), and a block's literal InLine window."""
+    from mmlinattn.core.models.layers.attention import AttentionModule
+    out = []
+    for name, m in backbone.named_modules():
+        if isinstance(m, AttentionModule):
+            extra = f', window {m.window_size}' if hasattr(m, 'window_size') else ''
+            out.append(f'{name}: {type(m).__name__} core={m.core} kernel={m.kernel} '
+                       f'options={dict(sorted(m.core_options.items()))}{extra}')
+        elif getattr(m, 'inline_window', None) is not None:
+            out.append(f'{name}: inline_window={m.inline_window}')
+    return out
+
+
+def _recorded_backbone(obj) -> Optional[dict]:
+    """``model.backbone`` of the config a Runner checkpoint records (``meta.cfg``, mmengine's
+    dump of it), or None where it records none that reads."""
+    meta = obj.get('meta') if isinstance(obj, dict) else None
+    text = meta.get('cfg') if isinstance(meta, dict) else None
+    if not isinstance(text, str):
+        return None
+    from mmengine.config import Config
+    try:
+        cfg = Config.fromstring(text, '.py')
+    except Exception:  # a dump this mmengine cannot read (any error): nothing to compare
+        return None
+    backbone = (cfg.get('model') or {}).get('backbone')
+    return backbone.to_dict() if hasattr(backbone, 'to_dict') else backbone
+
+
+def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=None, *,
+                           allow: bool = False, what: str = 'checkpoint',
+                           logger: Optional[logging.Logger] = None) -> None:
+    """Refuse a whole-model checkpoint whose recorded config builds the same backbone keys with
+    another attention function (``attn_type``, ``attn_cfg``, windows): MAViT's softmax and MALA
+    stages have the same parameters, so such a file loads without a word and scores another model.
+
+    The recorded backbone is built on the ``meta`` device and its :func:`attention_functions`
+    compared with ``model.backbone``'s. :class:`CheckpointError` names the first differing modules,
+    both configs' settings (``backbone_cfg``: the config's ``model.backbone``) and the override that
+    makes them agree; ``allow=True`` (the config's ``allow_attention_change``) logs it as one
+    warning instead."""
+    logger = logger or logging.getLogger('mmlinattn')
+    own = getattr(_unwrap(model), 'backbone', None)
+    recorded = _recorded_backbone(obj)
+    if own is None or not isinstance(recorded, dict) or 'type' not in recorded:
+        return
+    from mmlinattn.core.registry import MODELS
+    try:
+        with torch.device('meta'):
+            theirs = MODELS.build(dict(recorded, init_cfg=None))
+    except Exception:  # not one of ours, or not buildable here (any error): nothing to compare
+        return
+    if type(theirs) is not type(own):
+        return  # another class: the key check names it
+    a, b = attention_functions(theirs), attention_functions(own)
+    if a == b:
+        return
+    diff = [f'{x} (checkpoint) vs {y.split(": ", 1)[1]} (config)'
+            for x, y in zip(a, b) if x != y][:2]
+    current = dict(backbone_cfg or {})
+    settings = [k for k in FUNCTION_KEYS if recorded.get(k) != current.get(k)]
+    fix = ' '.join(f'model.backbone.{k}={recorded.get(k)!r}'.replace(' ', '') for k in settings)
+    def shown(cfg, k):
+        return f'{k}={cfg.get(k)!r}' + (' (the default)' if cfg.get(k) is None else '')
+    trained = ', '.join(shown(recorded, k) for k in settings) or 'its defaults'
+    here = ', '.join(shown(current, k) for k in settings) or 'its defaults'
+    msg = (f'{what} {path} was trained as another attention function than the config builds '
+           f'(checkpoint: {trained}; config: {here}): {"; ".join(diff)}')
+    if allow:
+        logger.warning(msg + ' - loaded anyway (allow_attention_change=True)')
+        return
+    raise CheckpointError(
+        msg + f'. To run it as trained: --cfg-options {fix or "(the checkpoint config settings)"}; '
+        'to run these weights with the other function on purpose, add allow_attention_change=True '
+        'to the config.')

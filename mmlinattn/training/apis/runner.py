@@ -203,6 +203,8 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None,
         try:
             check_model_checkpoint(runner.model, checkpoint, logger=runner.logger,
                                    obj=contents.obj if contents is not None else None,
+                                   backbone_cfg=(cfg.get('model') or {}).get('backbone'),
+                                   allow_attention_change=bool(cfg.get('allow_attention_change')),
                                    **check_kwargs)
         except Exception:  # noqa: BLE001 - cleanup, then the same error raised on as it is
             _remove_log_dir(runner)  # nothing was done: leave no empty timestamped log folder

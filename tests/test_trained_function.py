@@ -1,0 +1,90 @@
+"""A whole-model checkpoint is run as the attention function it was trained as.
+
+MAViT's softmax stages (``S``) and MALA stages (``M``) have the same parameters, so a checkpoint
+trained with MAViT's default ``MMSS`` loads key for key into ``attn_type='MMMM'`` and, unchecked,
+scores another function. The checkpoint records its config (mmengine's Runner saves
+``meta['cfg'] = cfg.pretty_text``, written here the same way); tools/test.py, ``load_from`` and
+tools/image_demo.py compare it with the config they build.
+"""
+import os.path as osp
+
+import pytest
+import torch
+from mmengine.config import Config
+
+from helpers import make_toy_sets
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """(toy data root, checkpoint of the toy MAViT-T Semantic FPN as its config defines it)."""
+    from mmlinattn.training.apis.config import model_registry
+    root = tmp_path_factory.mktemp('trained_as')
+    make_toy_sets(root, seed=4, size=64, train=2, val=2)
+    cfg = Config.fromfile(SEG)
+    cfg.model.backbone.init_cfg = None
+    torch.manual_seed(0)
+    model = model_registry(cfg).build(cfg.model)
+    path = root / 'seg.pth'
+    torch.save({'state_dict': model.state_dict(), 'meta': {'cfg': cfg.pretty_text}}, path)
+    return root, str(path)
+
+
+def _opts(root, *extra):
+    return ['--cfg-options', *[f'{k}_dataloader.dataset.data_root={root}/toy_ade'
+                               for k in ('train', 'val', 'test')], *extra]
+
+
+@pytest.mark.parametrize('override, refused', [
+    (None, False),
+    ("model.backbone.attn_type='MMSS'", False),  # the default, written out: the same function
+    ('model.backbone.attn_type=MMMM', True),
+    ('model.backbone.attn_cfg.core_options.beta=False', True),  # MALA's ablation: same keys
+])
+def test_test_tool_refuses_another_function(trained, override, refused, tmp_path, capsys):
+    from tools import test as test_tool
+    root, ckpt = trained
+    rc = test_tool.main([SEG, ckpt, '--work-dir', str(tmp_path / 'w'),
+                         *_opts(root, *([override] if override else []))])
+    # (an earlier test's mmengine logger may still point at its closed capture: only the tool's
+    # own lines count)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith('tools/')]
+    if not refused:
+        assert rc == 0 and not err, err
+        return
+    assert rc == 2 and len(err) == 1, err
+    assert 'was trained as another attention function than the config builds' in err[0]
+    assert '(checkpoint)' in err[0] and '(config)' in err[0]
+    key = override.split('=')[0].split('.')[2]
+    assert f'--cfg-options model.backbone.{key}=None' in err[0]
+    assert 'allow_attention_change=True' in err[0]
+
+
+def test_an_allowed_swap_is_one_warning(trained, tmp_path, capsys):
+    from tools import test as test_tool
+    root, ckpt = trained
+    rc = test_tool.main([SEG, ckpt, '--work-dir', str(tmp_path / 'w'),
+                         *_opts(root, 'model.backbone.attn_type=MMMM',
+                                'allow_attention_change=True')])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.count('loaded anyway (allow_attention_change=True)') == 1
+
+
+def test_load_from_and_image_demo_check_it_too(trained, tmp_path, capsys):
+    from tools import image_demo
+    from tools import train as train_tool
+    root, ckpt = trained
+    rc = train_tool.main([SEG, '--work-dir', str(tmp_path / 'w'),
+                          *_opts(root, f'load_from={ckpt}', 'model.backbone.attn_type=MMMM')])
+    err = capsys.readouterr().err
+    assert rc == 2 and f'load_from {ckpt} was trained as another attention function' in err
+    swapped = tmp_path / 'swapped.py'
+    swapped.write_text(f'_base_ = {SEG!r}\nmodel = dict(backbone=dict(attn_type="MMMM"))\n')
+    image = sorted((root / 'toy_ade' / 'images' / 'validation').iterdir())[0]
+    rc = image_demo.main([str(image), str(swapped), ckpt, '--out-dir', str(tmp_path / 'o')])
+    err = capsys.readouterr().err
+    assert rc == 2 and 'was trained as another attention function' in err
