@@ -103,6 +103,24 @@ def test_image_demo_seg_checkpoint_without_dataset_meta_uses_the_configs_classes
     assert str(ckpt) in said[0] and '150 classes' in said[0] and 'ADE20KDataset' in said[0], said
 
 
+def test_image_demo_refuses_images_whose_predictions_share_a_name(tmp_path, capsys):
+    """x.jpg and x.png both write preds/x.json (mmdet's naming): refused before any work, listing
+    both; with --no-save-pred (nothing named by stem) the check does not apply."""
+    from tools import image_demo
+    folder = tmp_path / 'imgs'
+    folder.mkdir()
+    for name in ('x.jpg', 'x.png', 'y.png'):
+        _image(folder / name)
+    out = tmp_path / 'out'
+    rc = image_demo.main([str(folder), SEG_CFG, str(tmp_path / 'none.pth'), '--out-dir', str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and 'x.jpg, x.png' in err[0] and 'y.png' not in err[0], err
+    assert not out.exists()
+    rc = image_demo.main([str(folder), SEG_CFG, str(tmp_path / 'none.pth'), '--out-dir', str(out),
+                          '--no-save-pred'])
+    assert rc == 2 and 'checkpoint not found' in capsys.readouterr().err  # the next check
+
+
 @pytest.mark.parametrize('with_meta', [False, True])
 def test_det_inferencer_classes_from_the_config_when_the_checkpoint_has_none(tmp_path, with_meta):
     """DetInferencer with a checkpoint without dataset_meta: the toy COCO's three classes and

@@ -1,5 +1,5 @@
-"""The environment the tools read: every ``MMLINATTN_*`` variable the docs name is checked before any
-work (one line, exit 2, naming the variable, its value and what it takes), units are read as the
+"""The environment the tools read: every ``MMLINATTN_*`` variable the docs name is checked before
+any work (one line, exit 2, naming the variable, its value and what it takes), units are read as the
 docs state them, and a launcher started outside its launcher is one line naming what is missing.
 """
 import os.path as osp

@@ -84,6 +84,20 @@ def image_list(path):
     return sizes
 
 
+def check_unique_stems(files):
+    """:class:`InputError` listing the images whose predictions would overwrite each other: preds/
+    names them by the image's stem, as mmdet's demo does (``x.jpg`` and ``x.png``: ``x.json``)."""
+    by_stem = {}
+    for f in files:
+        by_stem.setdefault(osp.splitext(osp.basename(f))[0], []).append(osp.basename(f))
+    clashes = [', '.join(names) for names in by_stem.values() if len(names) > 1]
+    if clashes:
+        raise InputError(f'preds/ names each prediction by its image\'s name without the suffix '
+                         f'(as mmdet\'s demo does), and these images would overwrite each other\'s: '
+                         f'{"; ".join(clashes)}. Rename them, run them into separate --out-dir '
+                         'folders, or pass --no-save-pred')
+
+
 def seg_predictions(samples, files, classes, pred_dir=None):
     """Our JSON record (and, into ``pred_dir``, the label map PNG) of each segmentation
     prediction."""
@@ -191,6 +205,8 @@ def main(argv=None):
         files = list(sizes)
         if args.out_file and len(files) != 1:
             raise InputError(f'--out-file takes one image; {args.image} holds {len(files)}')
+        if not args.no_save_pred:
+            check_unique_stems(files)
         if not osp.isfile(args.config):
             raise InputError(f'config not found: {args.config}')
         cfg = load_config(args.config)
