@@ -93,7 +93,8 @@ def check_unique_stems(files):
     clashes = [', '.join(names) for names in by_stem.values() if len(names) > 1]
     if clashes:
         raise InputError(f'preds/ names each prediction by its image\'s name without the suffix '
-                         f'(as mmdet\'s demo does), and these images would overwrite each other\'s: '
+                         f'(as mmdet\'s demo does), and these images would overwrite each '
+                         f'other\'s: '
                          f'{"; ".join(clashes)}. Rename them, run them into separate --out-dir '
                          'folders, or pass --no-save-pred')
 
