@@ -304,3 +304,19 @@ def test_compile_where_inputs_change_size_is_one_line(tmp_path, capsys):
                                 'train_dataloader.dataset.data_root=/nowhere']) == 2
         err = capsys.readouterr().err
         assert 'compile:' not in err and '/nowhere' in err
+
+
+def test_a_package_base_mmengine_refuses_is_one_line_with_the_path(tmp_path, capsys):
+    """mmengine 0.10 asserts that a PACKAGE:: base is one of OpenMMLab's own packages (an
+    AssertionError traceback); our train.py names the entry and the path to write instead, which
+    is the file itself."""
+    import re
+
+    from tools import train as train_tool
+    cfg = tmp_path / 'mine.py'
+    cfg.write_text("_base_ = 'mmlinattn::toy/fpn_mavit-t_toy-ade.py'\n")
+    assert train_tool.main([str(cfg), '--work-dir', str(tmp_path / 'w')]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith('tools/')]
+    assert len(err) == 1 and "_base_ 'mmlinattn::toy/fpn_mavit-t_toy-ade.py'" in err[0], err
+    path = re.search(r"_base_ = \['([^']+)'\]", err[0]).group(1)
+    assert osp.samefile(path, osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py'))

@@ -46,6 +46,11 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
         if missing is None:
             raise
         raise ConfigError(missing) from e
+    except AssertionError as e:  # mmengine's "does not support to load PACKAGE config"
+        foreign = _foreign_package_base(path)
+        if foreign is None:
+            raise
+        raise ConfigError(foreign) from e
     if cfg_options:
         check_cfg_options(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
@@ -54,6 +59,39 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
                           'configs/_base_/default_runtime_*.py '
                           "or set default_scope='mmdet' / 'mmseg' / 'mmpretrain'")
     return cfg
+
+
+def _foreign_package_base(path: str) -> Optional[str]:
+    """For a ``_base_ = 'PACKAGE::...'`` entry (under ``path``, followed through local bases) that
+    mmengine refuses (it loads only the OpenMMLab packages of its ``MODULE2PACKAGE``): the line to
+    write instead (the file's path); ``None`` where there is none."""
+    from mmengine.config.utils import MODULE2PACKAGE
+    todo, seen = [path], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            bases = Config._get_base_files(current)
+        except Exception:  # the entries cannot be read (any error): mmengine's own error stands
+            return None
+        for base in bases:
+            if '::' not in base:
+                todo.append(osp.join(osp.dirname(current), base))
+                continue
+            package, relative = base.split('::', 1)
+            if package in MODULE2PACKAGE:
+                continue
+            if package == 'mmlinattn':
+                from mmlinattn.paths import config_path
+                instead = f"_base_ = [{config_path(relative)!r}]"
+            else:
+                instead = f"_base_ = ['/path/to/{package}/configs/{relative}']"
+            return (f'{current}: _base_ {base!r}: mmengine loads PACKAGE:: bases only from the '
+                    f'OpenMMLab packages it lists ({package} is not one of them); write the '
+                    f'file\'s path instead: {instead}')
+    return None
 
 
 def _missing_base(path: str, seen=None) -> Optional[str]:
