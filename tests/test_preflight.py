@@ -320,3 +320,21 @@ def test_a_package_base_mmengine_refuses_is_one_line_with_the_path(tmp_path, cap
     assert len(err) == 1 and "_base_ 'mmlinattn::toy/fpn_mavit-t_toy-ade.py'" in err[0], err
     path = re.search(r"_base_ = \['([^']+)'\]", err[0]).group(1)
     assert osp.samefile(path, osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py'))
+
+
+def test_show_dir_on_a_segmentation_config_checks_the_training_folders(toy_data, tmp_path, capsys):
+    """mmseg's SegVisualizationHook draws with step=runner.iter, which builds the training loop and
+    its train_dataloader: with the training folders absent, mmseg's run stops with a traceback at
+    the first drawn image. Here the pre-flight names them before any work."""
+    from tools import test as test_tool
+    cfg = osp.join(ROOT, 'configs/mavit/fpn_mavit-t_80k_ade20k-512x512.py')  # it draws
+    ckpt = tmp_path / 'ck.pth'
+    ckpt.write_bytes(b'read only after the pre-flight')
+    rc = test_tool.main([cfg, str(ckpt), '--show-dir', str(tmp_path / 'vis'),
+                         '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                         f'test_dataloader.dataset.data_root={toy_data}/toy_ade',
+                         f'train_dataloader.dataset.data_root={tmp_path}/absent'])
+    err = capsys.readouterr().err
+    err = err[err.index('tools/test.py: error:'):]  # the pre-flight's list of missing paths
+    assert rc == 2 and 'train_dataloader' in err and f'{tmp_path}/absent' in err, err
+    assert 'SegVisualizationHook' in err and 'val_dataloader' not in err

@@ -162,7 +162,19 @@ def prepare(args):
                               'its first image: expected Float, found BFloat16); test detectors '
                               'in fp32 (drop --amp) or on a CUDA GPU')
         cfg.test_cfg = ConfigDict(cfg.get('test_cfg') or {}, fp16=True)
-    preflight(cfg, ('test_dataloader',))
+    # mmseg's SegVisualizationHook draws with step=runner.iter, which builds the training loop and
+    # with it train_dataloader: a --show / --show-dir run reads the training set's folders too
+    reads_train = bool((args.show or args.show_dir) and is_segmentation(cfg)
+                       and cfg.get('train_dataloader'))
+    try:
+        preflight(cfg, ('test_dataloader', 'train_dataloader') if reads_train else
+                  ('test_dataloader',))
+    except ConfigError as e:
+        if reads_train and 'train_dataloader' in str(e):
+            raise ConfigError(f"{e} (--show / --show-dir: mmseg's SegVisualizationHook builds "
+                              'the training loop, which builds train_dataloader; point it at '
+                              'existing folders with --cfg-options)') from None
+        raise
     # read once, as the runner will (else one line, exit 2); the checks below, the fit check and
     # the Runner's load take these contents
     contents = read_contents(args.checkpoint)
