@@ -120,3 +120,98 @@ def test_two_train_runs_in_one_work_dir(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert 'resumed' in (resumed.stdout + resumed.stderr).lower()
     assert (work / 'iter_7.pth').is_file() and not (work / LOCK_NAME).exists()
+
+
+
+# -------------------- what a killed run leaves behind
+def test_taking_over_removes_the_dead_runs_temporary_checkpoints(tmp_path, capsys):
+    """``kill -9`` while saving leaves ``NAME.tmp-<pid>`` (the atomic write's temporary file): the
+    run that takes over the dead run's lock removes those of that pid, and says so with the
+    takeover in one line; another pid's files and the finished checkpoints stay."""
+    p = subprocess.Popen([sys.executable, '-c', 'pass'])
+    p.wait()
+    work = tmp_path / 'w'
+    _write_lock(work, host=socket.gethostname(), pid=p.pid, started='1', since='t0',
+                command='train')
+    (work / f'epoch_3.pth.tmp-{p.pid}').write_bytes(b'\0' * (3 << 20))
+    (work / f'last_checkpoint.tmp-{p.pid}').write_text('x')
+    keep = [work / 'epoch_2.pth', work / f'epoch_9.pth.tmp-{os.getpid()}']
+    for f in keep:
+        f.write_bytes(b'x')
+    lock_work_dir(str(work)).release()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f'took over the run lock of a run that is gone (pid {p.pid}' in err[0]
+    assert 'removed the 2 unfinished checkpoint file(s)' in err[0] and '3.0 MiB' in err[0]
+    assert sorted(x.name for x in work.iterdir()) == sorted(f.name for f in keep)
+
+
+def test_a_resumed_run_finishes_the_rotation_a_killed_save_left_undone(tmp_path):
+    """mmengine takes the oldest checkpoint off keep_ckpt_ids (saved with the new checkpoint)
+    before deleting it: killed in between, that file escapes the rotation for ever. The resumed
+    run's hook removes the checkpoints older than every kept one (max_keep_ckpts=2 keeps epochs 4
+    and 5), and nothing else."""
+    import logging
+    from types import SimpleNamespace
+
+    from mmengine.logging import MessageHub
+
+    from mmlinattn.training.safe_checkpoint import SafeCheckpointHook
+    work = tmp_path / 'w'
+    work.mkdir()
+    names = ['epoch_3.pth', 'epoch_4.pth', 'epoch_5.pth', 'best_coco_bbox_mAP_epoch_3.pth',
+             'last_checkpoint', 'iter_1.pth']
+    for n in names:
+        (work / n).write_bytes(b'x')
+    hub = MessageHub.get_instance('rotation-test')
+    hub.update_info('keep_ckpt_ids', [4, 5])
+    records = []
+    logger = logging.getLogger('rotation-test')
+    logger.addHandler(type('H', (logging.Handler,), {'emit': lambda s, r: records.append(
+        r.getMessage())})())
+    hook = SafeCheckpointHook(interval=1, max_keep_ckpts=2)
+    hook.before_train(SimpleNamespace(work_dir=str(work), message_hub=hub, logger=logger))
+    assert sorted(x.name for x in work.iterdir()) == sorted(set(names) - {'epoch_3.pth'})
+    said = [r for r in records if 'rotation' in r]
+    assert len(said) == 1 and 'removed epoch_3.pth' in said[0], records
+
+
+def test_an_empty_last_checkpoint_is_named_with_the_file_resumed(tmp_path):
+    import logging
+
+    import torch
+
+    from mmlinattn.training.resume import latest_intact_contents
+    work = tmp_path / 'w'
+    work.mkdir()
+    torch.save({'state_dict': {'w': torch.zeros(1)}, 'meta': {'epoch': 1}}, work / 'epoch_1.pth')
+    (work / 'last_checkpoint').write_text('')  # killed while mmengine wrote it
+    records = []
+    logger = logging.getLogger('empty-pointer-test')
+    logger.addHandler(type('H', (logging.Handler,), {'emit': lambda s, r: records.append(
+        r.getMessage())})())
+    got = latest_intact_contents(str(work), logger)
+    assert got.path == str(work / 'epoch_1.pth')
+    assert len(records) == 1 and 'last_checkpoint (empty)' in records[0]
+    assert 'resuming from ' + str(work / 'epoch_1.pth') in records[0]
+    (work / 'epoch_1.pth').unlink()
+    assert latest_intact_contents(str(work), logger) is None  # nothing to resume: a fresh start
+
+
+def test_resuming_a_finished_run_says_so(tmp_path, capsys):
+    """mmengine builds everything and trains nothing (exit 0, no word); here one line, exit 0,
+    before the model is built."""
+    import torch
+
+    from tools import train
+    data = make_toy_sets(tmp_path / 'data', seed=1, size=64, train=2, val=2)
+    work = tmp_path / 'w'
+    work.mkdir()
+    ckpt = work / 'iter_4.pth'
+    torch.save({'state_dict': {}, 'meta': {'epoch': 0, 'iter': 4}}, ckpt)
+    rc = train.main([SEG_CFG, '--work-dir', str(work), '--resume', str(ckpt),
+                     '--cfg-options', *toy_seg_options(data, 'train_cfg.max_iters=4')])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert f'{ckpt} is at iter 4 of train_cfg.max_iters=4: nothing left to train' in out
+    assert not [p for p in work.iterdir() if p.is_dir()]  # no log folder: nothing was built

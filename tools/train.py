@@ -91,6 +91,8 @@ def _build_cfg(args):
                         ('train_dataloader', 'val_dataloader'))
     if args.resume not in (None, 'auto'):  # --resume auto read the file it chose
         contents = read_contents(args.resume)  # read as the runner will: else one line, exit 2
+    if cfg.get('resume') and contents is not None:
+        check_something_left(cfg, contents)
     # URLs fetched once; a backbone init_cfg file that does not fit: one line, before the Runner;
     # load_from read once (unless read above), its contents handed to the Runner
     contents = prepare_checkpoints(cfg, resume=bool(cfg.get('resume')), contents=contents,
@@ -103,6 +105,25 @@ def _build_cfg(args):
         if not any(h.get('type') == 'PlainParamGroupsHook' for h in hooks):
             cfg.custom_hooks = hooks + [dict(type='PlainParamGroupsHook')]
     return cfg, contents
+
+
+class NothingToTrain(Exception):
+    """The resumed checkpoint is at the end of the schedule (exit 0, one line)."""
+
+
+def check_something_left(cfg, contents) -> None:
+    """:class:`NothingToTrain` when the resumed checkpoint has reached ``train_cfg``'s
+    ``max_epochs`` / ``max_iters`` (mmengine would build everything and train nothing)."""
+    meta = contents.obj.get('meta') if isinstance(contents.obj, dict) else None
+    train_cfg = cfg.get('train_cfg') or {}
+    if not isinstance(meta, dict):
+        return
+    for unit, key in (('epoch', 'max_epochs'), ('iter', 'max_iters')):
+        done, total = meta.get(unit), train_cfg.get(key)
+        if isinstance(done, int) and isinstance(total, int) and done >= total:
+            raise NothingToTrain(
+                f'{contents.path} is at {unit} {done} of train_cfg.{key}={total}: nothing left to '
+                f'train (raise it with --cfg-options train_cfg.{key}=N to train on)')
 
 
 def log_auto_scale_lr(runner, cfg) -> None:
@@ -131,6 +152,9 @@ def _main(argv=None):
                               what='resume checkpoint' if resume else 'load_from')
     except (ConfigError, CheckpointError) as e:
         return tool_error('tools/train.py', e)
+    except NothingToTrain as e:
+        print(f'tools/train.py: {e}', flush=True)
+        return 0
     log_auto_scale_lr(runner, cfg)
     try:
         runner.train()

@@ -6,7 +6,7 @@ from typing import Optional
 
 from ..core.weights.errors import CheckpointError
 from ..core.weights.reading import CheckpointContents, extract_state_dict, read_contents
-from .fileio import last_checkpoint
+from .fileio import POINTER, last_checkpoint
 
 
 def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = None
@@ -31,15 +31,21 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
     logger = logger or logging.getLogger('mmlinattn')
     if not osp.isdir(work_dir):
         return None
-    candidates = []
-    named = last_checkpoint(work_dir, must_exist=False)
+    candidates, skipped = [], []
+    try:
+        named = last_checkpoint(work_dir, must_exist=False)
+    except (OSError, UnicodeDecodeError) as e:
+        named = None
+        skipped.append(f'{osp.join(work_dir, POINTER)} (unreadable: {e})')
     if named:
         candidates.append(named)
+    elif osp.isfile(osp.join(work_dir, POINTER)) and not skipped:
+        # mmengine writes it after each save: empty when a run was killed while writing it
+        skipped.append(f'{osp.join(work_dir, POINTER)} (empty)')
     files = [osp.join(work_dir, f) for f in os.listdir(work_dir) if f.endswith('.pth')]
     for f in sorted(files, key=lambda p: (osp.getmtime(p), p), reverse=True):
         if not any(osp.realpath(f) == osp.realpath(c) for c in candidates):
             candidates.append(f)
-    skipped = []
     for path in candidates:
         if not osp.isfile(path):
             skipped.append(f'{path} (not found)')
@@ -55,7 +61,7 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
             logger.warning('--resume: skipped ' + '; '.join(skipped) +
                            f' - resuming from {path}, the newest intact checkpoint')
         return contents
-    if skipped:
+    if candidates:  # checkpoints, none of them intact
         raise CheckpointError(
             f'--resume: no intact checkpoint in {work_dir}: ' + '; '.join(skipped) +
             '. Pass one explicitly (--resume PATH) or start without --resume.')

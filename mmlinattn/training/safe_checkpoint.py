@@ -10,15 +10,19 @@ the oldest kept checkpoint *before* writing the new one (so does the previous be
   for - to a temporary file in the same folder and renames it into place;
 * holds the deletions back until the new file and ``last_checkpoint`` are written;
 * turns a failed write into :class:`mmlinattn.training.fileio.CheckpointWriteError`, one line naming
-the
-  work dir, the bytes the checkpoint needs and the bytes free (the previous checkpoint is kept).
+  the work dir, the bytes the checkpoint needs and the bytes free (the previous checkpoint is kept);
+* at the start of a resumed run, finishes a rotation that a killed save left undone: mmengine had
+  taken the oldest checkpoint off its list (saved with the new checkpoint) before deleting it, so
+  that file would escape the rotation for ever (one log line names what is removed).
 
 Other storage (``backend_args`` or a path prefix selecting another backend) keeps mmengine's own
 behaviour, one request per file. It takes every argument of ``CheckpointHook``; our configs name it
 (``default_hooks.checkpoint.type``), ``tools/train.py`` uses it in place of a plain
 ``CheckpointHook``, and any config can opt in by naming it. Nothing of mmengine is patched.
 """
+import os
 import os.path as osp
+import re
 
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
@@ -91,6 +95,26 @@ class SafeCheckpointHook(CheckpointHook):
             raise checkpoint_write_error(self._pending or {}, path, e) from None
         finally:
             self._saving, self._pending = False, None
+
+    def before_train(self, runner) -> None:
+        super().before_train(runner)
+        from mmengine.dist import is_main_process
+        keep = list(getattr(self, 'keep_ckpt_ids', ()) or ())
+        if not (self._is_local() and self.max_keep_ckpts > 0 and keep and is_main_process()
+                and osp.isdir(self.out_dir)):
+            return
+        # the checkpoints the rotation passed over: older than every kept one
+        pattern = re.compile(re.escape(self.filename_tmpl).replace(r'\{\}', r'(\d+)') + '$')
+        escaped = sorted((int(m.group(1)), name) for name in os.listdir(self.out_dir)
+                         for m in [pattern.match(name)] if m and int(m.group(1)) < min(keep))
+        for _, name in escaped:
+            os.remove(osp.join(self.out_dir, name))
+        if escaped:
+            kept = ', '.join(self.filename_tmpl.format(s) for s in keep)
+            runner.logger.warning(
+                f'finished the checkpoint rotation that a killed save left undone: removed '
+                f'{", ".join(n for _, n in escaped)} from {self.out_dir} (max_keep_ckpts='
+                f'{self.max_keep_ckpts} keeps {kept})')
 
     def _holding_deletions(self, save, runner, *args):
         if not self._is_local() or isinstance(self.file_backend, _HeldDeletions):

@@ -130,6 +130,34 @@ class WorkDirLock:
                     pass
 
 
+def _took_over(work_dir: str, info: Optional[dict], logger=None) -> None:
+    """After taking over the lock of a run that is gone: remove the temporary checkpoint files it
+    was writing (``NAME.tmp-<its pid>``, :func:`mmlinattn.training.fileio.write_atomic`) and say
+    both in one line."""
+    info = info if isinstance(info, dict) else {}
+    removed, size = [], 0
+    pid = info.get('pid')
+    if isinstance(pid, int):
+        for name in os.listdir(work_dir):
+            if name.endswith(f'.tmp-{pid}'):
+                full = osp.join(work_dir, name)
+                try:
+                    size += osp.getsize(full)
+                    os.remove(full)
+                    removed.append(name)
+                except OSError:
+                    pass
+    who = (f"pid {pid} on host {info.get('host')}, started {info.get('since')}"
+           if info else 'a run that left an unreadable lock')
+    what = (f'; removed the {len(removed)} unfinished checkpoint file(s) it was writing '
+            f'({", ".join(removed)}: {size / 2**20:.1f} MiB)' if removed else '')
+    message = f'{work_dir}: took over the run lock of a run that is gone ({who}){what}'
+    if logger is not None:
+        logger.warning(message)
+    else:
+        print(message, file=sys.stderr, flush=True)
+
+
 def _global_rank() -> int:
     for var in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
         if os.environ.get(var, '').isdigit():
@@ -176,8 +204,8 @@ def lock_work_dir(work_dir: str, logger=None) -> Optional[WorkDirLock]:
                 os.remove(stale)
                 continue
             os.remove(stale)
-            if logger is not None and not mine:
-                logger.warning(f'{path}: a stale lock of a run that is gone ({info}); taken over')
+            if not mine:
+                _took_over(work_dir, info, logger)
             continue
         with os.fdopen(fd, 'w') as f:
             json.dump(me, f)
