@@ -2,6 +2,7 @@
 any work (one line, exit 2, naming the variable, its value and what it takes), units are read as the
 docs state them, and a launcher started outside its launcher is one line naming what is missing.
 """
+import os
 import os.path as osp
 import subprocess
 import sys
@@ -100,3 +101,16 @@ def test_a_launcher_outside_its_launcher_is_one_line(launcher, missing, how, mon
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert f'--launcher {launcher}: {missing}' in err[0] and how in err[0]
+
+
+def test_a_tool_start_prints_no_upstream_deprecation_noise(tmp_path):
+    """mmengine 0.10 resolves config paths through pkg_resources, which setuptools >= 81 deprecates
+    with a warning at each import: four per config, at every start of every tool. The tools read
+    configs without them (the check can only fail where this setuptools warns at all)."""
+    env = dict(os.environ, PYTHONWARNINGS='default')
+    r = subprocess.run([sys.executable, osp.join(ROOT, 'tools/train.py'), DET, '--work-dir',
+                        str(tmp_path / 'w'), '--cfg-options',
+                        'train_dataloader.dataset.data_root=/nowhere'],
+                       env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and '/nowhere' in r.stderr, r.stderr[-2000:]
+    assert 'pkg_resources' not in r.stderr + r.stdout

@@ -43,7 +43,8 @@ def load_config(config: Union[str, Config]) -> Config:
     """A private copy of the config (the inferencers edit the one they are given)."""
     if isinstance(config, Config):
         return copy.deepcopy(config)
-    return Config.fromfile(config)
+    from mmlinattn.training.apis.config import read_config_file
+    return read_config_file(config)
 
 
 def config_scope(cfg: Config, name: str = 'the config') -> str:

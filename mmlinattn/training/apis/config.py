@@ -1,8 +1,23 @@
-"""The error a bad config raises; the model registry of a config's toolbox lives beside ``MODELS``
-(:func:`mmlinattn.core.registry.model_registry`) and is handed on from here."""
+"""The error a bad config raises, and reading a config file; the model registry of a config's
+toolbox lives beside ``MODELS`` (:func:`mmlinattn.core.registry.model_registry`) and is handed on
+from here."""
+import warnings
+
 from mmlinattn.core.registry import model_registry
 
-__all__ = ['ConfigError', 'model_registry']
+__all__ = ['ConfigError', 'model_registry', 'read_config_file']
+
+
+def read_config_file(path: str):
+    """``mmengine.config.Config.fromfile(path)`` without the ``pkg_resources is deprecated``
+    warnings it prints: mmengine 0.10 resolves config paths through ``pkg_resources``, which
+    setuptools >= 81 deprecates at each import (four times per config), nothing a user can act
+    on."""
+    from mmengine.config import Config
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='pkg_resources is deprecated',
+                                category=UserWarning)
+        return Config.fromfile(path)
 
 
 class ConfigError(ValueError):

@@ -16,7 +16,7 @@ from ...core.weights import (
 )
 from ...core.weights.reading import CheckpointContents
 from ..datafaults import naming_unreadable_files
-from .config import ConfigError
+from .config import ConfigError, read_config_file
 from .preflight.cfg_options import CfgOptionsAction, check_cfg_options
 
 
@@ -40,7 +40,7 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     if not osp.isfile(path):
         raise ConfigError(f'config file not found: {path}')
     try:
-        cfg = Config.fromfile(path)
+        cfg = read_config_file(path)  # without mmengine's pkg_resources warnings
     except FileNotFoundError as e:
         missing = _missing_base(path)
         if missing is None:
