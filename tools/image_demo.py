@@ -71,7 +71,7 @@ def image_list(path):
     for f in files:
         try:
             img = mmcv.imread(f)
-        except Exception:  # noqa: BLE001 - mmcv.imread's decoders only (cv2 returns None, PIL and
+        except Exception:  # mmcv.imread's decoders only (cv2 returns None, PIL and
             # turbojpeg raise types of their own): every such file is listed as unreadable below
             img = None
         if img is None:

@@ -191,7 +191,7 @@ def prepare(args):
     run is left in the work dir)."""
     try:
         return _build_cfg(args)
-    except BaseException:  # noqa: BLE001 - the lock given back on any way out, then raised on
+    except BaseException:  # the lock given back on any way out, then raised on
         _release_lock()
         raise
 

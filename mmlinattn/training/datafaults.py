@@ -3,13 +3,14 @@
 mmcv's image loader fails on a truncated or corrupt image with ``AssertionError: failed to load
 image`` and mmseg's label loader with PIL's ``OSError: image file is truncated``, both deep in a
 traceback from inside the data loader (the second without the file's name). ``import mmlinattn``
-changes none of that. With ``import
-mmlinattn``, mmengine's ``BaseDataset.prepare_data`` - which every mmdet, mmseg and mmpretrain
-dataset uses to load one sample - turns such a failure into a :class:`DataFileError` naming the
-file, whether it is the image or the label map, the reason, the sample and the dataset's config key.
-It does so only after re-reading the sample's files and finding one that does not decode; any other
-error of the pipeline passes through unchanged. ``tools/train.py`` and ``tools/test.py`` print it as
-one line (exit code 2).
+changes none of that. Our ``tools/train.py`` and ``tools/test.py`` build their Runner's data
+loaders through :func:`naming_unreadable_files`: each dataset's ``prepare_data`` (mmengine's
+``BaseDataset`` method, which every mmdet, mmseg and mmpretrain dataset uses to load one sample) is
+wrapped on that dataset object only, and turns such a failure into a :class:`DataFileError` naming
+the file, whether it is the image or the label map, the reason, the sample and the dataset's config
+key. It does so only after re-reading the sample's files and finding one that does not decode; any
+other error of the pipeline passes through unchanged. The tools print it as one line (exit code
+2).
 
 Files that are listed but missing are found earlier, by the pre-flight checks (existence only).
 """
@@ -43,7 +44,7 @@ def unreadable(path: str) -> Optional[str]:
     try:
         with Image.open(path) as im:
             im.load()
-    except Exception as e:  # noqa: BLE001 - PIL's decoders only: a damaged file raises OSError,
+    except Exception as e:  # PIL's decoders only: a damaged file raises OSError,
         # SyntaxError, ValueError, struct.error, DecompressionBombError...; each is the answer
         # (named with its type), none passes silently
         return f'{type(e).__name__}: {e}'
@@ -71,11 +72,11 @@ class NamedPrepare:
             return type(ds).prepare_data(ds, idx)
         except DataFileError:
             raise
-        except Exception as error:  # noqa: BLE001 - inspected, then re-raised as it is (bare raise
+        except Exception as error:  # inspected, then re-raised as it is (bare raise
             # below) unless a file of the sample is found unreadable (DataFileError from it)
             try:
                 info = ds.get_data_info(idx)
-            except Exception:  # noqa: BLE001 - the sample's record itself fails: the first error is
+            except Exception:  # the sample's record itself fails: the first error is
                 raise error  # raised (this one chained to it as its context), nothing swallowed
             for key, what in SAMPLE_FILES:
                 path = info.get(key) if isinstance(info, dict) else None

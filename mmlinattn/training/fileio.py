@@ -1,7 +1,7 @@
 """Writing files safely and reading a work dir's ``last_checkpoint``: the lowest layer of the
-checkpoint code, imported by :mod:`mmlinattn.core.weights`,
-:mod:`mmlinattn.training.safe_checkpoint` and
-:mod:`mmlinattn.training.hooks` and importing none of them (nothing else of mmlinattn either)."""
+training side's checkpoint code (:mod:`mmlinattn.training.safe_checkpoint`,
+:mod:`mmlinattn.training.hooks`, :mod:`mmlinattn.training.resume`, and
+``tools/misc/download_checkpoints.py``), importing nothing of mmlinattn."""
 import io
 import os
 import os.path as osp
@@ -58,7 +58,7 @@ def checkpoint_write_error(checkpoint, filename: str, error: OSError) -> Checkpo
         with io.BytesIO() as buf:
             torch.save(checkpoint, buf)
             needed = f'{buf.tell():,} bytes'
-    except Exception as e:  # noqa: BLE001 - only the size in the message of the write error being
+    except Exception as e:  # only the size in the message of the write error being
         # reported: whatever torch.save raises (an object that does not pickle: PicklingError,
         # TypeError, AttributeError) must not replace that error, so it is named in it instead
         needed = f'unknown bytes: it does not serialise, {type(e).__name__}: {str(e)[:120]}'

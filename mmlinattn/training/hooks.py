@@ -131,7 +131,7 @@ def stop_vote(runner, reason: str, flag: bool) -> bool:
 def _lr_text(runner) -> str:
     try:
         lrs = runner.optim_wrapper.get_lr()
-    except Exception as e:  # noqa: BLE001 - part of the message of the error being raised
+    except Exception as e:  # part of the message of the error being raised
         # (NonFiniteLossError), which nothing may replace: a failure here is named in it instead
         return f'lr unknown ({type(e).__name__}: {str(e)[:120]})'
     parts = []

@@ -101,7 +101,7 @@ def main(argv=None):
                 try:
                     with torch.no_grad():
                         tc[name] = timeit(lambda: mc(xi), min_time=0.5, max_reps=10)
-                except Exception as e:  # noqa: BLE001 - a benchmark over several models: each
+                except Exception as e:  # a benchmark over several models: each
                     # failure (torch.compile raises any type) printed with its type, the rest go on
                     print(f'{name}: torch.compile failed: {type(e).__name__}: {str(e)[:200]}')
                     tc[name] = float('nan')

@@ -132,7 +132,7 @@ def measure(names, part, hw, path, repeats, workdir, log=print):
             run = runner(path, build(name, part), x, workdir, f'{part}_{hw[0]}x{hw[1]}_{name[:6]}')
             run()  # untimed: compiles / warms up
             runs[name] = run
-        except Exception as e:  # noqa: BLE001 - a comparison of several models: each failure
+        except Exception as e:  # a comparison of several models: each failure
             # (an export / compile path raises any type) logged with its type, the rest go on
             out[name] = dict(error=f'{type(e).__name__}: {str(e).splitlines()[0][:200]}')
             log(f'  {name}: {out[name]["error"]}')

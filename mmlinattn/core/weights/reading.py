@@ -112,7 +112,7 @@ def load_runner_checkpoint(path: str, map_location='cpu') -> dict:
     with runner_allowed():  # our allow-list outside the try: an error of ours is no file's fault
         try:
             return torch.load(path, map_location=map_location, weights_only=True)
-        except Exception as err:  # noqa: BLE001 - the file's bytes decide the type: see below
+        except Exception as err:  # the file's bytes decide the type: see below
             msg = str(err).strip().splitlines()
             raise CheckpointError(
                 f'{path} is not a readable Runner checkpoint ({type(err).__name__}: '
@@ -222,7 +222,7 @@ def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
     with numpy_allowed():  # for this load only: the process's allow-list is left as it was
         try:
             return torch.load(path, map_location=map_location, weights_only=True)
-        except Exception:  # noqa: BLE001 - not weights-only: the next reader's error is reported
+        except Exception:  # not weights-only: the next reader's error is reported
             pass
     return _read_restricted(path, map_location, allow_unsafe, logger)
 
@@ -233,7 +233,7 @@ def _read_restricted(path: str, map_location, allow_unsafe: bool, logger: loggin
     try:
         obj = torch.load(path, map_location=map_location, weights_only=False,
                          pickle_module=_RestrictedPickleModule)
-    except Exception as err:  # noqa: BLE001 - any type (see above), reported with its type
+    except Exception as err:  # any type (see above), reported with its type
         restricted_err = err
     else:
         replaced = sorted(getattr(_RestrictedUnpickler, 'last_replaced', ()))

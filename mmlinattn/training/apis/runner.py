@@ -104,7 +104,7 @@ def _missing_base(path: str, seen=None) -> Optional[str]:
     seen.add(path)
     try:
         bases = Config._get_base_files(path)
-    except Exception:  # noqa: BLE001 - only a better message is tried while load_config handles a
+    except Exception:  # only a better message is tried while load_config handles a
         # FileNotFoundError: mmengine parses and evaluates the user's _base_ expression here (a
         # SyntaxError, a NameError, a yaml / json error...), and on any failure that
         # FileNotFoundError is raised as it is - nothing passes silently
@@ -244,7 +244,7 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None,
                                    backbone_cfg=(cfg.get('model') or {}).get('backbone'),
                                    allow_attention_change=bool(cfg.get('allow_attention_change')),
                                    **check_kwargs)
-        except Exception:  # noqa: BLE001 - cleanup, then the same error raised on as it is
+        except Exception:  # cleanup, then the same error raised on as it is
             _remove_log_dir(runner)  # nothing was done: leave no empty timestamped log folder
             if dumped and not dumped_before and osp.isfile(dumped):
                 os.remove(dumped)

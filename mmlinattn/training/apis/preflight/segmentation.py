@@ -93,14 +93,14 @@ def check_seg_annotations(cfg: Config, view: DatasetView, logger=None) -> None:
         try:
             with Image.open(info['img_path']) as im:
                 img_wh = im.size
-        except Exception as e:  # noqa: BLE001 - PIL's decoders only, whose type varies: listed below
+        except Exception as e:  # PIL's decoders only, whose type varies: listed below
             unread.append(f'{info["img_path"]}: {type(e).__name__}: {e}')
             continue
         try:
             with Image.open(seg_path) as lab:
                 lab_wh = lab.size
                 values = np.unique(np.asarray(lab))  # decodes the whole map: a truncated one fails
-        except Exception as e:  # noqa: BLE001 - PIL's decoders: a damaged file raises OSError,
+        except Exception as e:  # PIL's decoders: a damaged file raises OSError,
             # SyntaxError, ValueError, struct.error, DecompressionBombError... - each one is listed
             # with its type as an unreadable file (and stops the run), none passes silently
             unread.append(f'{seg_path}: {type(e).__name__}: {e}')
