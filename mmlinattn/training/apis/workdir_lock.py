@@ -17,6 +17,12 @@ writes no checkpoint, and testing a checkpoint of a training under way is common
 * the lock is removed when the run ends, however it ends short of SIGKILL (then it is stale).
 
 The ranks of one DDP run are one run: only the process of global rank 0 takes the lock.
+
+Why not a lock library (``filelock``, ``fcntl.flock``): an advisory ``flock`` is not shared
+between the nodes of many network file systems (NFS without a lock daemon, Lustre mounted without
+``flock``), where two nodes' runs into one work dir are the case to catch; it cannot name the run
+that holds it (host, pid, command), which the message needs; and a lock left by a node that died
+must expire by age, which only a file with a refreshed time tells.
 """
 import atexit
 import json

@@ -16,6 +16,11 @@ A head with fewer classes than the dataset cannot learn the labels above its ran
 (80 COCO heads on a 3-class set, the common mistake) trains classes that never occur and scores
 them. Both stop with the keys and the values, before any model is built. A deliberately larger head
 (e.g. to add classes later) is allowed with the config key ``allow_extra_classes=True``.
+
+Why not mmdet's ``NumClassCheckHook``: it runs once the Runner has built the model and the dataset
+(``before_train_epoch`` / ``before_val_epoch``), exists for mmdet only (mmseg has none), checks
+only heads that are not ``RPNHead`` through ``len(CLASSES)`` of the built dataset, and fails with an
+assertion; this check reads the config, covers both toolboxes, and stops before anything is built.
 """
 import inspect
 from typing import List, Optional, Sequence, Tuple
