@@ -207,7 +207,7 @@ def test_preflight_builds_the_backbone_once(how, toy_data, tmp_path, monkeypatch
     if how == 'init_cfg':
         extra = (f"model = dict(backbone=dict(init_cfg=dict(type='Pretrained', "
                  f"checkpoint={str(authors)!r})))\n")
-    else:  # backbone weights only: moved to the backbone's init_cfg by the pre-flight
+    else:  # backbone weights only: fitted, then refused with the init_cfg to write
         backbone_only = tmp_path / 'backbone.pth'
         from mmlinattn.core.weights import extract_state_dict, read_checkpoint
         state = {k: v for k, v in extract_state_dict(read_checkpoint(str(authors))).items()
@@ -218,7 +218,11 @@ def test_preflight_builds_the_backbone_once(how, toy_data, tmp_path, monkeypatch
     built = _counting_backbone_builds(monkeypatch)
     args = train_tool.parse_args([str(cfg_file), '--work-dir', str(tmp_path / 'w'),
                                   '--cfg-options', *toy_seg_options(toy_data)])
-    cfg = train_tool.build_cfg(args)
+    if how == 'init_cfg':
+        cfg = train_tool.build_cfg(args)
+        assert cfg.model.backbone.init_cfg['checkpoint'] == str(authors)
+    else:
+        from mmlinattn.core.weights import CheckpointError
+        with pytest.raises(CheckpointError, match='holds backbone weights only'):
+            train_tool.build_cfg(args)
     assert built == ['meta']
-    assert cfg.model.backbone.init_cfg['checkpoint'] == str(authors if how == 'init_cfg'
-                                                             else backbone_only)

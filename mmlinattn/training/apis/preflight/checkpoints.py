@@ -10,9 +10,10 @@ exists.
   and the first mismatched keys (mmengine would raise it from ``init_weights`` inside
   ``runner.train()``, as a traceback);
 - ``load_from`` holding backbone weights only (no ``backbone.`` key, e.g. the output of
-  ``tools/model_converters/convert_authors_checkpoint.py``) is moved to the backbone's ``init_cfg``:
-  mmengine's ``load_from`` loads a file into the whole model by key, so such a file would load
-  nothing.
+  ``tools/model_converters/convert_authors_checkpoint.py``) stops in one line giving the
+  ``init_cfg`` to write instead: mmengine's ``load_from`` loads a file into the whole model by key,
+  so such a file would load nothing, in mmdet's and mmseg's own tools as in ours (the config is
+  not rewritten, so it means the same run everywhere).
 
 ``load_from`` (or the ``--resume`` file) is read once, on the CPU, the way the Runner reads it
 (:func:`mmlinattn.core.weights.reading.read_contents`): the backbone-only test, the fit, the
@@ -94,11 +95,12 @@ def prepare_checkpoints(cfg: Config, resume: bool = False,
         raise CheckpointError(
             f'load_from {load_from} holds no "backbone." keys, so it can only be backbone weights, '
             f'and as such: {e}') from None
-    model['backbone']['init_cfg'] = dict(type='Pretrained', checkpoint=load_from)
-    cfg.load_from = None
-    logger.info(
+    # mmdet's / mmseg's own train.py would load nothing of it (no key starts with "backbone."):
+    # one config must mean one run, so the config is not rewritten here; the line to write is given
+    raise CheckpointError(
         f'load_from {load_from} holds backbone weights only ({len(report["loaded"])} tensors, e.g. '
-        f'the output of convert_authors_checkpoint.py): loading them into model.backbone, as '
-        f'model.backbone.init_cfg=dict(type="Pretrained", checkpoint=...); the neck and heads are '
-        f'initialised as the config says')
-    return None
+        'the output of convert_authors_checkpoint.py): load_from loads a whole model by key, so '
+        'mmengine would load none of them (no key starts with "backbone."). Load it into the '
+        'backbone instead: --cfg-options load_from=None model.backbone.init_cfg.type=Pretrained '
+        f'model.backbone.init_cfg.checkpoint={load_from} (in a config: load_from = None; model = '
+        f'dict(backbone=dict(init_cfg=dict(type="Pretrained", checkpoint="{load_from}"))))')

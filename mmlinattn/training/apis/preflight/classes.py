@@ -20,7 +20,8 @@ them. Both stop with the keys and the values, before any model is built. A delib
 Why not mmdet's ``NumClassCheckHook``: it runs once the Runner has built the model and the dataset
 (``before_train_epoch`` / ``before_val_epoch``), exists for mmdet only (mmseg has none), compares
 every module with a ``num_classes`` but the ``rpn_head`` with the built dataset's
-``metainfo['classes']``, and fails with an assertion; this check reads the config, covers both toolboxes, and stops before anything is built.
+``metainfo['classes']``, and fails with an assertion; this check reads the config, covers both
+toolboxes, and stops before anything is built.
 """
 import inspect
 from typing import List, Optional, Sequence, Tuple
