@@ -7,8 +7,8 @@
                                    ``512M``, ``2G``; K, M, G, T = 2^10 ... 2^40; default ``1G``):
                                    the largest full-resolution logits a segmentation test keeps
 ``MMLINATTN_LOCK_STALE_S``         seconds, a number with an optional unit (``600``, ``10m``,
-                                   ``1h``; s, m, h; default ``600``): when another host's work-dir
-                                   lock has expired
+                                   ``1h``; s, m, h; default ``600``; at least 90): when another
+                                   host's work-dir lock has expired
 ``MMLINATTN_CHECKPOINT_BASE_URL``  an http(s) URL (default: unset): the mirror of checkpoint URLs
                                    (:mod:`mmlinattn.core.weights.urls`)
 =================================  ==========================================================
@@ -59,6 +59,13 @@ def _seconds(value: str) -> float:
     return float(found.group(1)) * {None: 1, 's': 1, 'm': 60, 'min': 60, 'h': 3600}[found.group(2)]
 
 
+def _stale_seconds(value: str) -> float:
+    seconds = _seconds(value)
+    if seconds < 90:  # 3 heartbeats (30 s each): a live run on another host must never look stale
+        raise ValueError(value)
+    return seconds
+
+
 def _url(value: str) -> str:
     v = value.strip()
     if not v.startswith(('http://', 'https://')):
@@ -71,8 +78,9 @@ SETTINGS: Dict[str, Setting] = {s.name: s for s in (
             '1, on, true or yes (the fixes on), or 0, off, false or no'),
     Setting('MMLINATTN_FULL_LOGITS_BUDGET', '1G', _bytes,
             'bytes: a number with an optional unit K, M, G or T (powers of 1024), e.g. 2G'),
-    Setting('MMLINATTN_LOCK_STALE_S', '600', _seconds,
-            'seconds: a number with an optional unit s, m or h, e.g. 600 or 10m'),
+    Setting('MMLINATTN_LOCK_STALE_S', '600', _stale_seconds,
+            'seconds, at least 90 (three 30 s refreshes of a live lock): a number with an optional '
+            'unit s, m or h, e.g. 600 or 10m'),
     Setting('MMLINATTN_CHECKPOINT_BASE_URL', None, _url,
             'an http:// or https:// URL (the mirror that serves the checkpoints)'),
 )}

@@ -313,6 +313,16 @@ def _loads(url, want):
     assert all(torch.equal(got[k], v) for k, v in want.items())
 
 
+def _hub_here(monkeypatch, tmp_path):
+    """huggingface_hub on this test's server only: its cache in tmp_path, online, no token sent
+    (it reads these settings once, when imported)."""
+    import huggingface_hub.constants as c
+    monkeypatch.setattr(c, 'HF_HUB_CACHE', str(tmp_path / 'hf'))
+    monkeypatch.setattr(c, 'HF_HUB_OFFLINE', False)
+    monkeypatch.setattr(c, 'HF_HUB_DISABLE_IMPLICIT_TOKEN', True)
+    monkeypatch.delenv('HF_TOKEN', raising=False)
+
+
 @pytest.mark.parametrize('hub', ['huggingface_hub', 'torch.hub'])
 def test_hf_endpoint_is_honoured(served, tmp_path, monkeypatch, hub):
     """A huggingface.co URL is fetched from HF_ENDPOINT (the server here), once: through
@@ -326,8 +336,7 @@ def test_hf_endpoint_is_honoured(served, tmp_path, monkeypatch, hub):
     monkeypatch.setenv('HF_ENDPOINT', server.url)
     monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
     if hub == 'huggingface_hub':
-        import huggingface_hub.constants
-        monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path / 'hf'))
+        _hub_here(monkeypatch, tmp_path)
     else:
         monkeypatch.setattr(urls, '_hf_hub_download', lambda: None)  # as without the library
     url = MAVIT_HF.format('v1.0')
@@ -343,13 +352,12 @@ def test_hf_endpoint_is_honoured(served, tmp_path, monkeypatch, hub):
 
 
 def test_a_page_through_huggingface_hub_is_named_and_removed(served, tmp_path, monkeypatch):
-    import huggingface_hub.constants
     server, root = served
     folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / 'main'
     folder.mkdir(parents=True)
     (folder / 'MAViT_T.pth').write_bytes(HTML)
     monkeypatch.setenv('HF_ENDPOINT', server.url)
-    monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path / 'hf'))
+    _hub_here(monkeypatch, tmp_path)
     for attempt in (1, 2):  # removed from the Hugging Face cache: the second use fetches again
         with pytest.raises(CheckpointError, match='HTML page.*was removed'):
             _loads(MAVIT_HF.format('main'), {})
@@ -360,19 +368,21 @@ def test_a_page_through_huggingface_hub_is_named_and_removed(served, tmp_path, m
 
 def test_base_url_mirrors_config_urls_and_the_download_tool(served, tmp_path, monkeypatch):
     """MMLINATTN_CHECKPOINT_BASE_URL serves every URL: an authors' file under its local name (what
-    download_checkpoints.py saves and fetches), any other under its file name, even with
+    download_checkpoints.py saves and fetches), any other under its host and path (two URLs that
+    end in one name stay two files), even with
     huggingface_hub installed; the cache stays the config URL's. A value that is no URL is one
     error naming the variable. The download tool honours HF_ENDPOINT."""
     from tools.misc import download_checkpoints as dl
     server, root = served
-    (root / 'mirror').mkdir()
+    (root / 'mirror' / 'example.invalid' / 'files').mkdir(parents=True)
     want = _tiny_mavit_file(root / 'mirror' / 'MAViT_T.pth', seed=1)
-    other = _tiny_mavit_file(root / 'mirror' / 'release.pth', seed=2)
+    other = _tiny_mavit_file(root / 'mirror' / 'example.invalid' / 'files' / 'release.pth', seed=2)
     monkeypatch.setenv('MMLINATTN_CHECKPOINT_BASE_URL', f'{server.url}/mirror/')
     authors = AUTHORS_CHECKPOINTS['MAViT_T'].url
     _loads(authors, want)
     _loads('https://example.invalid/files/release.pth', other)
-    assert server.count('mirror/MAViT_T.pth') == 1 and server.count('mirror/release.pth') == 1
+    assert server.count('mirror/MAViT_T.pth') == 1
+    assert server.count('mirror/example.invalid/files/release.pth') == 1
     from mmlinattn.core.weights import url_cache_path
     assert Path(url_cache_path(authors)).is_file()
     monkeypatch.setenv('MMLINATTN_CHECKPOINT_BASE_URL', 'mirror.example.org')

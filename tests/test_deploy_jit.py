@@ -31,6 +31,9 @@ CASES = {
                       (192, 160)),
     'swin-backbone': ('configs/toy/upernet_inline-swin-t_toy-ade.py', 'backbone', (64, 64),
                       (96, 128)),
+    # the example at the position tables' own size (224 / 4 = 56): their resize must stay in the
+    # graph, though at the example it is the identity
+    'pvt-at-224': ('configs/toy/fpn_inline-pvt-t_toy-ade.py', 'backbone', (224, 224), (256, 192)),
 }
 
 

@@ -157,10 +157,11 @@ def test_backbone_only_load_from_is_read_once(tmp_path, monkeypatch):
         return real_load(f, *args, **kwargs)
 
     monkeypatch.setattr(torch, 'load', counting_load)
-    prepare_checkpoints(cfg)
+    from mmlinattn.core.weights import CheckpointError
+    with pytest.raises(CheckpointError, match='holds backbone weights only'):
+        prepare_checkpoints(cfg)  # read once, fitted, and refused with the init_cfg to write
     assert reads.count(path) == 1
-    assert cfg.load_from is None
-    assert cfg.model.backbone.init_cfg == dict(type='Pretrained', checkpoint=path)
+    assert cfg.load_from == path  # the config is not rewritten
 
 
 def test_the_check_and_the_load_give_one_report(tmp_path):

@@ -54,6 +54,7 @@ def test_a_segmentor_keeps_to_the_budget(monkeypatch):
         return s
 
     want = model.postprocess_result(logits.clone(), [sample()])[0]
+    monkeypatch.delenv('MMLINATTN_FULL_LOGITS_BUDGET', raising=False)  # the default, 1 GiB
     sp.lean_postprocess(model)
     kept = model.postprocess_result(logits.clone(), [sample()])[0]  # default budget: mmseg's path
     assert 'seg_logits' in kept and torch.equal(kept.pred_sem_seg.data, want.pred_sem_seg.data)

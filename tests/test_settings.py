@@ -21,6 +21,7 @@ LAUNCH_VARS = ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'LOCAL_RANK',
 @pytest.mark.parametrize('name, value, read', [
     ('MMLINATTN_LOCK_STALE_S', '10m', 600.0),
     ('MMLINATTN_LOCK_STALE_S', '90', 90.0),
+    ('MMLINATTN_LOCK_STALE_S', '2m', 120.0),
     ('MMLINATTN_LOCK_STALE_S', '1h', 3600.0),
     ('MMLINATTN_FULL_LOGITS_BUDGET', '2G', 2 * 1024 ** 3),
     ('MMLINATTN_FULL_LOGITS_BUDGET', '512MiB', 512 * 1024 ** 2),
@@ -48,6 +49,7 @@ def test_the_readers_take_their_values_from_the_settings(monkeypatch):
 @pytest.mark.parametrize('name, value, expected', [
     ('MMLINATTN_UPSTREAM_FIXES', 'disabled', 'expected 1, on, true or yes'),
     ('MMLINATTN_LOCK_STALE_S', 'ten', 'expected seconds'),
+    ('MMLINATTN_LOCK_STALE_S', '30', 'expected seconds, at least 90'),
     ('MMLINATTN_FULL_LOGITS_BUDGET', '2 gigs', 'expected bytes'),
     ('MMLINATTN_CHECKPOINT_BASE_URL', 'mirror.example', 'expected an http:// or https:// URL'),
 ])

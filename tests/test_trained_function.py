@@ -88,3 +88,22 @@ def test_load_from_and_image_demo_check_it_too(trained, tmp_path, capsys):
     rc = image_demo.main([str(image), str(swapped), ckpt, '--out-dir', str(tmp_path / 'o')])
     err = capsys.readouterr().err
     assert rc == 2 and 'was trained as another attention function' in err
+
+
+@pytest.mark.parametrize('payload', [
+    "import os\nos.system('touch {marker}')\nmodel = dict(backbone=dict(type='MAViT'))\n",
+    "model = dict(backbone=__import__('os').system('touch {marker}'))\n",
+])
+def test_the_recorded_config_is_read_not_run(payload, trained, tmp_path, capsys):
+    """The config a checkpoint records is text inside a weights-only file: it is parsed, never
+    executed (mmengine's Config.fromstring would run it)."""
+    from tools import test as test_tool
+    root, ckpt = trained
+    marker = tmp_path / 'ran'
+    obj = torch.load(ckpt, weights_only=True)
+    obj['meta']['cfg'] = payload.format(marker=marker)
+    evil = tmp_path / 'evil.pth'
+    torch.save(obj, evil)
+    rc = test_tool.main([SEG, str(evil), '--work-dir', str(tmp_path / 'w'), *_opts(root)])
+    capsys.readouterr()
+    assert rc == 0 and not marker.exists()

@@ -74,6 +74,7 @@ def test_a_lock_whose_owner_is_gone_never_blocks(tmp_path):
 
 
 def test_another_hosts_lock_expires_unless_refreshed(tmp_path, monkeypatch):
+    monkeypatch.delenv('MMLINATTN_LOCK_STALE_S', raising=False)  # the default, 600 s
     path = _write_lock(tmp_path / 'w', host='node-elsewhere', pid=1, started='1', since='x',
                        command='train')
     with pytest.raises(WorkDirBusy, match='node-elsewhere'):
@@ -148,30 +149,54 @@ def test_taking_over_removes_the_dead_runs_temporary_checkpoints(tmp_path, capsy
 
 def test_a_resumed_run_finishes_the_rotation_a_killed_save_left_undone(tmp_path):
     """mmengine takes the oldest checkpoint off keep_ckpt_ids (saved with the new checkpoint)
-    before deleting it: killed in between, that file escapes the rotation for ever. The resumed
-    run's hook removes the checkpoints older than every kept one (max_keep_ckpts=2 keeps epochs 4
-    and 5), and nothing else."""
+    before deleting it: killed in between, that file would escape the rotation for ever. The hook
+    records the deletions it holds back in the message hub saved with the new checkpoint (checked
+    here on a save whose rotation removes epoch_3.pth), and a resumed run removes exactly those:
+    not the checkpoints an earlier run kept on purpose (epoch_1.pth, max_keep_ckpts=-1 then)."""
     import logging
     from types import SimpleNamespace
 
+    from mmengine.fileio import LocalBackend
     from mmengine.logging import MessageHub
 
-    from mmlinattn.training.safe_checkpoint import SafeCheckpointHook
+    from mmlinattn.training.safe_checkpoint import PENDING, SafeCheckpointHook
     work = tmp_path / 'w'
     work.mkdir()
-    names = ['epoch_3.pth', 'epoch_4.pth', 'epoch_5.pth', 'best_coco_bbox_mAP_epoch_3.pth',
-             'last_checkpoint', 'iter_1.pth']
-    for n in names:
+    for n in ('epoch_1.pth', 'epoch_3.pth', 'epoch_4.pth', 'best_coco_bbox_mAP_epoch_3.pth'):
         (work / n).write_bytes(b'x')
-    hub = MessageHub.get_instance('rotation-test')
-    hub.update_info('keep_ckpt_ids', [4, 5])
     records = []
     logger = logging.getLogger('rotation-test')
     logger.addHandler(type('H', (logging.Handler,), {'emit': lambda s, r: records.append(
         r.getMessage())})())
+    # a save: what the checkpoint is written with, and what is left after it
+    hub = MessageHub.get_instance('rotation-save')
+    saved_with = []
+
+    def save_checkpoint(out_dir, filename, *args, **kwargs):
+        saved_with.append(list(hub.get_info(PENDING)))
+        (tmp_path / 'w' / filename).write_bytes(b'x')
+
+    runner = SimpleNamespace(work_dir=str(work), message_hub=hub, logger=logger,
+                             save_checkpoint=save_checkpoint)
     hook = SafeCheckpointHook(interval=1, max_keep_ckpts=2)
-    hook.before_train(SimpleNamespace(work_dir=str(work), message_hub=hub, logger=logger))
-    assert sorted(x.name for x in work.iterdir()) == sorted(set(names) - {'epoch_3.pth'})
+    hook.out_dir, hook.file_backend = str(work), LocalBackend()
+
+    def rotation_then_save(r):  # what mmengine's _save_checkpoint_with_step does, in order
+        hook.file_backend.remove(str(work / 'epoch_3.pth'))
+        r.save_checkpoint(str(work), 'epoch_5.pth')
+
+    hook._holding_deletions(rotation_then_save, runner)
+    assert saved_with == [['epoch_3.pth']] and hub.get_info(PENDING) == []
+    assert not (work / 'epoch_3.pth').exists()
+    # killed between the save and the deletion: the resumed run's hub holds the saved record
+    (work / 'epoch_3.pth').write_bytes(b'x')
+    resumed = MessageHub.get_instance('rotation-resume')
+    resumed.update_info('keep_ckpt_ids', [4, 5])
+    resumed.update_info(PENDING, ['epoch_3.pth'])
+    hook = SafeCheckpointHook(interval=1, max_keep_ckpts=2)
+    hook.before_train(SimpleNamespace(work_dir=str(work), message_hub=resumed, logger=logger))
+    assert sorted(x.name for x in work.iterdir()) == sorted(
+        ['epoch_1.pth', 'epoch_4.pth', 'epoch_5.pth', 'best_coco_bbox_mAP_epoch_3.pth'])
     said = [r for r in records if 'rotation' in r]
     assert len(said) == 1 and 'removed epoch_3.pth' in said[0], records
 

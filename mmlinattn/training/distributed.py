@@ -51,7 +51,7 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
 #: what each launcher's processes find in their environment (mmengine's ``init_dist`` reads these),
 #: and how they are started
 LAUNCHER_ENV = {
-    'pytorch': (('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'),
+    'pytorch': (('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'),  # LOCAL_RANK: --local_rank
                 'start the script through torchrun (tools/dist_train.sh CONFIG GPUS)'),
     'slurm': (('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST'),
               'start the script under srun (tools/slurm_train.sh PARTITION JOB_NAME CONFIG '
@@ -65,8 +65,11 @@ def check_launcher_env(launcher: str) -> None:
     """``ValueError`` in one line naming the variables ``launcher`` needs that are not set, and how
     its processes are started (mmengine's own ``init_dist`` raises a bare ``KeyError``)."""
     names, how = LAUNCHER_ENV.get(launcher, ((), ''))
+    # without CUDA our own process-group setup takes MASTER_ADDR in place of the node list
+    # (mmengine's GPU path reads the node list in any case)
     missing = [n for n in names if n not in os.environ
-               and not (n == 'SLURM_NODELIST' and 'MASTER_ADDR' in os.environ)]
+               and not (n == 'SLURM_NODELIST' and 'MASTER_ADDR' in os.environ
+                        and not torch.cuda.is_available())]
     if missing:
         raise ValueError(f'--launcher {launcher}: {", ".join(missing)} '
                          f'{"is" if len(missing) == 1 else "are"} not set; {how}')

@@ -65,4 +65,7 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
         raise CheckpointError(
             f'--resume: no intact checkpoint in {work_dir}: ' + '; '.join(skipped) +
             '. Pass one explicitly (--resume PATH) or start without --resume.')
+    if skipped:  # a pointer file and no checkpoint: said, then a fresh start
+        logger.warning('--resume: skipped ' + '; '.join(skipped) + f' - no checkpoint (*.pth) in '
+                       f'{work_dir}: starting from the beginning')
     return None

@@ -11,9 +11,11 @@ the oldest kept checkpoint *before* writing the new one (so does the previous be
 * holds the deletions back until the new file and ``last_checkpoint`` are written;
 * turns a failed write into :class:`mmlinattn.training.fileio.CheckpointWriteError`, one line naming
   the work dir, the bytes the checkpoint needs and the bytes free (the previous checkpoint is kept);
-* at the start of a resumed run, finishes a rotation that a killed save left undone: mmengine had
-  taken the oldest checkpoint off its list (saved with the new checkpoint) before deleting it, so
-  that file would escape the rotation for ever (one log line names what is removed).
+* records the deletions it holds back in the message hub (``mmlinattn_pending_removals``), which
+  is saved with the new checkpoint, and clears the record once they are done: a run resumed from a
+  checkpoint whose save was killed before its deletions removes exactly those files (mmengine had
+  already taken them off its rotation list, so they would otherwise stay for ever; one log line
+  names them).
 
 Other storage (``backend_args`` or a path prefix selecting another backend) keeps mmengine's own
 behaviour, one request per file. It takes every argument of ``CheckpointHook``; our configs name it
@@ -22,13 +24,15 @@ behaviour, one request per file. It takes every argument of ``CheckpointHook``; 
 """
 import os
 import os.path as osp
-import re
 
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS
 
 from .fileio import checkpoint_write_error, write_atomic
+
+#: message-hub key: the files whose deletion waits for the checkpoint being saved
+PENDING = 'mmlinattn_pending_removals'
 
 
 class _HeldDeletions:
@@ -88,6 +92,9 @@ class SafeCheckpointHook(CheckpointHook):
         if not is_main_process():  # Runner.save_checkpoint is master_only: nothing to rename
             return runner.save_checkpoint(out_dir, filename, *args, **kwargs)
         self._saving = True
+        if isinstance(self.file_backend, _HeldDeletions):  # saved with it, cleared after them
+            runner.message_hub.update_info(PENDING, [osp.basename(p)
+                                                     for _, p in self.file_backend.held])
         try:
             write_atomic(path, lambda tmp: runner.save_checkpoint(
                 osp.dirname(tmp), osp.basename(tmp), *args, **kwargs))
@@ -99,22 +106,20 @@ class SafeCheckpointHook(CheckpointHook):
     def before_train(self, runner) -> None:
         super().before_train(runner)
         from mmengine.dist import is_main_process
-        keep = list(getattr(self, 'keep_ckpt_ids', ()) or ())
-        if not (self._is_local() and self.max_keep_ckpts > 0 and keep and is_main_process()
-                and osp.isdir(self.out_dir)):
+        pending = runner.message_hub.runtime_info.get(PENDING) or []
+        if not (pending and self._is_local() and is_main_process()):
             return
-        # the checkpoints the rotation passed over: older than every kept one
-        pattern = re.compile(re.escape(self.filename_tmpl).replace(r'\{\}', r'(\d+)') + '$')
-        escaped = sorted((int(m.group(1)), name) for name in os.listdir(self.out_dir)
-                         for m in [pattern.match(name)] if m and int(m.group(1)) < min(keep))
-        for _, name in escaped:
-            os.remove(osp.join(self.out_dir, name))
-        if escaped:
-            kept = ', '.join(self.filename_tmpl.format(s) for s in keep)
+        removed = []
+        for name in pending:  # names only, inside this run's checkpoint folder
+            path = osp.join(self.out_dir, osp.basename(str(name)))
+            if osp.isfile(path):
+                os.remove(path)
+                removed.append(osp.basename(path))
+        runner.message_hub.update_info(PENDING, [])
+        if removed:
             runner.logger.warning(
                 f'finished the checkpoint rotation that a killed save left undone: removed '
-                f'{", ".join(n for _, n in escaped)} from {self.out_dir} (max_keep_ckpts='
-                f'{self.max_keep_ckpts} keeps {kept})')
+                f'{", ".join(removed)} from {self.out_dir}')
 
     def _holding_deletions(self, save, runner, *args):
         if not self._is_local() or isinstance(self.file_backend, _HeldDeletions):
@@ -128,6 +133,7 @@ class SafeCheckpointHook(CheckpointHook):
             self.file_backend = backend
         for how, path in held.held:  # the new checkpoint is written: now the rotation
             getattr(backend, how)(path)
+        runner.message_hub.update_info(PENDING, [])
 
     def _save_checkpoint_with_step(self, runner, step, meta):
         if not self._is_local():

@@ -54,6 +54,8 @@ import sys
 import time
 
 import mmlinattn  # noqa: F401  (registers the backbones)
+from mmlinattn import settings
+from mmlinattn.core.weights import CheckpointError
 from mmlinattn.training.apis import CfgOptionsAction, ConfigError, load_config
 from mmlinattn.workshop.deploy import (
     DEFAULT_OPSET,
@@ -100,6 +102,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
+        settings.check_all()  # a bad MMLINATTN_* value: one line, before any work
         cfg = load_config(args.config, args.cfg_options)
         wrapper = Exportable(build_model(cfg, args.checkpoint), args.part)
         shape = tuple(args.shape)
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
             if rule:
                 rule.check(s, '--check-shape')
         rows = check(args.out, wrapper, shapes, args.batch, args.rtol)
-    except (ConfigError, ExportError) as e:
+    except (ConfigError, ExportError, CheckpointError, settings.SettingError) as e:
         print(f'export_onnx: error: {e}', file=sys.stderr)
         return 2
     print(format_rows(rows))

@@ -161,7 +161,7 @@ def main(argv=None):
     p.add_argument('--out-dir', default='checkpoints',
                    help="where the configs look for them (default: checkpoints, as the configs' "
                         'init_cfg paths are relative to the working directory)')
-    p.add_argument('--base-url', default=os.environ.get(BASE_URL_ENV),
+    p.add_argument('--base-url', default=os.environ.get(BASE_URL_ENV, '').strip() or None,
                    help='fetch BASE_URL/<local name> instead of the authors\' URLs (env '
                         f'{BASE_URL_ENV})')
     p.add_argument('--force', action='store_true', help='download again even if present')

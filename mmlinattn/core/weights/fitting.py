@@ -193,20 +193,58 @@ def attention_functions(backbone: torch.nn.Module) -> List[str]:
     return out
 
 
+def _literal(node):
+    """The value of an expression made of literals, ``dict(k=...)`` calls, lists, tuples and dicts
+    (what mmengine's config dump writes); ``ValueError`` for anything else. Nothing is run."""
+    import ast
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id == 'dict' and not node.args:
+        if any(k.arg is None for k in node.keywords):
+            raise ValueError('**kwargs')
+        return {k.arg: _literal(k.value) for k in node.keywords}
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise ValueError('**kwargs')
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [_literal(e) for e in node.elts]
+        return items if isinstance(node, ast.List) else tuple(items)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_literal(node.operand)
+    return ast.literal_eval(node)  # constants; raises ValueError for names, calls, ...
+
+
 def _recorded_backbone(obj) -> Optional[dict]:
     """``model.backbone`` of the config a Runner checkpoint records (``meta.cfg``, mmengine's
-    dump of it), or None where it records none that reads."""
+    dump of it), or None where it records none that reads. The dump is parsed, never run: a
+    checkpoint is data, and the weights-only reading must not execute what a file carries."""
+    import ast
     meta = obj.get('meta') if isinstance(obj, dict) else None
     text = meta.get('cfg') if isinstance(meta, dict) else None
     if not isinstance(text, str):
         return None
-    from mmengine.config import Config
     try:
-        cfg = Config.fromstring(text, '.py')
-    except Exception:  # a dump this mmengine cannot read (any error): nothing to compare
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
         return None
-    backbone = (cfg.get('model') or {}).get('backbone')
-    return backbone.to_dict() if hasattr(backbone, 'to_dict') else backbone
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and [getattr(t, 'id', None) for t in stmt.targets] == \
+                ['model']:
+            try:
+                model = _literal(stmt.value)
+            except (ValueError, TypeError, SyntaxError):
+                return None
+            backbone = model.get('backbone') if isinstance(model, dict) else None
+            return backbone if isinstance(backbone, dict) else None
+    return None
+
+
+def _overrides(key: str, value) -> str:
+    """``--cfg-options`` items that set ``key`` to ``value`` (a dict as one item per leaf, which
+    mmengine's parser reads; ``{}`` and other values as one)."""
+    if isinstance(value, dict) and value:
+        return ' '.join(_overrides(f'{key}.{k}', v) for k, v in value.items())
+    return f'{key}={value!r}'.replace(' ', '')
 
 
 def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=None, *,
@@ -241,7 +279,7 @@ def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=
             for x, y in zip(a, b) if x != y][:2]
     current = dict(backbone_cfg or {})
     settings = [k for k in FUNCTION_KEYS if recorded.get(k) != current.get(k)]
-    fix = ' '.join(f'model.backbone.{k}={recorded.get(k)!r}'.replace(' ', '') for k in settings)
+    fix = ' '.join(_overrides(f'model.backbone.{k}', recorded.get(k)) for k in settings)
     def shown(cfg, k):
         return f'{k}={cfg.get(k)!r}' + (' (the default)' if cfg.get(k) is None else '')
     trained = ', '.join(shown(recorded, k) for k in settings) or 'its defaults'

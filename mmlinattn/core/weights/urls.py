@@ -7,7 +7,7 @@ Mirrors, for machines that cannot reach the hosts a config names:
 * ``MMLINATTN_CHECKPOINT_BASE_URL=URL``: every checkpoint URL is fetched as ``URL/<name>`` instead
   (:func:`source_url`), ``<name>`` being the local name of an authors' file (what
   ``tools/misc/download_checkpoints.py`` saves it as, and reads from the same mirror) or else the
-  URL's file name. The cache stays keyed by the URL the config names.
+  URL's host and path (:func:`mirror_name`). The cache stays keyed by the URL the config names.
 * ``HF_ENDPOINT=URL`` (the Hugging Face libraries' variable): a ``https://huggingface.co/...`` URL
   is fetched from ``URL/...``.
 * With ``huggingface_hub`` installed, a ``huggingface.co/<repo>/resolve/<revision>/<file>`` URL is
@@ -163,13 +163,21 @@ def base_url_setting() -> Optional[str]:
 
 
 def mirror_name(url: str) -> str:
-    """The name a mirror serves ``url``'s file under: an authors' file's local name (as
-    ``tools/misc/download_checkpoints.py`` saves it), else the URL's file name."""
+    """The path a mirror serves ``url``'s file under: an authors' file's local name (as
+    ``tools/misc/download_checkpoints.py`` saves it), else the URL's host and path
+    (``https://host/a/b.pth`` -> ``host/a/b.pth``), so that two URLs that end in one file name
+    stay two files."""
+    from urllib.parse import urlparse
+
     from ..families import AUTHORS_CHECKPOINTS  # the table imports the models: read when needed
     for entry in AUTHORS_CHECKPOINTS.values():
         if entry.url == url:
             return entry.filename
-    return url_file_name(url)
+    parsed = urlparse(url)
+    parts = [parsed.netloc] + [p for p in parsed.path.split('/') if p]
+    if parsed.path.endswith('/') or len(parts) == 1:  # TsinghuaCloud's f/<id>/: <id>.pth
+        parts = (parts[:-1] if len(parts) > 1 else parts) + [url_file_name(url)]
+    return '/'.join(parts)
 
 
 def source_url(url: str, base_url: Optional[str] = None) -> str:
@@ -216,10 +224,10 @@ def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
         return path
     logger = logger or logging.getLogger('mmlinattn')
     source = source_url(path)
-    hub = None if base_url_setting() else _hf_hub_download()
-    if hub is not None and hf_file(path):
-        return _hub_checkpoint(path, hub, logger)
     cached = url_cache_path(path)
+    hub = None if base_url_setting() or osp.isfile(cached) else _hf_hub_download()
+    if hub is not None and hf_file(path):  # (a file torch's route cached already is used as is)
+        return _hub_checkpoint(path, hub, logger)
     _rank0_first(lambda: osp.isfile(cached) or _download(source, cached, logger, progress, path))
     if not osp.isfile(cached):  # another node's rank 0 fetched it; this node's failed to
         raise CheckpointError(f'{path}: not downloaded (expected at {cached})')
@@ -253,10 +261,11 @@ def _hub_checkpoint(url: str, hf_hub_download: Callable, logger: logging.Logger)
     repo, kind, revision, filename = hf_file(url)
     endpoint = os.environ.get('HF_ENDPOINT', '').strip().rstrip('/') or _HF
 
-    def fetch():
+    def fetch(local_only=False):
         try:  # the endpoint read now: huggingface_hub reads HF_ENDPOINT once, when imported
             return hf_hub_download(repo_id=repo, filename=filename, revision=revision,
-                                   repo_type=kind, endpoint=endpoint)
+                                   repo_type=kind, endpoint=endpoint,
+                                   local_files_only=local_only)
         except Exception as e:  # huggingface_hub's errors have no common base beyond Exception
             raise CheckpointError(
                 f'{url}: download through huggingface_hub from {endpoint} failed '
@@ -264,8 +273,10 @@ def _hub_checkpoint(url: str, hf_hub_download: Callable, logger: logging.Logger)
             ) from None
 
     logger.info(f'fetching {url} through huggingface_hub ({endpoint})')
-    _rank0_first(fetch)
-    local = fetch()  # cached now: every rank gets its path
+    got = []
+    _rank0_first(lambda: got.append(fetch()))
+    # local rank 0 has it (or raised); the other ranks read the cache it filled, without a request
+    local = got[0] if got else fetch(local_only=True)
     problem = checkpoint_file_problem(local)
     if problem:
         blob = osp.realpath(local)

@@ -136,23 +136,28 @@ class WorkDirLock:
                     pass
 
 
-def _took_over(work_dir: str, info: Optional[dict], logger=None) -> None:
-    """After taking over the lock of a run that is gone: remove the temporary checkpoint files it
-    was writing (``NAME.tmp-<its pid>``, :func:`mmlinattn.training.fileio.write_atomic`) and say
-    both in one line."""
+def _took_over(work_dir: str, info: Optional[dict], refreshed: float, logger=None) -> None:
+    """Once this run holds the lock it took over from a run that is gone: remove the temporary
+    checkpoint files that run was writing (``NAME.tmp-<its pid>``,
+    :func:`mmlinattn.training.fileio.write_atomic`) and say both in one line. From another host
+    (whose pid may be a live process here too) only files not written since its lock's last
+    refresh (``refreshed``) are taken for its."""
     info = info if isinstance(info, dict) else {}
     removed, size = [], 0
     pid = info.get('pid')
+    same_host = info.get('host') == socket.gethostname()
     if isinstance(pid, int):
         for name in os.listdir(work_dir):
-            if name.endswith(f'.tmp-{pid}'):
-                full = osp.join(work_dir, name)
-                try:
-                    size += osp.getsize(full)
-                    os.remove(full)
-                    removed.append(name)
-                except OSError:
-                    pass
+            full = osp.join(work_dir, name)
+            try:
+                if not name.endswith(f'.tmp-{pid}') or \
+                        (not same_host and osp.getmtime(full) > refreshed):
+                    continue
+                size += osp.getsize(full)
+                os.remove(full)
+                removed.append(name)
+            except OSError:
+                pass
     who = (f"pid {pid} on host {info.get('host')}, started {info.get('since')}"
            if info else 'a run that left an unreadable lock')
     what = (f'; removed the {len(removed)} unfinished checkpoint file(s) it was writing '
@@ -177,6 +182,7 @@ def lock_work_dir(work_dir: str, logger=None) -> Optional[WorkDirLock]:
     if _global_rank() != 0:
         return None
     made_dir = not osp.isdir(work_dir)
+    taken = None  # (info, last refresh) of a dead run's lock taken over
     os.makedirs(work_dir, exist_ok=True)
     path = osp.join(work_dir, LOCK_NAME)
     me = dict(host=socket.gethostname(), pid=os.getpid(), started=_start_time(os.getpid()),
@@ -197,6 +203,10 @@ def lock_work_dir(work_dir: str, logger=None) -> Optional[WorkDirLock]:
                     'that run to end, or give this one another --work-dir') from None
             # take the stale lock away atomically: of two runs doing this at once, one renames
             # it and the other finds it gone (or finds the winner's fresh lock on its next try)
+            try:
+                stale_mtime = os.path.getmtime(path)
+            except OSError:
+                continue
             stale = f'{path}.stale-{os.getpid()}'
             try:
                 os.rename(path, stale)
@@ -211,10 +221,13 @@ def lock_work_dir(work_dir: str, logger=None) -> Optional[WorkDirLock]:
                 continue
             os.remove(stale)
             if not mine:
-                _took_over(work_dir, info, logger)
+                taken = (info, stale_mtime)
             continue
         with os.fdopen(fd, 'w') as f:
             json.dump(me, f)
-        return WorkDirLock(path, made_dir)
+        lock = WorkDirLock(path, made_dir)
+        if taken is not None:  # the lock is ours now: no other run writes in this work dir
+            _took_over(work_dir, *taken, logger=logger)
+        return lock
     raise WorkDirBusy(f'work dir {work_dir}: could not take its run lock {path} (another run keeps '
                       'taking it); try again')

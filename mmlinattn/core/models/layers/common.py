@@ -122,14 +122,19 @@ class PatchEmbed(nn.Module):
                              'that embeds it: use a larger input (InLinePVT needs >= 32 px per '
                              'side unless pad_patches=True)')
         x = self.proj(x)
-        hw = (x.shape[2], x.shape[3])  # not int(): a jit trace keeps them dynamic
+        # sizes stay traced values under the jit (the legacy ONNX exporter), so that its graph
+        # follows the input's size; ints elsewhere, as before (eager, dynamo)
+        hw = (x.shape[2], x.shape[3]) if torch.jit.is_tracing() else \
+            (int(x.shape[2]), int(x.shape[3]))
         return self.norm(x.flatten(2).transpose(1, 2)), hw
 
 
 def resize_pos_embed(pos: torch.Tensor, src_hw: Tuple[int, int],
                      dst_hw: Tuple[int, int]) -> torch.Tensor:
     """Bilinearly resize a (1, H*W, C) position table (align_corners=False, as the authors do)."""
-    if tuple(src_hw) == tuple(dst_hw):
+    if tuple(src_hw) == tuple(dst_hw) and not torch.jit.is_tracing():
+        # (traced, the comparison would be frozen at the example's size: resized always, which at
+        # the same size is the identity)
         return pos
     c = pos.shape[-1]
     grid = pos.reshape(1, *src_hw, c).permute(0, 3, 1, 2)

@@ -48,8 +48,12 @@ def size_varies(cfg) -> Optional[str]:
     the batches have one size: a fixed-size pad in the data preprocessor (mmseg's ``size``,
     mmdet's ``BatchFixedSizePad``) or in the pipeline (``Pad`` with ``size``) after the resizing."""
     prep = dict((cfg.get('model') or {}).get('data_preprocessor') or {})
-    if prep.get('size') or any(isinstance(a, dict) and a.get('type') == 'BatchFixedSizePad'
-                               for a in prep.get('batch_augments') or ()):
+    augments = [str(a.get('type', '')) for a in prep.get('batch_augments') or ()
+                if isinstance(a, dict)]
+    resized = [a for a in augments if 'Resize' in a]  # mmdet's BatchSyncRandomResize (YOLOX)
+    if resized:
+        return f'{resized[0]} in the data preprocessor draws a size per batch'
+    if prep.get('size') or 'BatchFixedSizePad' in augments:
         return None
     loader = cfg.get('train_dataloader') or {}
     why = None
@@ -76,5 +80,7 @@ def check_compile(cfg) -> None:
         raise ConfigError(
             f'compile: the training inputs change size ({why}), and torch.compile (inductor, '
             'automatic dynamic shapes) fails at the second input size of these backbones; '
-            'train without compile, or set compile=dict(dynamic=False) to compile each input size '
-            'anew (docs/user_guide.md, "torch.compile")')
+            'train without compile, pad every batch to one size (mmdet: batch_augments=['
+            'dict(type="BatchFixedSizePad", size=(H, W))] in the data preprocessor), or set '
+            'compile=dict(dynamic=False) to compile each input size anew (minutes per size; '
+            'after 8 sizes torch runs new ones eagerly) (docs/user_guide.md, "torch.compile")')
