@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo lint test test-all test-compat bench gpu-check gpu-check-wheels clean-venv
+.PHONY: install demo lint test test-quick test-all test-compat bench gpu-check gpu-check-wheels clean-venv
 
 install:
 	@bash tools/install.sh
@@ -23,6 +23,16 @@ lint: install
 test: install
 	@$(PY) -m pytest -m "not heavy" $(PYTEST_ARGS) tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests - failing" >&2; exit 1; fi; \
+	exit $$rc
+
+# The unit tier: the attention math against its oracles, the modules, the settings (no training,
+# no whole detector); a few minutes on 2 cores. `make test` includes it.
+QUICK_TESTS ?= tests/test_ops.py tests/test_core_grads.py tests/test_cores.py \
+	tests/test_attention_modules.py tests/test_oracles.py tests/test_families.py \
+	tests/test_settings.py tests/test_seg_postprocess.py tests/test_compare.py
+test-quick: install
+	@$(PY) -m pytest -m "not heavy and not slow" $(PYTEST_ARGS) $(QUICK_TESTS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-quick: pytest collected no tests - failing" >&2; exit 1; fi; \
 	exit $$rc
 
 test-all: install

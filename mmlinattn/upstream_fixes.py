@@ -17,7 +17,7 @@ environment turns them off here too (then mmengine's checkpoints need
 import os
 import warnings
 
-from . import settings
+from .core import settings
 from .training import compat
 
 #: the environment variable that turns the fixes off ('0', 'off', 'false', 'no')

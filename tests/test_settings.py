@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mmlinattn import settings
+from mmlinattn.core import settings
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')

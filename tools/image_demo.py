@@ -38,7 +38,7 @@ import tempfile
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
-from mmlinattn import settings
+from mmlinattn.core import settings
 from mmlinattn.core.weights import (
     CheckpointError,
     check_model_checkpoint,

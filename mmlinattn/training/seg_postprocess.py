@@ -19,9 +19,9 @@ import torch.nn.functional as F
 
 def full_logits_budget() -> int:
     """Full-resolution logits above this size (bytes) are not materialised:
-    ``MMLINATTN_FULL_LOGITS_BUDGET`` (:mod:`mmlinattn.settings`; default 1 GiB; a huge value gives
-    mmseg's own path for every image)."""
-    from mmlinattn import settings
+    ``MMLINATTN_FULL_LOGITS_BUDGET`` (:mod:`mmlinattn.core.settings`; default 1 GiB; a huge value
+    gives mmseg's own path for every image)."""
+    from mmlinattn.core import settings
     return settings.get('MMLINATTN_FULL_LOGITS_BUDGET')
 
 #: the size (bytes) of one band of upsampled logits

@@ -54,7 +54,7 @@ import sys
 import time
 
 import mmlinattn  # noqa: F401  (registers the backbones)
-from mmlinattn import settings
+from mmlinattn.core import settings
 from mmlinattn.core.weights import CheckpointError
 from mmlinattn.training.apis import CfgOptionsAction, ConfigError, load_config
 from mmlinattn.workshop.deploy import (

@@ -180,11 +180,12 @@ FUNCTION_KEYS = ('attn_type', 'attn_cfg', 'window_size', 'inline_window')
 
 def attention_functions(backbone: torch.nn.Module) -> List[str]:
     """What each attention of ``backbone`` computes, one line per module in order: its class, core,
-    kernel and core options (and window size), and a block's literal InLine window."""
-    from mmlinattn.core.models.layers.attention import AttentionModule
+    kernel and core options (and window size), and a block's literal InLine window. (An attention
+    module is known by the attributes every ``AttentionModule`` sets: the models import this
+    package, not the other way.)"""
     out = []
     for name, m in backbone.named_modules():
-        if isinstance(m, AttentionModule):
+        if all(hasattr(m, a) for a in ('core', 'kernel', 'core_options', 'core_entry')):
             extra = f', window {m.window_size}' if hasattr(m, 'window_size') else ''
             out.append(f'{name}: {type(m).__name__} core={m.core} kernel={m.kernel} '
                        f'options={dict(sorted(m.core_options.items()))}{extra}')
@@ -264,7 +265,7 @@ def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=
     recorded = _recorded_backbone(obj)
     if own is None or not isinstance(recorded, dict) or 'type' not in recorded:
         return
-    from mmlinattn.core.registry import MODELS
+    from mmengine.registry import MODELS  # the root registry, where ours are registered
     try:
         with torch.device('meta'):
             theirs = MODELS.build(dict(recorded, init_cfg=None))

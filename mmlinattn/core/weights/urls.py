@@ -153,13 +153,19 @@ _HF_FILE = re.compile(r'^https://huggingface\.co/(?:(datasets|spaces)/)?([^/?#]+
 
 
 def base_url_setting() -> Optional[str]:
-    """``MMLINATTN_CHECKPOINT_BASE_URL`` when set (:mod:`mmlinattn.settings`; a value that is no
-    http(s) URL raises :class:`CheckpointError` naming the variable and its value), else None."""
-    from mmlinattn import settings
+    """``MMLINATTN_CHECKPOINT_BASE_URL`` when set (:mod:`mmlinattn.core.settings`; a value that is
+    no http(s) URL raises :class:`CheckpointError` naming the variable and its value), else
+    None."""
+    from .. import settings
     try:
         return settings.get(BASE_URL_ENV)
     except settings.SettingError as e:
         raise CheckpointError(str(e)) from None
+
+
+#: URL -> local name of the authors' files (:func:`mmlinattn.core.families.authors_checkpoints`
+#: fills it for every family row; the family table is imported with the models)
+AUTHORS_NAMES: Dict[str, str] = {}
 
 
 def mirror_name(url: str) -> str:
@@ -168,11 +174,8 @@ def mirror_name(url: str) -> str:
     (``https://host/a/b.pth`` -> ``host/a/b.pth``), so that two URLs that end in one file name
     stay two files."""
     from urllib.parse import urlparse
-
-    from ..families import AUTHORS_CHECKPOINTS  # the table imports the models: read when needed
-    for entry in AUTHORS_CHECKPOINTS.values():
-        if entry.url == url:
-            return entry.filename
+    if url in AUTHORS_NAMES:
+        return AUTHORS_NAMES[url]
     parsed = urlparse(url)
     parts = [parsed.netloc] + [p for p in parsed.path.split('/') if p]
     if parsed.path.endswith('/') or len(parts) == 1:  # TsinghuaCloud's f/<id>/: <id>.pth

@@ -154,8 +154,8 @@ def prepare_env(cfg: Config, launcher: str) -> None:
 def config_from_args(args) -> Config:
     """What every tool does first with its parsed ``args`` (``config``, ``cfg_options``,
     ``launcher``, ``work_dir``): the config with its overrides, the launcher's environment and the
-    work dir. A bad ``MMLINATTN_*`` value (:mod:`mmlinattn.settings`) stops it first."""
-    from mmlinattn import settings
+    work dir. A bad ``MMLINATTN_*`` value (:mod:`mmlinattn.core.settings`) stops it first."""
+    from mmlinattn.core import settings
     try:
         settings.check_all()
     except settings.SettingError as e:

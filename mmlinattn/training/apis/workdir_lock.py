@@ -43,8 +43,8 @@ HEARTBEAT_S = 30.0
 
 def stale_after_s() -> float:
     """A lock from another host not refreshed for this long (seconds) has expired:
-    ``MMLINATTN_LOCK_STALE_S`` (:mod:`mmlinattn.settings`; default 600)."""
-    from mmlinattn import settings
+    ``MMLINATTN_LOCK_STALE_S`` (:mod:`mmlinattn.core.settings`; default 600)."""
+    from mmlinattn.core import settings
     return settings.get('MMLINATTN_LOCK_STALE_S')
 
 
