@@ -233,7 +233,7 @@ def softmax_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = 
     Leading dims beyond (B, h) are allowed (Swin's (B, nW, h, N, d) windows with an (nW, h, N, N)
     bias); ``dropout_p`` is SDPA's attention dropout (pass 0 at inference)."""
     _check_qkv(*_batch_flat(q, k, v))
-    if (probes.is_exporting() or torch.jit.is_tracing()) and not dropout_p:
+    if (probes.is_exporting() or torch.onnx.is_in_onnx_export()) and not dropout_p:
         # torch.export / ONNX: the same math as explicit matmuls and softmax. ONNX's SDPA takes 4-D
         # tensors only (Swin's windows are 5-D), torch 2.14's ONNX decomposition of SDPA lays out
         # its output unlike the CPU kernel the export traced, which breaks the reshape after it,

@@ -12,9 +12,10 @@ def dynamic_depthwise_conv3x3(x: Tensor, weight: Tensor) -> Tensor:
     c's kernel, row-major), zero padding 1. Implemented as one grouped conv with ``groups = B*C``.
     """
     b, c, h, w = x.shape
-    if torch.jit.is_tracing():
-        # the legacy (jit) ONNX exporter cannot write a convolution whose kernel is computed: the
-        # same sum over the nine shifted copies of the zero-padded map
+    if torch.onnx.is_in_onnx_export():
+        # the legacy (jit) ONNX exporter (ours, mmdeploy's) cannot write a convolution whose
+        # kernel is computed: the same sum over the nine shifted copies of the zero-padded map (a
+        # plain jit trace, e.g. a FLOP counter's, still sees the convolution)
         weight = weight.reshape(b, c, 9, 1, 1).to(x.dtype)
         padded = F.pad(x, (1, 1, 1, 1))
         return sum(padded[:, :, i:i + h, j:j + w] * weight[:, :, 3 * i + j]

@@ -132,9 +132,9 @@ class PatchEmbed(nn.Module):
 def resize_pos_embed(pos: torch.Tensor, src_hw: Tuple[int, int],
                      dst_hw: Tuple[int, int]) -> torch.Tensor:
     """Bilinearly resize a (1, H*W, C) position table (align_corners=False, as the authors do)."""
-    if tuple(src_hw) == tuple(dst_hw) and not torch.jit.is_tracing():
-        # (traced, the comparison would be frozen at the example's size: resized always, which at
-        # the same size is the identity)
+    if tuple(src_hw) == tuple(dst_hw) and not torch.onnx.is_in_onnx_export():
+        # (in a jit ONNX export the comparison would be frozen at the example's size: resized
+        # always, which at the same size is the identity)
         return pos
     c = pos.shape[-1]
     grid = pos.reshape(1, *src_hw, c).permute(0, 3, 1, 2)
