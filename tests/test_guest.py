@@ -213,3 +213,50 @@ def test_upstream_fixes_change_only_what_they_fix():
 
 class _NotAllowed:
     """A class no weights-only allow-list has."""
+
+
+def test_a_config_without_the_fixes_stops_at_the_build_where_loads_would_fail(tmp_path):
+    """A config that imports ``mmlinattn`` but not ``mmlinattn.upstream_fixes``, run by an mmengine
+    Runner (mmdet's / mmseg's own tools) on a torch that loads weights-only by default: a run that
+    will load a checkpoint stops while the model is built, in one line naming the custom_imports
+    line, and not in torch's unpickler after the data is built; a run from scratch is told the same
+    in a warning. Where torch reads the Runner's checkpoints (torch < 2.6), both build silently.
+    Whether it does is found here by loading a Runner-style message hub in the same process."""
+    cfg = tmp_path / 'no_fixes.py'
+    base = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
+    cfg.write_text(f"_base_ = [{base!r}]\n"
+                   "custom_imports = dict(imports=['mmlinattn'], allow_failed_imports=False)\n")
+    code = f'''
+        import io, json, pickle, torch
+        from mmengine.config import Config
+        from mmengine.logging import HistoryBuffer
+        from mmengine.runner import Runner
+        buf = io.BytesIO()
+        torch.save({{'message_hub': {{'loss': HistoryBuffer()}}}}, buf)
+        buf.seek(0)
+        try:
+            torch.load(buf)
+            loads = True
+        except pickle.UnpicklingError:
+            loads = False
+        results = []
+        for load_from in ({str(tmp_path / 'epoch_1.pth')!r}, None):
+            cfg = Config.fromfile({str(cfg)!r})
+            cfg.work_dir, cfg.load_from = {str(tmp_path / 'work')!r}, load_from
+            try:
+                Runner.from_cfg(cfg)
+                results.append('built')
+            except RuntimeError as e:
+                results.append(str(e))
+        print(json.dumps([loads, results]))
+    '''
+    r = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    loads, (with_load, from_scratch) = json.loads(r.stdout.strip().splitlines()[-1])
+    told = (r.stdout + r.stderr).count("this run's checkpoints will not resume or test")
+    if loads:
+        assert [with_load, from_scratch, told] == ['built', 'built', 0]
+    else:
+        assert 'MAViT' in with_load and "'mmlinattn.upstream_fixes'" in with_load, with_load
+        assert from_scratch == 'built' and told == 1, r.stdout[-2000:] + r.stderr[-2000:]

@@ -94,3 +94,73 @@ def numpy_allowed():
     allow-list, 2.4 and later); afterwards the allow-list is the one before, entry for entry."""
     with _allowed(numpy_safe_globals()):
         yield
+
+
+#: the line that gives a config the fixes (mmlinattn.upstream_fixes)
+FIXES_LINE = ("custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], "
+              "allow_failed_imports=False)")
+
+
+def runner_reads_its_checkpoints() -> bool:
+    """Whether ``torch.load`` as mmengine's checkpoint loader calls it (no ``weights_only``) reads
+    what mmengine's Runner writes into a checkpoint: a message hub's ``HistoryBuffer`` holding numpy
+    histories, and a numpy scalar. False on torch >= 2.6 without :mod:`mmlinattn.upstream_fixes`
+    (or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``); found by loading such an in-memory file."""
+    import io
+    import pickle
+    import warnings
+
+    from mmengine.logging.history_buffer import HistoryBuffer
+    hub = HistoryBuffer()
+    hub.update(1.0)
+    buf = io.BytesIO()
+    torch.save({'message_hub': {'loss': hub}, 'meta': {'lr': np.float64(0.1)}}, buf)
+    buf.seek(0)
+    try:
+        with warnings.catch_warnings():  # torch 2.4 / 2.5 warn that the default will change
+            warnings.simplefilter('ignore', FutureWarning)
+            torch.load(buf, map_location='cpu')
+    except pickle.UnpicklingError:
+        return False
+    return True
+
+
+def _building_runner():
+    """The mmengine ``Runner`` whose ``__init__`` is on the call stack (building its model), or
+    None. mmengine is not imported here: no Runner can exist without it."""
+    import sys
+    module = sys.modules.get('mmengine.runner.runner')
+    if module is None:
+        return None
+    code = module.Runner.__init__.__code__
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not code:
+        frame = frame.f_back
+    return None if frame is None else frame.f_locals.get('self')
+
+
+def check_runner_can_load(owner: str) -> None:
+    """Called where a backbone is built. Inside an mmengine Runner on a torch whose loader refuses
+    the Runner's own checkpoints (a config that imports ``mmlinattn`` but not its fixes, run by
+    mmdet's / mmseg's / mmpretrain's tools on torch >= 2.6): a run that will load one
+    (``load_from``, or ``resume`` with a checkpoint in the work dir) stops here in one line naming
+    the ``custom_imports`` line to write, instead of in torch's unpickler after the model and the
+    data are built; any other run gets the same line as a warning (its checkpoints would not
+    resume or test). Outside a Runner, and where the loads work, it does nothing."""
+    runner = _building_runner()
+    if runner is None or runner_reads_its_checkpoints():
+        return
+    problem = (f'{owner}: torch {torch.__version__} loads checkpoints weights-only and mmengine '
+               "calls torch.load without weights_only, so the Runner's checkpoints (numpy "
+               'scalars, HistoryBuffer) do not load here; the config imports mmlinattn without '
+               f'its fixes: write {FIXES_LINE}')
+    loads = bool(getattr(runner, '_load_from', None))
+    if not loads and getattr(runner, '_resume', False):
+        from mmengine.runner import find_latest_checkpoint
+        work_dir = getattr(runner, '_work_dir', None)
+        loads = bool(work_dir and find_latest_checkpoint(work_dir))
+    if loads:
+        raise RuntimeError(problem)
+    from mmengine.logging import print_log
+    print_log(problem + ' (or this run\'s checkpoints will not resume or test)',
+              logger='current', level=30)
