@@ -1,5 +1,5 @@
-"""A check that cannot run says so in one line, and no broad ``except`` hides a bug of ours (issue
-42, item 5). For each narrowed site: the reason it gives for skipping (a backbone that does not
+"""A check that cannot run says so in one line, and no broad ``except`` hides a bug of ours.
+For each narrowed site: the reason it gives for skipping (a backbone that does not
 build on the meta device, a dataset type its registry does not know or a registry that does not
 import, a segmentation set that does not list its samples, a type ``--cfg-options`` cannot look up)
 is one warning line naming what was skipped and why; a ``TypeError`` injected where the site used

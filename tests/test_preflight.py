@@ -214,7 +214,7 @@ def test_a_coco_image_info_file_passes_for_a_format_only_test_set(toy_data, tmp_
     preflight(cfg, ('test_dataloader',))
 
 
-# -------------------- dataset arguments and the schedule against the run (issue 39)
+# -------------------- dataset arguments and the schedule against the run
 def test_a_dataset_key_its_class_does_not_take_is_named_before_any_work(tmp_path, capsys):
     """An mmpretrain ImageNet config with only dataset.type changed to CustomDataset keeps the
     base's split='train', which CustomDataset passes on to BaseDataset.__init__ (a TypeError

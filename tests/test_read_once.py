@@ -1,5 +1,5 @@
-"""Each checkpoint file is read once per tool run, and the pre-flight builds the backbone once
-(issue 42, item 4). Counted, not assumed: every ``open()`` of the checkpoint for reading (torch's
+"""Each checkpoint file is read once per tool run, and the pre-flight builds the backbone once.
+Counted, not assumed: every ``open()`` of the checkpoint for reading (torch's
 loader and mmengine's go through it) while a whole tool run goes by - tools/test.py, tools/train.py
 ``--resume FILE`` / ``--resume`` / ``load_from``, the ONNX exporter - and every construction of the
 toy config's MAViT-T while tools/train.py prepares its run. The results do not change: a test run
@@ -75,9 +75,8 @@ def _metrics(out: str) -> str:
 # --------------------------------------------------------------------------- tools/test.py
 def test_test_tool_reads_its_checkpoint_once_and_scores_the_same(toy_data, tmp_path, monkeypatch,
                                                                  capsys):
-    """Was three reads: the pre-check (load_runner_checkpoint), check_model_checkpoint, the Runner's
-    load. Now one; forcing every user to read the file itself again (the old way) gives the same
-    metrics."""
+    """One read serves the pre-check (load_runner_checkpoint), check_model_checkpoint and the
+    Runner's load; forcing every user to read the file itself gives the same metrics."""
     ckpt = tmp_path / 'model.pth'
     _seg_model_checkpoint(ckpt)
     argv = [SEG_CFG, str(ckpt), '--cfg-options',

@@ -1,4 +1,4 @@
-"""Large-image segmentation within memory (issue 39): the label map computed band by band from the
+"""Large-image segmentation within memory: the label map computed band by band from the
 logits at the model's own size equals mmseg's resize-then-argmax, except at near-ties
 (compare.assert_same_label_maps, against mmseg's own full-resolution logits), without the C x H x W
 tensor; a segmentor's small outputs keep mmseg's own path (and their logits)."""

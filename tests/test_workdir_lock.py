@@ -1,4 +1,4 @@
-"""One run per work dir at a time (issue 39): a second tools/train.py into a work dir where a run is
+"""One run per work dir at a time: a second tools/train.py into a work dir where a run is
 alive stops in one line before any work; a lock whose owner is gone (killed: same host, dead pid or
 a reused one; another host: not refreshed) never blocks; other work dirs, a later run and the ranks
 of one DDP run are unaffected."""

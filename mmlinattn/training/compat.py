@@ -39,8 +39,6 @@ from ..core.weights.allowlist import numpy_global_names, numpy_safe_globals  # n
 #: mmengine versions the HistoryBuffer fix was written for: ``low <= version < high``. The tested
 #: ends are 0.10.0 (``make test-compat``) and 0.10.7 (``make test``).
 MMENGINE_RANGE = ('0.10.0', '0.11')
-#: the same as (major, minor) strings, kept for callers of the older name
-SUPPORTED_MMENGINE = ('0.10',)
 
 _APPLIED = False
 #: which patches took effect (name -> True / reason string), for the tests and the curious
@@ -148,8 +146,9 @@ PATCHES = {
 
 def _skip(name: str, reason: str) -> None:
     STATUS[name] = reason
+    low, high = MMENGINE_RANGE
     warnings.warn(f'mmlinattn: not applying the {name} fix: {reason}. Runner checkpoints may need '
-                  f'mmengine {"/".join(SUPPORTED_MMENGINE)}.x to load weights-only.',
+                  f'mmengine >={low},<{high} to load weights-only.',
                   RuntimeWarning, stacklevel=3)
 
 

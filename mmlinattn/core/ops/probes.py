@@ -9,8 +9,8 @@ today's. Two questions the cores ask on every call have had different homes over
   torch has no export tracer that sets such a flag (its ``torch.onnx.export`` traces with the jit,
   which ``torch.jit.is_tracing`` answers), so there the answer is False.
 
-Features that need a newer torch say so where they are used (:func:`require`), naming what they
-need; the models, training, testing and the tools' other paths never need them.
+Features that need a newer torch (:func:`has_export`) are probed where a tool uses them, which says
+in one line what it needs; the models, training and testing never need them.
 """
 from typing import Callable, Optional
 
@@ -47,20 +47,3 @@ def has_export() -> bool:
         return False
     return ('dynamic_shapes' in inspect.signature(export).parameters
             and 'dynamo' in inspect.signature(torch.onnx.export).parameters)
-
-
-def has_sdpa_kernel_choice() -> bool:
-    """``torch.nn.attention.sdpa_kernel`` (torch >= 2.3): choosing SDPA's backend by hand."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def require(feature: str, available: bool, needs: str) -> None:
-    """Stop with one line when ``feature`` is not in this torch: ``needs`` names what it takes
-    (e.g. 'torch.export with dynamic shapes and torch.onnx.export(dynamo=True), torch >= 2.5')."""
-    if not available:
-        raise RuntimeError(f'{feature} needs {needs}; this is torch {torch.__version__}. '
-                           'Everything else in mmlinattn (models, training, testing) runs on it.')
