@@ -1,6 +1,6 @@
 """The config matrix (docs/design.md section 4): every cell builds; whole-model sizes match the
-papers; one training step and one prediction per (model family x backbone family) on CPU at <= 128
-px."""
+zoo's entries and the papers; one training step and one prediction per (model family x backbone
+family) on CPU at <= 128 px, which reaches every trainable parameter."""
 import glob
 import os.path as osp
 
@@ -43,11 +43,31 @@ MODEL_TYPES = {'mask-rcnn': ('MaskRCNN', 'StandardRoIHead'),
                'upernet': ('EncoderDecoder', 'UPerHead')}
 
 
+def _zoo_parameters():
+    """config path (relative) -> the ``Parameters`` its model-index entry states."""
+    import yaml
+    with open(osp.join(ROOT, 'model-index.yml')) as f:
+        metafiles = yaml.safe_load(f)['Import']
+    counts = {}
+    for mf in metafiles:
+        with open(osp.join(ROOT, mf)) as f:
+            for m in yaml.safe_load(f)['Models']:
+                counts[m['Config']] = m['Metadata']['Parameters']
+    return counts
+
+
+ZOO_PARAMETERS = _zoo_parameters()
+
+
 @pytest.mark.parametrize('path', MATRIX_CONFIGS, ids=lambda p: osp.basename(p))
 def test_config_builds(path):
+    """Every cell builds the model it names (detector, head, backbone family); its whole-model
+    parameter count is what its zoo entry states and, where the paper reports the model, within 3 %
+    of the paper's. Built on the meta device: the largest models count in a fraction of a second."""
     cfg = load(path)
     assert cfg.custom_imports['imports'] == ['mmlinattn', 'mmlinattn.upstream_fixes']
-    model = registry(cfg).build(cfg.model)
+    with torch.device('meta'):
+        model = registry(cfg).build(cfg.model)
     detector, head = MODEL_TYPES[osp.basename(path).split('_')[0]]
     assert type(model).__name__ == detector
     head_module = next(getattr(model, k) for k in ('roi_head', 'bbox_head', 'decode_head')
@@ -60,6 +80,13 @@ def test_config_builds(path):
     # learning rates are for the sources' 8 GPUs x the per-GPU batch (16, or 8 at 1 image per GPU)
     assert cfg.auto_scale_lr == dict(enable=True,
                                      base_batch_size=8 * cfg.train_dataloader.batch_size)
+    n = sum(p.numel() for p in model.parameters())
+    assert n == ZOO_PARAMETERS[osp.relpath(path, ROOT)]
+    name = osp.basename(path)[:-3]
+    # a Mask R-CNN 3x config builds the model of its 1x config, whose count the paper gives
+    paper = PAPER_PARAMS.get(name, PAPER_PARAMS.get(name.replace('_fpn_ms-3x_', '_fpn_1x_')))
+    if paper is not None:
+        assert abs(n / 1e6 - paper) / paper < 0.03, n
 
 
 @pytest.mark.parametrize('path', TOY_CONFIGS, ids=lambda p: osp.basename(p))
@@ -90,15 +117,6 @@ PAPER_PARAMS = {
     'upernet_inline-swin-s_160k_ade20k-512x512': 81,
     'upernet_inline-swin-b_160k_ade20k-512x512': 122,
 }
-
-
-@pytest.mark.parametrize('name', sorted(PAPER_PARAMS))
-def test_whole_model_params_match_papers(name):
-    family = 'mavit' if 'mavit' in name else ('inline_pvt' if 'pvt' in name else 'inline_swin')
-    cfg = load(osp.join(ROOT, 'configs', family, name + '.py'))
-    model = registry(cfg).build(cfg.model)
-    n = sum(p.numel() for p in model.parameters()) / 1e6
-    assert abs(n - PAPER_PARAMS[name]) / PAPER_PARAMS[name] < 0.03, n
 
 
 # one per (model family x backbone family), smallest arch, at small size
@@ -161,6 +179,15 @@ def test_train_step_and_predict(name, arch):
         cfg.model.neck.in_channels = TINY_CHANNELS[cfg.model.backbone.type]
     if cfg.default_scope == 'mmseg':
         cfg.model.data_preprocessor.size = (128, 128)
+    if 'rcnn' in cfg.model.test_cfg:
+        # 64 sampled RoIs per image and 100 proposals instead of the COCO recipe's 512 and 1000:
+        # the RoI heads' cost grows with them (Cascade's three heads most), what is checked here
+        # does not depend on them
+        train_cfg, test_cfg = cfg.model.train_cfg, cfg.model.test_cfg
+        for stage in (train_cfg.rcnn if isinstance(train_cfg.rcnn, list) else [train_cfg.rcnn]):
+            stage.sampler.num = 64
+        train_cfg.rpn_proposal.update(nms_pre=500, max_per_img=100)
+        test_cfg.rpn.update(nms_pre=500, max_per_img=100)
     model = registry(cfg).build(cfg.model)
     model.init_weights()
     from mmengine.model import revert_sync_batchnorm
@@ -172,8 +199,12 @@ def test_train_step_and_predict(name, arch):
     loss, _ = model.parse_losses(losses)
     assert torch.isfinite(loss)
     loss.backward()
-    grads = [p.grad for p in model.backbone.parameters() if p.requires_grad]
-    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    # torch's DDP without find_unused_parameters (as the configs run it) stops at the second
+    # iteration when a parameter took no part in the loss: an output norm of a level the neck
+    # does not read stopped the RetinaNet recipes that way
+    missed = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert missed == [], f'no gradient for {missed}'
+    assert any(p.grad.abs().sum() > 0 for p in model.backbone.parameters() if p.requires_grad)
     model.eval()
     with torch.no_grad():
         data = model.data_preprocessor(batch, False)

@@ -8,6 +8,8 @@ loss scale) and the test resize - and its inherited parts (pipelines, heads) equ
 fails here. The deviations we keep are listed with their reason in each config's header and checked
 to be there; the cells without a setting in their paper are "our choice" in the header and in the
 zoo's metafile (configs/<family>/metafile.yml, "No Paper Setting")."""
+import copy
+import functools
 import glob
 import os.path as osp
 
@@ -25,8 +27,14 @@ def family_of(name):
     return 'mavit' if 'mavit' in name else ('inline_pvt' if 'pvt' in name else 'inline_swin')
 
 
-def load(name):
+@functools.lru_cache(maxsize=None)
+def _read(name):
     return Config.fromfile(osp.join(ROOT, 'configs', family_of(name), name + '.py'))
+
+
+def load(name):
+    """The config (read once per run; each caller gets its own copy)."""
+    return copy.deepcopy(_read(name))
 
 
 def header(name):
