@@ -9,7 +9,8 @@ without an environment variable or a ``--cfg-options`` (which could not help any
 
 Two mmseg 1.2.2 tools fail on their own side; each failure is pinned by a test (so that
 docs/user_guide.md's note goes stale loudly when upstream or a compat patch fixes it) and the
-workaround is tested:
+workaround is tested (each failure is an ``xfail(strict=True)``, so a fix upstream shows as a
+failure):
 
 * ``browse_dataset`` crashes in ``SegLocalVisualizer._draw_sem_seg`` on any config: it builds its
   mask with ``np.zeros_like`` of the tool's permuted (non-contiguous) image and OpenCV refuses to
@@ -52,6 +53,10 @@ pytestmark = pytest.mark.skipif(MIM is None,
 # the mmseg 1.2.2 failures documented in docs/user_guide.md (see the module docstring)
 SEG_BROWSE_ERROR = 'Layout of the output array img is incompatible with cv::Mat'
 SEG_CM_ERROR = "KeyError: 'classes'"
+
+
+class UpstreamBug(Exception):
+    """An upstream tool failed with its known bug (the tests marked ``xfail(strict=True)``)."""
 
 
 def mim(cwd, *args, env=None):
@@ -196,13 +201,18 @@ def test_mmdet_browse_dataset(root):
     _check_browsed(root / 'browse_det', root / 'data/toy_coco/train', names, tuple(scale))
 
 
-def test_mmseg_browse_dataset_fails_upstream(root):
-    """mmseg 1.2.2's browse_dataset crashes in its visualizer on any config (mmsegmentation#3405).
-    When this test fails, upstream (or a compat patch) fixed it: update "Known upstream problems"
-    in docs/user_guide.md."""
+@pytest.mark.xfail(strict=True, raises=UpstreamBug,
+                   reason='mmseg 1.2.2 draws on a non-contiguous image: '
+                          'https://github.com/open-mmlab/mmsegmentation/issues/3405')
+def test_mmseg_browse_dataset(root):
+    """mmseg's browse_dataset on our config. It crashes in mmseg 1.2.2's visualizer on any config;
+    when it passes, upstream (or a compat patch) fixed it: update "Known upstream problems" in
+    docs/user_guide.md and drop the mark. Any other failure fails the test."""
     rc, out = mim(root, 'mmseg', 'analysis_tools:browse_dataset', SEG_CFG, '--output-dir',
                   'browse_seg_plain', '--not-show')
-    assert rc != 0 and SEG_BROWSE_ERROR in out and '_draw_sem_seg' in out, out[-3000:]
+    if rc != 0 and SEG_BROWSE_ERROR in out and '_draw_sem_seg' in out:
+        raise UpstreamBug(SEG_BROWSE_ERROR)
+    assert_ran(rc, out, 'mmseg', 'analysis_tools/browse_dataset.py')
 
 
 def test_mmseg_browse_dataset_with_the_workaround(root, workaround):
@@ -271,12 +281,18 @@ def seg_predictions(root):
     return out
 
 
-def test_mmseg_confusion_matrix_fails_upstream_on_a_basesegdataset_config(root, seg_predictions):
-    """mmseg 1.2.2 takes the classes from ``dataset.METAINFO`` (the class attribute), empty for
-    BaseSegDataset configs. When this test fails, update "Known upstream problems" in
-    docs/user_guide.md."""
+@pytest.mark.xfail(strict=True, raises=UpstreamBug,
+                   reason="mmseg 1.2.2 reads the classes from the dataset class's METAINFO "
+                          '(no upstream report found; the line: https://github.com/open-mmlab/'
+                          'mmsegmentation/blob/v1.2.2/tools/analysis_tools/confusion_matrix.py#L57)')
+def test_mmseg_confusion_matrix_on_a_basesegdataset_config(root, seg_predictions):
+    """mmseg's confusion_matrix on our config. mmseg 1.2.2 takes the classes from
+    ``dataset.METAINFO`` (the class attribute), empty for BaseSegDataset configs; when this passes,
+    update "Known upstream problems" in docs/user_guide.md and drop the mark."""
     rc, out = mim(root, 'mmseg', 'confusion_matrix', SEG_CFG, seg_predictions, 'cm_seg_plain')
-    assert rc != 0 and SEG_CM_ERROR in out and 'METAINFO' in out, out[-3000:]
+    if rc != 0 and SEG_CM_ERROR in out and 'METAINFO' in out:
+        raise UpstreamBug(SEG_CM_ERROR)
+    assert_ran(rc, out, 'mmseg', 'analysis_tools/confusion_matrix.py')
 
 
 def full_cells(path, cmap):

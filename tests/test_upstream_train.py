@@ -28,11 +28,13 @@ UPSTREAM_ALL = (pytest.mark.heavy, pytest.mark.upstream)
 #: InLine-Swin-T in the toy Mask R-CNN (the toy set has no InLine-Swin detector of its own)
 SWIN_DET = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py+InLineSwin'
 
-# (case, toolbox, toy config, task): every family and every toolbox in `make test`; a detector and
-# a segmentor of every family with the rest (`make test-all`, `make test-compat`)
+# (case, toolbox, toy config, task): every family and every toolbox in `make test` (MAViT in mmdet,
+# InLine-Swin in mmseg, InLine-PVT in mmpretrain); a detector and a segmentor of every family with
+# the rest (`make test-all`, `make test-compat`)
 CASES = [
     ('mavit-mask-rcnn', 'mmdet', 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py', 'det'),
-    ('inline-pvt-retinanet', 'mmdet', 'configs/toy/retinanet_inline-pvt-t_fpn_toy-coco.py', 'det'),
+    pytest.param('inline-pvt-retinanet', 'mmdet',
+                 'configs/toy/retinanet_inline-pvt-t_fpn_toy-coco.py', 'det', marks=UPSTREAM_ALL),
     ('inline-swin-upernet', 'mmseg', 'configs/toy/upernet_inline-swin-t_toy-ade.py', 'seg'),
     ('inline-pvt-cls', 'mmpretrain', 'configs/toy/inline-pvt-t_toy-cls.py', 'cls'),
     pytest.param('inline-swin-mask-rcnn', 'mmdet', SWIN_DET, 'det', marks=UPSTREAM_ALL),
@@ -96,7 +98,7 @@ def derived(config, task, data, out):
     return str(out)
 
 
-@pytest.mark.slow  # four toolboxes' tools in fresh processes: about 3 minutes on 2 cores
+@pytest.mark.slow  # three toolboxes' tools in fresh processes: about 90 s on 2 cores
 @pytest.mark.parametrize('case, pkg, config, task', CASES,
                          ids=[getattr(c, 'values', c)[0] for c in CASES])
 def test_upstream_tools_train_resume_and_test_our_configs(case, pkg, config, task, data, tmp_path):
