@@ -82,10 +82,12 @@ class Core:
             raise ValueError(f'core {self.name!r}: windowed blocks add a relative position bias, '
                              'so a windowed core must take one (bias=True)')
 
-    def kwargs(self, scale: Optional[float] = None, kernel: Optional[str] = None, rope=None,
-               attn_bias: Optional[Tensor] = None, **options) -> dict:
-        """The keyword arguments of this core's functions, from a module's full set of settings:
-        what the core does not take is left out (a kernel it does not accept is an error)."""
+    def bind(self, scale: Optional[float] = None, kernel: Optional[str] = None,
+             **options) -> dict:
+        """The keyword arguments that stay the same from call to call (scale, kernel, the core's
+        own options), from a module's full set of settings: what the core does not take is left
+        out, a kernel it does not accept is an error. A module binds once, when it is built, and
+        runs with :meth:`run`."""
         kw = {}
         if self.scaled:
             kw['scale'] = scale
@@ -94,6 +96,11 @@ class Core:
                 raise ValueError(f'the {self.name} core takes the kernels {list(self.kernels)}, '
                                  f'not {kernel!r}')
             kw['kernel'] = kernel or self.kernels[0]
+        kw.update({k: v for k, v in options.items() if k in self.options})
+        return kw
+
+    def _per_call(self, rope, attn_bias: Optional[Tensor]) -> dict:
+        kw = {}
         if self.rope == 'inside':
             kw['rope'] = rope
         if self.bias:
@@ -101,8 +108,13 @@ class Core:
         elif attn_bias is not None:
             raise ValueError(f'the {self.name} core takes no attention bias (window blocks need '
                              f'one)')
-        kw.update({k: v for k, v in options.items() if k in self.options})
         return kw
+
+    def kwargs(self, scale: Optional[float] = None, kernel: Optional[str] = None, rope=None,
+               attn_bias: Optional[Tensor] = None, **options) -> dict:
+        """The keyword arguments of this core's functions, from a module's full set of settings:
+        :meth:`bind`'s and the per-call ``rope`` / ``attn_bias`` the core takes."""
+        return dict(self.bind(scale, kernel, **options), **self._per_call(rope, attn_bias))
 
     def _rotated(self, q: Tensor, k: Tensor, rope) -> Tuple[Tensor, Tensor]:
         # in q's and k's own dtype: half q and k under autocast rotated by float32 tables would
@@ -115,6 +127,16 @@ class Core:
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, rope=None, **settings) -> Tensor:
         """Run the linear-time function on (B, h, N, d) tensors."""
         kw = self.kwargs(rope=rope, **settings)
+        q, k = self._rotated(q, k, rope)
+        return self.linear(q, k, v, **kw)
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, bound: dict, rope=None,
+            attn_bias: Optional[Tensor] = None, dropout_p: float = 0.) -> Tensor:
+        """:meth:`__call__` with the settings :meth:`bind` returned (checked once) and the ones
+        that change per call: ``rope``, ``attn_bias``, ``dropout_p`` (0 outside training)."""
+        kw = dict(bound, **self._per_call(rope, attn_bias))
+        if 'dropout_p' in self.options:
+            kw['dropout_p'] = dropout_p
         q, k = self._rotated(q, k, rope)
         return self.linear(q, k, v, **kw)
 

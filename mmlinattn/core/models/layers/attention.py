@@ -122,7 +122,6 @@ class AttentionModule(nn.Module):
         if dim % num_heads:
             raise ValueError(f'{owner}: dim {dim} is not divisible by num_heads {num_heads}')
         entry = get_core(core)
-        entry.kwargs(kernel=kernel)  # a kernel the core does not list fails here, listing both
         self.core, self.core_entry = core, entry
         self.dim, self.num_heads = dim, num_heads
         self.head_dim = dim // num_heads
@@ -130,13 +129,14 @@ class AttentionModule(nn.Module):
         self.kernel = kernel
         self.attn_drop = attn_drop
         self.core_options = check_core_options(core_options, owner)
+        # checked once, here: a kernel the core does not list fails, listing both
+        self._bound = entry.bind(scale=self.scale, kernel=kernel, **self.core_options)
 
     def _run_core(self, q, k, v, **context) -> torch.Tensor:
         """The core's linear-time output for (..., h, N, d) q, k, v; ``context``: ``rope`` /
         ``attn_bias``."""
-        return self.core_entry(q, k, v, scale=self.scale, kernel=self.kernel,
-                               dropout_p=self.attn_drop if self.training else 0., **context,
-                               **self.core_options)
+        return self.core_entry.run(q, k, v, self._bound,
+                                   dropout_p=self.attn_drop if self.training else 0., **context)
 
     def _core_matrix(self, q, k, **context) -> torch.Tensor:
         """The core's explicit matrix from the same settings as :meth:`_run_core`."""
