@@ -73,8 +73,6 @@ def derived_config(shipped: str, data_root, out: str) -> Config:
     cfg = Config.fromfile(osp.join(ROOT, 'configs', shipped))
     det = cfg.default_scope == 'mmdet'
     toy_cfg = Config.fromfile(osp.join(TOY, 'toy_coco_instance.py' if det else 'toy_ade.py'))
-    if det and 'retinanet' in shipped:
-        toy_cfg = Config.fromfile(osp.join(TOY, 'toy_coco_detection.py'))
     sub = 'toy_coco' if det else 'toy_ade'
     for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         loader = toy_cfg[key]

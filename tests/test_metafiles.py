@@ -1,7 +1,7 @@
 """The model index (model-index.yml, configs/*/metafile.yml; mmdet's metafile schema) is the zoo's
 data: every shipped config has exactly one entry, every entry's config exists, what an entry says
-(data, schedule, batch, optimizer, checkpoint, recipe source, GPUs) is what the config holds (its
-parameters: tests/test_configs.py::test_config_builds, which builds every config), and the paper's
+(data, schedule, batch, optimizer, checkpoint, recipe source, GPUs, parameters) is what the config
+holds (the matrix's parameters: tests/test_configs.py::test_config_builds), and the paper's
 facts are consistent with the papers' numbers the tests type. The family READMEs' zoo tables are
 generated from it (tools/misc/generate_zoo_tables.py); one test checks they are up to date. mim's
 own reader (`mim search`) lists every entry."""
@@ -171,6 +171,17 @@ def test_paper_facts_are_consistent(family):
         assert paper_params == typed, name
         if paper_params is not None:
             assert abs(meta['Parameters'] / 1e6 - paper_params) / paper_params < 0.03, name
+
+
+@pytest.mark.parametrize('model', [m for _, m in entries()
+                                   if m['Config'].startswith('configs/classification/')],
+                         ids=lambda m: m['Name'])
+def test_classifier_parameters_are_the_built_models(model):
+    """Parameters of the entries outside the detection / segmentation matrix (the ImageNet
+    classifiers; the matrix: tests/test_configs.py::test_config_builds): the built model's count."""
+    from mmlinattn.workshop import flops
+    built, _ = flops.build_model(osp.join(ROOT, model['Config']))
+    assert sum(p.numel() for p in built.parameters()) == model['Metadata']['Parameters']
 
 
 @pytest.mark.parametrize('family', FAMILIES)

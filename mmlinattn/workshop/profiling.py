@@ -134,7 +134,7 @@ def _instrument(model: nn.Module, ranges: _Ranges):
     from mmlinattn.core.ops import attention as attention_ops
     from mmlinattn.core.ops import cores
     undo = _hook_ranges(model, _kind, ranges)
-    undo.append(_wrap(cores.Core, '__call__', lambda a: 'core:' + a[0].name, ranges))
+    undo.append(_wrap(cores.Core, 'run', lambda a: 'core:' + a[0].name, ranges))
     for owner in (attention_ops, cores):
         if hasattr(owner, 'apply_rope'):
             undo.append(_wrap(owner, 'apply_rope', 'rope', ranges))
@@ -328,7 +328,7 @@ def profile_parts(model: nn.Module, loss_fn, optim, part=classifier_part,
     undo = _hook_ranges(model, part, ranges)
     if cores:
         from mmlinattn.core.ops import cores as core_ops
-        undo.append(_wrap(core_ops.Core, '__call__', lambda a: 'core:' + a[0].name, ranges))
+        undo.append(_wrap(core_ops.Core, 'run', lambda a: 'core:' + a[0].name, ranges))
     model.train()
     try:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

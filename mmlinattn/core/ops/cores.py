@@ -124,11 +124,11 @@ class Core:
             return apply_rope(q, *rope).to(q.dtype), apply_rope(k, *rope).to(k.dtype)
         return q, k
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, rope=None, **settings) -> Tensor:
-        """Run the linear-time function on (B, h, N, d) tensors."""
-        kw = self.kwargs(rope=rope, **settings)
-        q, k = self._rotated(q, k, rope)
-        return self.linear(q, k, v, **kw)
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, rope=None, attn_bias=None,
+                 dropout_p: float = 0., **settings) -> Tensor:
+        """Run the linear-time function on (B, h, N, d) tensors (through :meth:`run`)."""
+        return self.run(q, k, v, self.bind(**settings), rope=rope, attn_bias=attn_bias,
+                        dropout_p=dropout_p)
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, bound: dict, rope=None,
             attn_bias: Optional[Tensor] = None, dropout_p: float = 0.) -> Tensor:

@@ -96,11 +96,6 @@ def numpy_allowed():
         yield
 
 
-#: the line that gives a config the fixes (mmlinattn.upstream_fixes)
-FIXES_LINE = ("custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], "
-              "allow_failed_imports=False)")
-
-
 def runner_reads_its_checkpoints() -> bool:
     """Whether ``torch.load`` as mmengine's checkpoint loader calls it (no ``weights_only``) reads
     what mmengine's Runner writes into a checkpoint: a message hub's ``HistoryBuffer`` holding numpy
@@ -139,28 +134,48 @@ def _building_runner():
     return None if frame is None else frame.f_locals.get('self')
 
 
+#: >0 while a Runner is built by a set-up that loads Runner checkpoints itself (our tools':
+#: mmlinattn.training.apis.runner), where :func:`check_runner_can_load` has nothing to say
+_OWN_LOADER = [0]
+
+
+@contextlib.contextmanager
+def own_loader():
+    """Inside the block, a Runner being built loads its checkpoints through a loader that reads
+    the Runner's checkpoints on any torch (our tools' set-up): :func:`check_runner_can_load` stays
+    silent."""
+    _OWN_LOADER[0] += 1
+    try:
+        yield
+    finally:
+        _OWN_LOADER[0] -= 1
+
+
 def check_runner_can_load(owner: str) -> None:
-    """Called where a backbone is built. Inside an mmengine Runner on a torch whose loader refuses
-    the Runner's own checkpoints (a config that imports ``mmlinattn`` but not its fixes, run by
-    mmdet's / mmseg's / mmpretrain's tools on torch >= 2.6): a run that will load one
-    (``load_from``, or ``resume`` with a checkpoint in the work dir) stops here in one line naming
-    the ``custom_imports`` line to write, instead of in torch's unpickler after the model and the
-    data are built; any other run gets the same line as a warning (its checkpoints would not
-    resume or test). Outside a Runner, and where the loads work, it does nothing."""
+    """Called where a backbone is built. Inside an mmengine Runner (mmdet's / mmseg's /
+    mmpretrain's own tools) on a torch whose loader refuses the Runner's own checkpoints - a config
+    that imports ``mmlinattn`` but not its fixes, on torch >= 2.6 - one warning line, before any
+    data is read, names what to add to ``custom_imports``: resuming, or testing / loading a
+    checkpoint a Runner wrote, would otherwise stop later in torch's unpickler with ``Unsupported
+    global``. Not an error: a checkpoint without the Runner's state (a converted or published
+    file, a URL) loads all the same. Outside a Runner, under our tools (which read such files
+    themselves) and where the loads work, it does nothing."""
+    if _OWN_LOADER[0]:
+        return
     runner = _building_runner()
     if runner is None or runner_reads_its_checkpoints():
         return
-    problem = (f'{owner}: torch {torch.__version__} loads checkpoints weights-only and mmengine '
-               "calls torch.load without weights_only, so the Runner's checkpoints (numpy "
-               'scalars, HistoryBuffer) do not load here; the config imports mmlinattn without '
-               f'its fixes: write {FIXES_LINE}')
-    loads = bool(getattr(runner, '_load_from', None))
-    if not loads and getattr(runner, '_resume', False):
-        from mmengine.runner import find_latest_checkpoint
-        work_dir = getattr(runner, '_work_dir', None)
-        loads = bool(work_dir and find_latest_checkpoint(work_dir))
-    if loads:
-        raise RuntimeError(problem)
+    import sys
+    if 'mmlinattn.upstream_fixes' in sys.modules:
+        what = ('mmlinattn.upstream_fixes is imported but did not apply its fixes here '
+                '(MMLINATTN_UPSTREAM_FIXES, or an mmengine outside 0.10.x): set '
+                'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 to load them')
+    else:
+        what = ("the config imports mmlinattn without its fixes: add 'mmlinattn.upstream_fixes' to "
+                "custom_imports['imports']")
     from mmengine.logging import print_log
-    print_log(problem + ' (or this run\'s checkpoints will not resume or test)',
+    print_log(f'{owner}: torch {torch.__version__} loads checkpoints weights-only and mmengine '
+              "calls torch.load without weights_only, so checkpoints holding a Runner's state "
+              '(numpy scalars, HistoryBuffer) will not load in this run (--resume, load_from, '
+              f'test.py) and this run\'s will not resume or test; {what}',
               logger='current', level=30)

@@ -14,6 +14,7 @@ from ...core.weights import (
     extract_state_dict,
     read_checkpoint,
 )
+from ...core.weights.allowlist import own_loader
 from ...core.weights.reading import CheckpointContents
 from ..datafaults import naming_unreadable_files
 from .config import ConfigError, read_config_file
@@ -220,7 +221,9 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None,
     dumped = osp.join(cfg.work_dir, osp.basename(cfg.filename)) if cfg.get('work_dir') and \
         cfg.filename else None
     dumped_before = dumped is not None and osp.exists(dumped)
-    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    # our load below reads any Runner checkpoint: the backbones' note about torch's loader is moot
+    with own_loader():
+        runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
     # the datasets this runner builds name an unreadable image / label map
     # (mmlinattn.training.datafaults)
     runner.build_dataloader = naming_unreadable_files(runner.build_dataloader)
