@@ -221,6 +221,35 @@ def test_attn_type_overrides():
     lin(torch.randn(1, 3, 64, 64))
 
 
+def test_swin_arch_and_attn_type_resolve_one_way():
+    """A custom InLine-Swin arch with stage 1's width doubles it per stage, as Swin's
+    ``embed_dims``; the old mixed-stage spelling ``IIMS2`` still reads (with a FutureWarning),
+    and only InLine-Swin reads it."""
+    arch = dict(embed_dims=16, depths=[1, 1, 3, 1], num_heads=[1, 2, 4, 8])
+    m = InLineSwin(arch=arch)
+    assert m.embed_dims == InLineSwin.stage_channels(arch) == [16, 32, 64, 128]
+    with pytest.warns(FutureWarning):
+        old = InLineSwin(arch=arch, attn_type='IIMS2')
+    assert [b.core for b in old.layers[2].blocks] == ['inline', 'inline', 'softmax']
+    with pytest.raises(ValueError):
+        MAViT(arch='tiny', attn_type='MMMS2')
+
+
+def test_window_bias_table_is_initialised_once():
+    """Swin's relative-position bias table gets its truncated normal (std 0.02) when it is
+    made; ``init_weights`` re-initialises the linear layers and leaves the table as it was."""
+    torch.manual_seed(0)
+    m = InLineSwin(arch='tiny', attn_type='SSSS')
+    tables = [(n, p.detach().clone()) for n, p in m.named_parameters()
+              if n.endswith('relative_position_bias_table')]
+    assert len(tables) == 12
+    m.init_weights()
+    params = dict(m.named_parameters())
+    for name, before in tables:
+        assert torch.equal(params[name], before), name
+        assert 0.015 < before.std().item() < 0.025, name
+
+
 def test_swin_global_inline_equals_literal_windows_at_224():
     """At 224 the authors' 56-window covers every stage map: global == their windowed behaviour."""
     a = InLineSwin(arch='tiny')

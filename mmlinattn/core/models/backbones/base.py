@@ -29,6 +29,8 @@ class LinAttnBackbone(BaseModule):
     arch_zoo: Dict[str, dict] = {}
     arch_keys: Sequence[str] = ()
     default_attn_type: str = ''
+    #: whether ``attn_type`` may use an older spelling (:func:`parse_attn_type`)
+    legacy_mixed: bool = False
     out_norm_name: str = 'out_norms'
     authors_layout: AuthorsLayout = AuthorsLayout('base', classification=('head.',))
 
@@ -45,7 +47,8 @@ class LinAttnBackbone(BaseModule):
         """One core name per block from ``attn_type`` (or the arch's / family's default); the
         letters and names are those of :data:`mmlinattn.core.ops.cores.CORES`."""
         spec = attn_type or arch.get('attn_type') or self.default_attn_type
-        return parse_attn_type(spec, self.depths, type(self).__name__)
+        return parse_attn_type(spec, self.depths, type(self).__name__,
+                               legacy_mixed=self.legacy_mixed)
 
     # ------------------------------------------------------------------ construction
     def _check_attn_cfg(self, attn_cfg: Optional[dict], modules,
@@ -279,11 +282,3 @@ class LinAttnBackbone(BaseModule):
                 if isinstance(m, _BatchNorm):  # BatchNorm2d and SyncBatchNorm alike
                     m.eval()
         return self
-
-
-
-def run_block(block: nn.Module, with_cp: bool, *args):
-    """``block(*args)``, with activation checkpointing when ``with_cp`` and autograd is on."""
-    if with_cp and torch.is_grad_enabled():
-        return torch.utils.checkpoint.checkpoint(block, *args, use_reentrant=False)
-    return block(*args)

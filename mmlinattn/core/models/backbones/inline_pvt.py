@@ -15,12 +15,19 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
-from mmlinattn.core.models.layers import DropPath, Mlp, PatchEmbed, TokenAttention, resize_pos_embed
+from mmlinattn.core.models.layers import (
+    DropPath,
+    Mlp,
+    PatchEmbed,
+    TokenAttention,
+    resize_pos_embed,
+    run_block,
+)
 from mmlinattn.core.ops.cores import get_core
 from mmlinattn.core.registry import MODELS
 from mmlinattn.core.weights import AuthorsLayout
 
-from .base import LinAttnBackbone, run_block
+from .base import LinAttnBackbone
 
 PVT_NORM = dict(type='LN', eps=1e-6)  # the blocks' LayerNorm, as PVT v1
 

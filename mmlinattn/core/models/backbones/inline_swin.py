@@ -12,7 +12,7 @@ at 224 is exactly what the released models computed (their 56-token window cover
 ``inline_window=56`` keeps the authors' literal classification behaviour at larger sizes instead:
 56 x 56 windows, shifted by 28 on odd blocks when the map is larger than the window.
 """
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -25,12 +25,13 @@ from mmlinattn.core.models.layers import (
     TokenAttention,
     WindowSoftmaxAttention,
     pad_to_multiple,
+    run_block,
 )
-from mmlinattn.core.ops.cores import get_core, parse_attn_type
+from mmlinattn.core.ops.cores import get_core
 from mmlinattn.core.registry import MODELS
 from mmlinattn.core.weights import AuthorsLayout
 
-from .base import LinAttnBackbone, run_block
+from .base import LinAttnBackbone
 
 MASK_VALUE = -100.0
 SWIN_NORM = dict(type='LN', eps=1e-5)  # torch's default eps, as Swin's nn.LayerNorm
@@ -266,6 +267,7 @@ class InLineSwin(LinAttnBackbone):
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     default_attn_type = 'IIII'
+    legacy_mixed = True  # the old 'IIMS2' spelling of a mixed stage, read with a FutureWarning
     # classification parts: the final norm (our out_norms.3 in the classifier) and the head; the
     # window index and shift-mask buffers of the released files are recomputed here
     authors_layout = AuthorsLayout(
@@ -285,11 +287,9 @@ class InLineSwin(LinAttnBackbone):
                              ('dim', 'num_heads', 'core', 'qkv_layout', 'window_size', 'sr_ratio',
                               'norm_eps'))
         heads, n = list(arch['num_heads']), self.num_stages
-        self._set_dims(self.stage_channels(arch))
+        self._set_dims(arch['embed_dims'])
         dims = self.embed_dims
-        # legacy_mixed: the old 'IIMS2' spelling of a mixed stage, read with a FutureWarning
-        cores = parse_attn_type(attn_type or arch.get('attn_type') or self.default_attn_type,
-                                self.depths, type(self).__name__, legacy_mixed=True)
+        cores = self._block_cores(attn_type, arch)
         self.patch_embed = PatchEmbed(in_channels, dims[0], patch_size, pad=True, norm_cfg=norm_cfg)
         self.layers = nn.ModuleList([
             SwinStage(dims[i], self.depths[i], heads[i], cores[i], self.dpr[i], i < n - 1,
@@ -300,18 +300,13 @@ class InLineSwin(LinAttnBackbone):
         self._freeze_stages()
 
     @classmethod
-    def stage_channels(cls, arch) -> List[int]:
-        """``embed_dims`` is stage 1's width (doubling per stage) or a list of all four."""
-        arch = cls.resolve_arch(arch)
-        dims0 = arch['embed_dims']
-        if isinstance(dims0, int):
-            return [dims0 * 2 ** i for i in range(len(arch['depths']))]
-        return [int(c) for c in dims0]
-
-    def _post_init(self):
-        for m in self.modules():
-            if isinstance(m, WindowSoftmaxAttention):
-                nn.init.trunc_normal_(m.relative_position_bias_table, std=.02)
+    def resolve_arch(cls, arch) -> dict:
+        """The base class's resolution, with ``embed_dims`` as a list of every stage's width (an
+        int is stage 1's, doubling per stage)."""
+        out = super().resolve_arch(arch)
+        if isinstance(out['embed_dims'], int):
+            out['embed_dims'] = [out['embed_dims'] * 2 ** i for i in range(len(out['depths']))]
+        return out
 
     def _stage_modules(self, i):
         return [self.patch_embed] if i == 0 else [self.layers[i - 1]]

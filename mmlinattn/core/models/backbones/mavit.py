@@ -14,11 +14,11 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
-from mmlinattn.core.models.layers import DropPath, LayerNorm2d, QKVOAttention, RoPE
+from mmlinattn.core.models.layers import DropPath, LayerNorm2d, QKVOAttention, RoPE, run_block
 from mmlinattn.core.registry import MODELS
 from mmlinattn.core.weights import AuthorsLayout
 
-from .base import LinAttnBackbone, run_block
+from .base import LinAttnBackbone
 
 MAVIT_NORM = dict(type='LN', eps=1e-6)  # the blocks' LayerNorm over channels, as the authors'
 CONV_NORM = dict(type='BN', requires_grad=True)  # the stem's and downsampling's, as the authors'

@@ -13,10 +13,11 @@ from .common import (
     PatchEmbed,
     pad_to_multiple,
     resize_pos_embed,
+    run_block,
 )
 from .window import WindowSoftmaxAttention, relative_position_index
 
 __all__ = ['AttentionModule', 'LocalResidual', 'QKVOAttention', 'RoPE',
            'TokenAttention', 'WindowSoftmaxAttention', 'core_matrix', 'relative_position_index',
            'DropPath', 'LayerNorm2d', 'Mlp', 'PatchEmbed', 'pad_to_multiple',
-           'resize_pos_embed']
+           'resize_pos_embed', 'run_block']

@@ -142,3 +142,10 @@ def resize_pos_embed(pos: torch.Tensor, src_hw: Tuple[int, int],
     grid = grid.to(torch.promote_types(grid.dtype, torch.float32))
     grid = F.interpolate(grid, size=tuple(dst_hw), mode='bilinear', align_corners=False)
     return grid.permute(0, 2, 3, 1).reshape(1, dst_hw[0] * dst_hw[1], c).to(pos.dtype)
+
+
+def run_block(block: nn.Module, with_cp: bool, *args):
+    """``block(*args)``, with activation checkpointing when ``with_cp`` and autograd is on."""
+    if with_cp and torch.is_grad_enabled():
+        return torch.utils.checkpoint.checkpoint(block, *args, use_reentrant=False)
+    return block(*args)
