@@ -1,13 +1,14 @@
 """mmlinattn: InLine and MALA linear attention for OpenMMLab detection and segmentation.
 
-The package has three parts (docs/design.md, section 5):
+The package has two parts (docs/design.md, section 5):
 
 * :mod:`mmlinattn.core` - the product: attention math, attention modules, backbones, the authors'
   weights, the family table, registration. It imports nothing else of mmlinattn.
 * :mod:`mmlinattn.training` - training support (pre-flight, runner set-up, hooks, checkpoint
   files, the fixes for upstream breakage).
-* :mod:`mmlinattn.workshop` - what the tools share (benchmarks, profiling, FLOPs, analysis,
-  ONNX export, demo pictures).
+
+What the tools share (benchmarks, profiling, FLOPs, analysis, ONNX export, demo pictures) is not
+part of the package: it lives beside them, in the checkout's ``tools/workshop``.
 
 ``import mmlinattn`` registers our modules and changes nothing else in the process: the backbones
 ``InLinePVT``, ``InLineSwin`` and ``MAViT`` (and the ImageNet classifier parts) in mmengine's root

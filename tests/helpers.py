@@ -18,6 +18,15 @@ KEYS_DIR = osp.join(osp.dirname(osp.abspath(__file__)), 'data', 'authors_keys')
 #: family -> the archs the authors released a file for (the family table's rows; each has its key
 #: layout under tests/data/authors_keys, which tests/test_families.py checks)
 FAMILY_ARCHS = {name: tuple(fam.checkpoints) for name, fam in FAMILIES.items()}
+#: the stage widths of each arch in the authors' released models, typed from their files' tensor
+#: shapes (tests/data/authors_keys); the tests hold the classes' arch tables to them
+AUTHORS_CHANNELS = {
+    'inline_pvt': {a: (64, 128, 320, 512) for a in ('tiny', 'small', 'medium', 'large')},
+    'inline_swin': {'tiny': (96, 192, 384, 768), 'small': (96, 192, 384, 768),
+                    'base': (128, 256, 512, 1024)},
+    'mavit': {'tiny': (64, 128, 256, 512), 'small': (64, 128, 320, 512),
+              'base': (96, 192, 384, 512), 'large': (96, 192, 448, 640)},
+}
 
 
 def authors_manifest(family: str, arch: str) -> dict:

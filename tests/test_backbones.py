@@ -9,6 +9,7 @@ from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT
 from mmlinattn.core.weights import CheckpointError
 
 from helpers import (
+    AUTHORS_CHANNELS,
     FAMILY_ARCHS,
     authors_manifest,
     authors_state,
@@ -131,11 +132,11 @@ def test_pvt_drops_the_remainder_like_pvt_v1_and_pads_on_request():
             (5, 16), (3, 8), (2, 4), (1, 2)]
 
 
-# Stage widths of the tiny variants: the family rows' reference channels, typed from the authors'
-# released files (InLine-PVT-T as PVT-T, InLine-Swin-T as Swin-T, MAViT-T as MAViT_T.pth; not read
-# from the classes' arch tables, which is what is checked), and the strides of a 4-stage pyramid.
-PAPER_TINY_CHANNELS = {fam.backbone: list(fam.reference_channels['tiny'])
-                       for fam in FAMILIES.values()}
+# Stage widths of the tiny variants, typed from the authors' released files (InLine-PVT-T as
+# PVT-T, InLine-Swin-T as Swin-T, MAViT-T as MAViT_T.pth; not read from the classes' arch tables,
+# which is what is checked), and the strides of a 4-stage pyramid.
+PAPER_TINY_CHANNELS = {fam.backbone: list(AUTHORS_CHANNELS[name]['tiny'])
+                       for name, fam in FAMILIES.items()}
 SUBSETS = [tuple(i for i in range(4) if mask >> i & 1) for mask in range(1, 16)]
 
 

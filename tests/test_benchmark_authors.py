@@ -1,4 +1,4 @@
-"""tools/analysis_tools/benchmark_authors.py and mmlinattn.workshop.authors_code without the
+"""tools/analysis_tools/benchmark_authors.py and tools.workshop.authors_code without the
 authors' code (the suite never has it): the file importer's errors, our classifier of each family
 against the authors' manifests (tests/data/authors_keys, made from their model files), the tool's
 guard against models that are not the same, its command line, and the profile's split by part and
@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from mmlinattn.workshop import authors_code
-from mmlinattn.workshop.profiling import classifier_part, op_kind, profile_parts
+from tools.workshop import authors_code
+from tools.workshop.profiling import classifier_part, op_kind, profile_parts
 
 HERE = osp.dirname(osp.abspath(__file__))
 KEYS = osp.join(HERE, 'data', 'authors_keys')
@@ -231,7 +231,7 @@ def test_peak_rss_sees_an_allocation_of_known_size():
     import subprocess
     import sys
     code = ('import torch\n'
-            'from mmlinattn.workshop.benchmarking import peak_rss_kb\n'
+            'from tools.workshop.benchmarking import peak_rss_kb\n'
             'base = peak_rss_kb()\n'
             'buf = torch.ones(200 * 2 ** 20 // 4); buf += 1\n'
             'print(peak_rss_kb() - base)\n')

@@ -1,8 +1,8 @@
-"""mmlinattn.workshop.benchmarking's measuring helpers against allocations of known size (numel x 4
+"""tools.workshop.benchmarking's measuring helpers against allocations of known size (numel x 4
 B)."""
 import torch
 
-from mmlinattn.workshop.benchmarking import peak_memory
+from tools.workshop.benchmarking import peak_memory
 
 MB4 = 1000 * 1000 * 4  # a 1000 x 1000 float32 tensor
 
@@ -35,7 +35,7 @@ def test_peak_memory_follows_frees():
 def test_count_passes_counts_the_floor_by_its_definition():
     """The floor is two products forward (K^T V, Q (K^T V)) and four gradient products backward;
     an elementwise op on (N x d) is a pass, one on (N x 1) and a view are not."""
-    from mmlinattn.workshop.profiling import count_passes
+    from tools.workshop.profiling import count_passes
     n, d = 37, 6
     q, k, v = (torch.randn(1, 2, n, d, requires_grad=True) for _ in range(3))
     g = torch.randn(1, 2, n, d)
@@ -51,7 +51,7 @@ def test_count_passes_counts_the_floor_by_its_definition():
 
 
 def _detections(fixed_heads):
-    from mmlinattn.workshop.benchmarking import bench_model
+    from tools.workshop.benchmarking import bench_model
     torch.manual_seed(0)
     bench = bench_model('configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py', size=(96, 128),
                         fixed_heads=fixed_heads)
@@ -78,8 +78,8 @@ def test_same_head_work_keeps_every_proposal_and_detection():
 def test_infer_together_times_every_model_in_one_process():
     """--infer-together: one row per model, whole inference no faster than its backbone alone,
     and the table's ratio columns filled from the reference row."""
-    from mmlinattn.workshop.benchmarking import infer_together
     from tools.analysis_tools.benchmark_step import table
+    from tools.workshop.benchmarking import infer_together
     rows = infer_together([('configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py', None),
                            ('configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py', 'Swin-T')],
                           size=(96, 128), reps=2)

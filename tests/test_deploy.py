@@ -1,4 +1,4 @@
-"""ONNX export (mmlinattn.workshop.deploy, tools/deployment/export_onnx.py): the three T backbones
+"""ONNX export (tools.workshop.deploy, tools/deployment/export_onnx.py): the three T backbones
 with every attention core of the table, one whole segmentor and a dynamic export, each run with ONNX
 Runtime (CPU) against eager PyTorch in float32; the size rule of dynamic exports and the refusals
 name what to change.
@@ -19,8 +19,8 @@ pytest.importorskip('onnxruntime')
 from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
 from mmlinattn.core.ops.cores import CORES  # noqa: E402
 from mmlinattn.training.apis import load_config  # noqa: E402
-from mmlinattn.workshop import deploy as E  # noqa: E402
 from tools.deployment import export_onnx  # noqa: E402
+from tools.workshop import deploy as E  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 # ONNX Runtime's kernels block and split the sums otherwise than torch's: measured up to 3.5e-6 of

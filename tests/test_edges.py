@@ -126,7 +126,7 @@ def test_det_inferencer_classes_from_the_config_when_the_checkpoint_has_none(tmp
     """DetInferencer with a checkpoint without dataset_meta: the toy COCO's three classes and
     palette (the config's metainfo), not COCO's 80; one warning. A checkpoint with dataset_meta
     keeps its own, with no warning."""
-    from mmlinattn.workshop.visualization import build_inferencer
+    from tools.workshop.visualization import build_inferencer
     cfg = Config.fromfile(DET_CFG)
     want = cfg.test_dataloader.dataset.metainfo
     ckpt = tmp_path / 'det.pth'

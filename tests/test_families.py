@@ -1,8 +1,9 @@
 """The family table (mmlinattn.core.families): every row agrees with its class and with the files
-and names the authors and the configs use; and a fourth family is its class plus one row - a
-made-up family, defined in a fresh interpreter, reaches every table derived from the rows
-(channels, the checkpoint table, the FLOP convention, the benchmark matrix, the config generator,
-the converter's and the classifier helpers' family names) and its generated configs build."""
+and names the authors and the configs use, and the tools' per-family tables (recipes, FLOP
+conventions, paper GFLOPs) cover the same families; and a fourth family is its class plus one row
+- a made-up family, defined in a fresh interpreter, reaches every table derived from the rows
+(channels, the checkpoint table, the benchmark matrix, the converter's and the classifier
+helpers' family names), and with its recipes given to the config generator its configs build."""
 import json
 import os.path as osp
 import subprocess
@@ -13,6 +14,8 @@ import pytest
 
 from mmlinattn.core.families import AUTHORS_CHECKPOINTS, FAMILIES, Family, register_family
 from mmlinattn.core.registry import MODELS
+
+from helpers import AUTHORS_CHANNELS
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 KEYS_DIR = osp.join(ROOT, 'tests', 'data', 'authors_keys')
@@ -31,23 +34,28 @@ def test_the_rows_are_the_three_families_in_order():
 
 @pytest.mark.parametrize('name', list(FAMILIES))
 def test_every_row_agrees_with_its_class_and_the_repository(name):
-    """The class is the registered one; the typed reference channels equal the class's arch table
-    for every arch; every released file has its authors' key layout in tests/data and a config
-    folder with a metafile; every recipe names archs the class has; the FLOP convention exists."""
-    from mmlinattn.workshop.flops import CONVENTIONS
+    """The class is the registered one; the channels typed from the authors' files equal the
+    class's arch table for every arch; every released file has its authors' key layout in
+    tests/data and a config folder with a metafile; the tools' tables know the family: its
+    recipes name archs the class has, its paper's FLOP convention exists, and the paper's
+    backbone GFLOPs are there for every arch."""
+    from tools.misc.generate_configs import FAMILY_RECIPES
+    from tools.workshop.flops import CONVENTIONS, FAMILY_CONVENTION, PAPER_BACKBONE_GFLOPS
     fam = FAMILIES[name]
     assert MODELS.get(fam.backbone.__name__) is fam.backbone
-    assert set(fam.reference_channels) == set(fam.backbone.arch_zoo)
-    for arch, channels in fam.reference_channels.items():
+    assert set(AUTHORS_CHANNELS[name]) == set(fam.backbone.arch_zoo)
+    for arch, channels in AUTHORS_CHANNELS[name].items():
         assert fam.backbone.stage_channels(arch) == list(channels), arch
         assert fam.channels(arch[0]) == list(channels)
     assert set(fam.checkpoints) == set(fam.backbone.arch_zoo)
     for arch in fam.checkpoints:
         assert osp.isfile(osp.join(KEYS_DIR, f'{name}_{arch}.json')), arch
-    assert set(fam.paper_backbone_gflops) == set(fam.backbone.arch_zoo)
+    assert {a for c, a in PAPER_BACKBONE_GFLOPS if c == fam.backbone.__name__} == \
+        set(fam.backbone.arch_zoo)
     assert osp.isfile(osp.join(ROOT, 'configs', name, 'metafile.yml'))
-    assert fam.paper in CONVENTIONS
-    for recipe in fam.recipes.values():
+    assert FAMILY_CONVENTION[name] in CONVENTIONS
+    assert FAMILY_RECIPES[name]
+    for recipe in FAMILY_RECIPES[name].values():
         assert set(recipe.archs) <= set(fam.archs) and recipe.lr > 0
 
 
@@ -84,8 +92,7 @@ def test_the_authors_urls_are_the_ones_they_publish():
 def test_a_row_that_collides_is_refused():
     fam = FAMILIES['mavit']
     with pytest.raises(ValueError, match="collides with the row 'mavit'"):
-        register_family(Family(name='mavit2', backbone=fam.backbone, title='X', paper='mala',
-                               reference_channels={}, paper_backbone_gflops={}, checkpoints={}))
+        register_family(Family(name='mavit2', backbone=fam.backbone, title='X', checkpoints={}))
     assert list(FAMILIES) == ['inline_pvt', 'inline_swin', 'mavit']
 
 
@@ -93,8 +100,7 @@ FOURTH_FAMILY = textwrap.dedent('''
     import json, os, os.path as osp, sys
     from mmlinattn.core.registry import MODELS
     from mmlinattn.core.models import MAViT
-    from mmlinattn.core.families import (AUTHORS_CHECKPOINTS, Family, Recipe, out_channels,
-                                         register_family)
+    from mmlinattn.core.families import AUTHORS_CHECKPOINTS, Family, out_channels, register_family
 
     # ---- the class ...
     @MODELS.register_module()
@@ -105,24 +111,26 @@ FOURTH_FAMILY = textwrap.dedent('''
 
     # ---- ... and one row
     register_family(Family(
-        name='toy_net', backbone=ToyNet, title='ToyNet', paper='mala',
-        reference_channels={'nano': (16, 32, 48, 64)}, paper_backbone_gflops={'nano': 0.1},
-        checkpoints={'nano': ('http://127.0.0.1:9/toynet_n.pth', 'toynet_n.pth')},
-        recipes={'mask-rcnn_1x': Recipe('n', 4e-4, 0.05, 'nowhere/{a}'),
-                 'fpn_80k': Recipe('n', 1e-4, 1e-4, 'nowhere/{a}')}))
+        name='toy_net', backbone=ToyNet, title='ToyNet',
+        checkpoints={'nano': ('http://127.0.0.1:9/toynet_n.pth', 'toynet_n.pth')}))
 
     # ---- everything below is derived: nothing else is written for the new family
     import torch
     from mmlinattn.core.models import authors_to_classifier
-    from mmlinattn.workshop import benchmarking, flops
+    from tools.workshop import benchmarking, flops
     from tools.misc import download_checkpoints, generate_configs
+    # ---- the config generator's recipes for it (the tool's own table)
+    R = generate_configs.Recipe
+    generate_configs.FAMILY_RECIPES['toy_net'] = {
+        'mask-rcnn_1x': R('n', 4e-4, 0.05, 'nowhere/{a}'),
+        'fpn_80k': R('n', 1e-4, 1e-4, 'nowhere/{a}')}
     from tools.model_converters import convert_authors_checkpoint
     out = dict(
         out_channels=out_channels(dict(type='ToyNet', arch='nano', out_indices=(1, 3))),
         keys=[k for k, e in AUTHORS_CHECKPOINTS.items() if e.family == 'toy_net'],
         selected=download_checkpoints.select(['toynet-n']),
-        convention=flops.FAMILY_CONVENTION['toy_net'],
-        paper_gflops=flops.PAPER_BACKBONE_GFLOPS[('ToyNet', 'nano')],
+        convention=flops.paper_convention('configs/toy_net/x.py'),
+        zoo_families=sorted({p.split('/')[1] for p in flops.zoo_configs()}),
         flops_backbone='ToyNet' in flops.BACKBONES,
         config_dirs=list(benchmarking.CONFIG_DIRS),
         in_name=benchmarking.recipe_name('mask-rcnn_toy-net-n_fpn_1x_coco'),
@@ -171,7 +179,9 @@ def test_a_fourth_family_is_its_class_and_one_row(tmp_path):
     out = json.loads(lines[-1][len('RESULT '):])
     assert out['out_channels'] == [32, 64]
     assert out['keys'] == ['ToyNet_N'] and out['selected'] == ['ToyNet_N']
-    assert out['convention'] == 'mala' and out['paper_gflops'] == 0.1 and out['flops_backbone']
+    # a family whose paper the FLOP table does not list is counted whole
+    assert out['convention'] == 'all' and out['flops_backbone']
+    assert out['zoo_families'] == ['inline_pvt', 'inline_swin', 'mavit']  # no toy_net configs yet
     assert out['config_dirs'] == ['inline_pvt', 'inline_swin', 'mavit', 'toy_net']
     assert out['in_name'] == 'mask-rcnn_{}_fpn_1x_coco'
     assert out['classifier_keys'] == ['head.fc.weight']

@@ -1,5 +1,6 @@
-"""The layout rules of the tree: the tools are command lines over the library and import no other
-tool; the tests reach the tools through the repo root (pytest.ini), not through sys.path edits."""
+"""The layout rules of the tree: the tools are command lines over the library and its workshop
+(``tools/workshop``, outside the package) and import no other tool; the package imports no tool;
+the tests reach the tools through the repo root (pytest.ini), not through sys.path edits."""
 import ast
 import os
 import os.path as osp
@@ -34,14 +35,26 @@ def _imported_modules(path):
 
 
 def test_no_tool_imports_another_tool():
-    """A tool's helpers live in the library (mmlinattn.workshop.benchmarking, ...): a script imports
-    neither a sibling by its bare name (as when its folder is on sys.path) nor ``tools.*``."""
+    """What tools share lives in their workshop (``tools.workshop.benchmarking``, ...): a script
+    imports neither a sibling by its bare name (as when its folder is on sys.path) nor any
+    ``tools.*`` but the workshop, and the workshop imports no script."""
     tools = {osp.splitext(osp.basename(p))[0]: p for p in _py_files('tools')}
     bad = []
     for path in tools.values():
         for mod in _imported_modules(path):
-            if mod.split('.')[0] == 'tools' or mod in tools:
+            if mod in tools or (mod.split('.')[0] == 'tools' and mod != 'tools' and
+                                mod.split('.')[1] != 'workshop'):
                 bad.append(f'{osp.relpath(path, ROOT)} imports {mod}')
+    assert not bad, bad
+    assert 'benchmarking' in tools and osp.basename(osp.dirname(tools['benchmarking'])) == \
+        'workshop'
+
+
+def test_the_package_imports_no_tool():
+    """The installed package is the product: no module of ``mmlinattn`` imports the tools or
+    their workshop, which a wheel does not put on ``sys.path``."""
+    bad = [f'{osp.relpath(path, ROOT)} imports {mod}' for path in _py_files('mmlinattn')
+           for mod in _imported_modules(path) if mod.split('.')[0] in ('tools', 'workshop')]
     assert not bad, bad
 
 
@@ -86,13 +99,13 @@ def test_the_graph_reader_sees_every_kind_of_import(tmp_path):
 
 def _part(module):
     rest = module.split('.')[1] if '.' in module else ''
-    return rest if rest in ('core', 'training', 'workshop') else 'top'
+    return rest if rest in ('core', 'training') else 'top'
 
 
 def test_the_core_imports_nothing_outside_itself():
     """The product (mmlinattn.core: math, modules, backbones, weights, registration) stands alone:
-    no module of it imports training support, the workshop, or the package's top level (which
-    imports the fixes' switch and the hooks)."""
+    no module of it imports training support or the package's top level (which imports the fixes'
+    switch and the hooks)."""
     graph = _module_graph()
     assert 'mmlinattn.core.models.backbones.mavit' in graph  # the layout this test is about
     bad = [f'{m} -> {d}' for m, deps in graph.items() if _part(m) == 'core'
@@ -100,23 +113,14 @@ def test_the_core_imports_nothing_outside_itself():
     assert not bad, bad
 
 
-def test_training_never_imports_the_workshop():
-    """Training support stands on the core only (and the package's top level); the tools' workshop
-    stands on both, never the other way."""
-    graph = _module_graph()
-    bad = [f'{m} -> {d}' for m, deps in graph.items() if _part(m) == 'training'
-           for d in deps if _part(d) == 'workshop']
-    assert not bad, bad
-
-
 def test_importing_the_core_loads_no_other_part():
     """Read from a fresh interpreter: ``import mmlinattn.core`` runs the package's ``__init__``
-    (which registers the hooks), so this checks the core's own modules load no workshop module and
-    no fixes module (the monkeypatches)."""
+    (which registers the hooks), so this checks the core's own modules load no training support,
+    no fixes module (the monkeypatches) and no tool."""
     import subprocess
     import sys
     code = ('import sys, mmlinattn.core; '
-            "print(sorted(m for m in sys.modules if m.startswith(('mmlinattn.workshop', "
+            "print(sorted(m for m in sys.modules if m.startswith(('tools', "
             "'mmlinattn.upstream_fixes', 'mmlinattn.training.compat', "
             "'mmlinattn.training.apis'))))")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)

@@ -76,24 +76,30 @@ def test_the_wheel_carries_configs_tools_and_the_model_index(installed):
 def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(installed):
     site, _ = installed
     out = run_installed(installed, '''
-        import json, os.path as osp
+        import json, os.path as osp, sys
         import mmlinattn
         from mmengine.config import Config
         from mmengine.config.utils import _get_cfg_metainfo
         from mmengine.utils import get_installed_path
-        from mmlinattn.workshop import benchmarking, flops
+        # the tools' workshop is not part of the package: it sits beside the shipped tools, as
+        # a tool script finds it
+        sys.path.insert(0, osp.join(get_installed_path('mmlinattn'), '.mim'))
+        from tools.workshop import benchmarking, flops
         from mmlinattn.paths import config_path, resource_root
         pkg = get_installed_path('mmlinattn')
         meta = _get_cfg_metainfo(pkg, 'mavit/mask-rcnn_mavit-t_fpn_1x_coco.py')
         cfg = Config.fromfile(config_path('mavit/mask-rcnn_mavit-t_fpn_1x_coco.py'))
         print(json.dumps(dict(module=mmlinattn.__file__, root=resource_root(), pkg=pkg,
                               bench_root=benchmarking.ROOT, zoo=len(flops.zoo_configs()),
+                              workshop=flops.__file__,
                               meta=meta['Config'], backbone=cfg.model.backbone.type,
                               imports=cfg.custom_imports['imports'])))
     ''')
     assert out['module'].startswith(str(site))
     assert out['root'] == out['bench_root'] == str(site / 'mmlinattn' / '.mim')
     assert out['pkg'] == str(site / 'mmlinattn')
+    assert out['workshop'] == str(site / 'mmlinattn' / '.mim' / 'tools' / 'workshop' / 'flops.py')
+    assert not (site / 'mmlinattn' / 'workshop').exists()
     zoo = [c for c in checkout_configs() if c.endswith('.py') and c.split('/')[1] in
            ('inline_pvt', 'inline_swin', 'mavit')]
     assert out['zoo'] == len(zoo) > 40

@@ -73,8 +73,8 @@ def job(config, work_dir, extra, score_thr=SCORE_THR):
     run('tools/test.py', config, last, '--work-dir', work_dir + '/trained',
         log=osp.join(work_dir, 'test_trained.log'))
     # the pictures, through the OpenMMLab inferencer as a user would call it
-    # (mmlinattn.workshop.visualization)
-    run('-m', 'mmlinattn.workshop.visualization', config, last,
+    # (tools.workshop.visualization)
+    run('-m', 'tools.workshop.visualization', config, last,
         '--out-dir', work_dir + '/predictions', '--num-images', 4, '--score-thr', score_thr,
         log=osp.join(work_dir, 'predictions.log'))
     return (read_metrics(osp.join(ROOT, work_dir, 'untrained')),

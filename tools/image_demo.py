@@ -45,7 +45,9 @@ from mmlinattn.core.weights import (
     local_checkpoint,
     read_checkpoint,
 )
-from mmlinattn.workshop.visualization import ScopeError, build_inferencer, config_scope, load_config
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))  # for tools.workshop
+from tools.workshop.visualization import ScopeError, build_inferencer, config_scope, load_config
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
 

@@ -3,7 +3,7 @@
 (:mod:`.families`) and the registration (:mod:`.registry`).
 
 The core imports nothing of mmlinattn outside itself (``tests/test_structure.py`` keeps it so):
-training support (:mod:`mmlinattn.training`) and the tools' workshop (:mod:`mmlinattn.workshop`)
+training support (:mod:`mmlinattn.training`) and the tools (``tools/``, with their workshop)
 stand on it, never the other way. Importing it registers the backbones in mmengine's root
 ``MODELS`` registry and loads no toolbox (mmdet, mmseg, mmpretrain).
 """

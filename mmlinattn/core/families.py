@@ -1,24 +1,23 @@
-"""The family table: one row per backbone family, and everything the package and its tools derive
-from it.
+"""The family table: one row per backbone family, holding what the models need beside their class.
 
 A family is its backbone class (registered, with its ``arch_zoo`` and ``authors_layout``) plus one
-:class:`Family` row here. From the rows come: the config folders and the config-name prefixes
-(``configs/inline_pvt``, ``inline-pvt-t``), the family names the converter and the classifier
-helpers take, the authors' checkpoint table (:data:`AUTHORS_CHECKPOINTS`: URLs, local file names,
-download keys), the FLOP convention of each family's paper and the papers' backbone GFLOPs, the
-recipes of the config matrix (``tools/misc/generate_configs.py``), and the tests' family lists.
-``tests/test_families.py`` builds a made-up fourth family from a class and a row and runs it
-through every derived table.
+:class:`Family` row here: its name, its title and the authors' ImageNet files. From the rows come
+the config folders and the config-name prefixes (``configs/inline_pvt``, ``inline-pvt-t``), the
+family names the converter and the classifier helpers take, and the authors' checkpoint table
+(:data:`AUTHORS_CHECKPOINTS`: URLs, local file names, download keys). What only the tools read
+lives with them: the config matrix's recipes in ``tools/misc/generate_configs.py``, the papers'
+FLOP conventions and GFLOPs in ``tools/workshop/flops.py``. ``tests/test_families.py`` builds a
+made-up fourth family from a class and a row and runs it through every derived table.
 
 Adding a family: write its class (``mmlinattn/core/models/backbones/``), add its row to
-:data:`ROWS`, run ``python tools/misc/generate_configs.py`` for its configs. A family defined
-outside the package (a class registered in your own project) joins with :func:`register_family`
-before the tools' modules are imported; the tables the workshop and the tools derive are read when
-they are imported.
+:data:`ROWS`, its recipes to ``tools/misc/generate_configs.py`` and its paper's figures to
+``tools/workshop/flops.py``, then run ``python tools/misc/generate_configs.py`` for its configs.
+A family defined outside the package (a class registered in your own project) joins with
+:func:`register_family` before the tools' modules are imported.
 """
 import inspect
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from .models.backbones import InLinePVT, InLineSwin, MAViT
@@ -35,17 +34,6 @@ class AuthorsCheckpoint:
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """A family's cell of one recipe of the config matrix: the archs it is written for (letters),
-    its optimizer's lr and weight decay at the source's total batch, and the source config it
-    follows (``{a}``: arch letter, ``{arch}``: arch name)."""
-    archs: str
-    lr: float
-    weight_decay: float
-    source: str
-
-
-@dataclass(frozen=True)
 class Family:
     """One backbone family.
 
@@ -57,25 +45,13 @@ class Family:
         title: the family's name in docs and in the metafiles' Collection (``InLine-PVT``); its
             checkpoints' download keys are ``title`` with ``_`` and the arch letter
             (``InLine_PVT_T``).
-        paper: which paper reports the family, and so how its FLOPs are counted there
-            (``'inline'`` or ``'mala'``, a key of ``mmlinattn.workshop.flops.CONVENTIONS``).
-        reference_channels: the stage widths of each arch in the authors' released models,
-            typed from their files' tensor shapes; the tests hold the class's arch table to them.
-        paper_backbone_gflops: the paper's backbone GFLOPs at 224x224, by arch.
         checkpoints: the authors' ImageNet files by arch: (URL, local file name under
             ``checkpoints/``).
-        config_extra: further backbone keys the family's configs set (name -> Python source).
-        recipes: the family's cells of the config matrix, by recipe name.
     """
     name: str
     backbone: type
     title: str
-    paper: str
-    reference_channels: Dict[str, Tuple[int, ...]]
-    paper_backbone_gflops: Dict[str, float]
     checkpoints: Dict[str, Tuple[str, str]]
-    config_extra: Dict[str, str] = field(default_factory=dict)
-    recipes: Dict[str, Recipe] = field(default_factory=dict)
 
     @property
     def prefix(self) -> str:
@@ -102,79 +78,29 @@ class Family:
 
 _TSINGHUA = 'https://cloud.tsinghua.edu.cn/f/{}/?dl=1'  # the share page's direct-download form
 _MALA_HUB = 'https://huggingface.co/aldjalkdf/MAViT/resolve/main/{}'  # the file, not the tree page
-_MALA = 'qhfan/MALA '
-_PVT = 'whai362/PVT '
-_SWIN_DET = 'SwinTransformer/Swin-Transformer-Object-Detection configs/swin/'
-_SWIN_SEG = 'SwinTransformer/Swin-Transformer-Semantic-Segmentation configs/swin/'
 
 #: The rows. Checkpoint URLs: the InLine README (LeapLabTHU/InLine) links TsinghuaCloud share
 #: pages, whose file is served with ``?dl=1`` (without it, an HTML page); the MALA README
 #: (qhfan/MALA) links the Hugging Face repository ``aldjalkdf/MAViT``, whose files are served under
 #: ``resolve/main/``.
-#: Recipes: MALA released its downstream configs; InLine did not, and its paper trains "with the
-#: same setting as the baseline": PVT's and Swin's official downstream configs (mmdet's for the Swin
-#: RetinaNet, which Swin's repository lacks). Per-cell exceptions (drop path, batch, precision,
-#: deviations) are in tools/misc/generate_configs.py.
 ROWS = (
     Family(
-        name='inline_pvt', backbone=InLinePVT, title='InLine-PVT', paper='inline',
-        reference_channels={a: (64, 128, 320, 512) for a in ('tiny', 'small', 'medium', 'large')},
-        paper_backbone_gflops={'tiny': 2.0, 'small': 3.9, 'medium': 6.9, 'large': 10.2},
+        name='inline_pvt', backbone=InLinePVT, title='InLine-PVT',
         checkpoints={
             'tiny': (_TSINGHUA.format('90ac52b1555b401eb5e6'), 'inline_pvt_t.pth'),
             'small': (_TSINGHUA.format('1ab953b2479d433080a3'), 'inline_pvt_s.pth'),
             'medium': (_TSINGHUA.format('a72aec31e6084bc0a280'), 'inline_pvt_m.pth'),
-            'large': (_TSINGHUA.format('efd91318ba964f01b288'), 'inline_pvt_l.pth')},
-        recipes={
-            'mask-rcnn_1x': Recipe('tsml', 2e-4, 1e-4,
-                                   _PVT + 'detection/configs/mask_rcnn_pvt_{a}_fpn_1x_coco.py'),
-            'retinanet_1x': Recipe('tsml', 1e-4, 1e-4,
-                                   _PVT + 'detection/configs/retinanet_pvt_{a}_fpn_1x_coco.py'),
-            'fpn_80k': Recipe('tsml', 1e-4, 1e-4, _PVT + 'segmentation/configs/sem_fpn/PVT/'
-                                                         'fpn_pvt_{a}_ade20k_40k.py')}),
+            'large': (_TSINGHUA.format('efd91318ba964f01b288'), 'inline_pvt_l.pth')}),
     Family(
-        name='inline_swin', backbone=InLineSwin, title='InLine-Swin', paper='inline',
-        reference_channels={'tiny': (96, 192, 384, 768), 'small': (96, 192, 384, 768),
-                            'base': (128, 256, 512, 1024)},
-        paper_backbone_gflops={'tiny': 4.5, 'small': 8.7, 'base': 15.4},
+        name='inline_swin', backbone=InLineSwin, title='InLine-Swin',
         checkpoints={
             'tiny': (_TSINGHUA.format('32810869fcc34410966b'), 'inline_swin_t.pth'),
             'small': (_TSINGHUA.format('e9657fd247c04c7cb1a1'), 'inline_swin_s.pth'),
-            'base': (_TSINGHUA.format('bf23564bb64c420aafe1'), 'inline_swin_b.pth')},
-        recipes={
-            'mask-rcnn_1x': Recipe('tsb', 1e-4, 0.05, _SWIN_DET + 'mask_rcnn_swin_tiny_patch4_'
-                                   'window7_mstrain_480-800_adamw_1x_coco.py'),
-            'mask-rcnn_3x': Recipe('tsb', 1e-4, 0.05, _SWIN_DET + 'mask_rcnn_swin_{arch}_patch4_'
-                                   'window7_mstrain_480-800_adamw_3x_coco.py'),
-            'cascade_3x': Recipe('tsb', 1e-4, 0.05, _SWIN_DET + 'cascade_mask_rcnn_swin_{arch}_'
-                                 'patch4_window7_mstrain_480-800_giou_4conv1f_adamw_3x_coco.py'),
-            'retinanet_1x': Recipe('t', 0.01, 1e-4, 'open-mmlab/mmdetection '
-                                   'configs/swin/retinanet_swin-t-p4-w7_fpn_1x_coco.py'),
-            'upernet_160k': Recipe('tsb', 6e-5, 0.01, _SWIN_SEG + 'upernet_swin_{arch}_patch4_'
-                                   'window7_512x512_160k_ade20k.py')}),
+            'base': (_TSINGHUA.format('bf23564bb64c420aafe1'), 'inline_swin_b.pth')}),
     Family(
-        name='mavit', backbone=MAViT, title='MAViT', paper='mala',
-        reference_channels={'tiny': (64, 128, 256, 512), 'small': (64, 128, 320, 512),
-                            'base': (96, 192, 384, 512), 'large': (96, 192, 448, 640)},
-        paper_backbone_gflops={'tiny': 2.5, 'small': 4.6, 'base': 9.9, 'large': 16.1},
+        name='mavit', backbone=MAViT, title='MAViT',
         checkpoints={a: (_MALA_HUB.format(f'MAViT_{a[0].upper()}.pth'), f'MAViT_{a[0].upper()}.pth')
-                     for a in ('tiny', 'small', 'base', 'large')},
-        # the released detectors trained the stem/downsampling BN with SyncBN (their norm_eval
-        # never took effect, see mmlinattn/core/models/backbones/mavit.py)
-        config_extra={'conv_norm_cfg': "dict(type='SyncBN', requires_grad=True)"},
-        recipes={
-            'mask-rcnn_1x': Recipe('tsbl', 4e-4, 0.05,
-                                   _MALA + 'detect/configs/MALA/maskrcnn_{a}_1x.py'),
-            'mask-rcnn_3x': Recipe('sbl', 4e-4, 0.05,
-                                   _MALA + 'detect/configs/MALA/maskrcnn_{a}_3x.py'),
-            'cascade_3x': Recipe('sbl', 4e-4, 0.05,
-                                 _MALA + 'detect/configs/MALA/casrcnn_{a}_3x.py'),
-            'retinanet_1x': Recipe('tsbl', 4e-4, 1e-4,
-                                   _MALA + 'detect/configs/MALA/retinanet_{a}_1x.py'),
-            'fpn_80k': Recipe('tsbl', 1e-4, 1e-4,
-                              _MALA + 'segmentation/configs/MALA/FPN_{a}_1x.py'),
-            'upernet_160k': Recipe('tsbl', 6e-5, 0.01,
-                                   _MALA + 'segmentation/configs/MALA/Uper_{a}_2x.py')}),
+                     for a in ('tiny', 'small', 'base', 'large')}),
 )
 
 #: family name -> row, in the table's order
@@ -250,6 +176,6 @@ def out_channels(backbone_cfg: dict, families=None) -> List[int]:
     return [channels[i] for i in out_indices]
 
 
-__all__ = ['AUTHORS_CHECKPOINTS', 'AuthorsCheckpoint', 'FAMILIES', 'Family', 'ROWS', 'Recipe',
+__all__ = ['AUTHORS_CHECKPOINTS', 'AuthorsCheckpoint', 'FAMILIES', 'Family', 'ROWS',
            'authors_checkpoints', 'backbone_classes', 'family_of', 'out_channels',
            'register_family']

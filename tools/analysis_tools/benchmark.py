@@ -17,6 +17,7 @@ import json
 import os
 import os.path as osp
 import platform
+import sys
 
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chatter
 
@@ -24,7 +25,9 @@ import torch  # noqa: E402
 
 import mmlinattn  # noqa: E402,F401
 from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
-from mmlinattn.workshop.benchmarking import build_reference, peak_memory, timeit  # noqa: E402
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from tools.workshop.benchmarking import build_reference, peak_memory, timeit  # noqa: E402
 
 
 def build_models(names):

@@ -23,7 +23,7 @@ gradient products), and the peak memory of the step; softmax is left out.
 
 ``--passes`` prints, instead of timing, how many passes over (N x d) memory every linear-time core
 makes in the inference forward and in forward + backward
-(:func:`mmlinattn.workshop.profiling.count_passes` at a small N): the figure that does not depend on
+(:func:`tools.workshop.profiling.count_passes` at a small N): the figure that does not depend on
 the CPU.
 """
 import argparse
@@ -33,14 +33,17 @@ import os
 import os.path as osp
 import platform
 import statistics
+import sys
 
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chatter
 
 import torch  # noqa: E402
 
 from mmlinattn.core.ops import CORES  # noqa: E402
-from mmlinattn.workshop.benchmarking import peak_memory, timeit  # noqa: E402
-from mmlinattn.workshop.profiling import count_passes  # noqa: E402
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from tools.workshop.benchmarking import peak_memory, timeit  # noqa: E402
+from tools.workshop.profiling import count_passes  # noqa: E402
 
 
 def gemm_gflops(n=2048):

@@ -8,7 +8,7 @@
         --families inline_swin --out OUT
 
 For each family whose repository is given, the authors' ImageNet classifier is built from their
-file with their constructor (``mmlinattn.workshop.authors_code``; nothing of theirs is copied into
+file with their constructor (``tools.workshop.authors_code``; nothing of theirs is copied into
 this project) and ours from ``configs/classification/``; the authors' weights are loaded into ours
 through the family's key layout, as a downloaded file would be, and the two models' logits are
 compared before anything is timed (a mismatch stops the run). Both get stochastic depth 0 (the same
@@ -43,14 +43,15 @@ import time
 import torch
 import torch.nn.functional as F
 
-from mmlinattn.workshop.benchmarking import cpu_name, peak_rss_kb
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from tools.workshop.benchmarking import cpu_name, peak_rss_kb
 
 
 class Runner:
     """One model's inference and training step on a fixed batch."""
 
     def __init__(self, model, ours, x, y, device):
-        from mmlinattn.workshop.authors_code import logits
+        from tools.workshop.authors_code import logits
         self.model, self.ours, self.x, self.y = model, ours, x, y
         self.device = device
         self.optim = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
@@ -84,8 +85,8 @@ def timed(fn) -> float:
 
 
 def measure(family, arch, repo, args, device) -> dict:
-    from mmlinattn.workshop.authors_code import build_pair, logits
-    from mmlinattn.workshop.benchmarking import peak_memory
+    from tools.workshop.authors_code import build_pair, logits
+    from tools.workshop.benchmarking import peak_memory
     ours, theirs = build_pair(family, arch, repo, drop_path=0.0, seed=args.seed)
     ours.to(device)
     theirs.to(device)
@@ -118,7 +119,7 @@ def measure(family, arch, repo, args, device) -> dict:
         out[f'train_peak_mb_{k}'] = round(peak[k] / 2 ** 20, 3)
     out['memory_ratio'] = round(peak['ours'] / peak['authors'], 3) if peak['authors'] else None
     if args.profile:
-        from mmlinattn.workshop.profiling import profile_parts
+        from tools.workshop.profiling import profile_parts
         for k, r in run.items():
             out[f'profile_{k}'] = profile_parts(r.model, r.loss, r.optim, cores=k == 'ours')
     return out
@@ -136,7 +137,7 @@ def _fmt(x) -> str:
 
 def rss_one(args, repos) -> int:
     """(in a fresh process) one training step of one model; prints its peak RSS growth in MB."""
-    from mmlinattn.workshop.authors_code import SOURCES, build_pair
+    from tools.workshop.authors_code import SOURCES, build_pair
     family, which = args.rss_one
     ours, theirs = build_pair(family, args.arch, repos[SOURCES[family][0]], 0.0, args.seed)
     g = torch.Generator().manual_seed(args.seed)
@@ -254,7 +255,7 @@ def main(argv=None):
     p.add_argument('--rss-one', nargs=2, metavar=('FAMILY', 'WHICH'), help=argparse.SUPPRESS)
     p.add_argument('--out', help='folder for results.json and results.md')
     args = p.parse_args(argv)
-    from mmlinattn.workshop.authors_code import SOURCES, AuthorsCodeError
+    from tools.workshop.authors_code import SOURCES, AuthorsCodeError
     repos = {'LeapLabTHU/InLine': args.inline_repo, 'qhfan/MALA': args.mala_repo}
     families = args.families or [f for f, (r, _, _) in SOURCES.items() if repos[r]]
     if not families:

@@ -6,7 +6,7 @@
     python tools/analysis_tools/benchmark_hooks.py --allreduce 2   # the vote's collective
 
 For each iteration: one real training step of the config's model on a synthetic batch (forward,
-backward, optimizer step; ``mmlinattn.workshop.benchmarking``), then the hooks mmengine runs after
+backward, optimizer step; ``tools.workshop.benchmarking``), then the hooks mmengine runs after
 it, timed one by one on that step's outputs and the model's parameters:
 
 * ``RuntimeInfoHook`` - mmengine's own (copies every loss term to the host for the log); paid with
@@ -21,6 +21,7 @@ Prints a table with the CPU named; timings are one run.
 """
 import argparse
 import os
+import os.path as osp
 import statistics
 import sys
 import time
@@ -28,7 +29,8 @@ import types
 
 import torch
 
-from mmlinattn.workshop.benchmarking import cpu_name
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from tools.workshop.benchmarking import cpu_name
 
 
 def _step_fn(config, size, batch):
@@ -36,7 +38,7 @@ def _step_fn(config, size, batch):
     from mmengine.config import Config
     from mmengine.optim import build_optim_wrapper
 
-    from mmlinattn.workshop import benchmarking as B
+    from tools.workshop import benchmarking as B
     bench = B.bench_model(config, batch=batch, size=size)
     model = bench.model
     cfg = Config.fromfile(os.path.join(B.ROOT, config))

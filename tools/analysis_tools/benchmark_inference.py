@@ -33,8 +33,9 @@ import time
 
 import torch
 
-from mmlinattn.workshop.benchmarking import swap_backbone
-from mmlinattn.workshop.deploy import Exportable, build_model, example_input, export, ort_session
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from tools.workshop.benchmarking import swap_backbone
+from tools.workshop.deploy import Exportable, build_model, example_input, export, ort_session
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 MODELS = {  # name: (config, reference backbone swapped in or None)

@@ -43,7 +43,7 @@ SyncBN is reverted to BN (one process).
 ``--profile`` runs one warm training step of each model under ``torch.profiler`` instead, and prints
 where its forward and backward time and its saved-for-backward memory go, by part (backbone stages,
 attention module, attention core, RoPE, FFN, norms, neck, heads):
-:mod:`mmlinattn.workshop.profiling`.
+:mod:`tools.workshop.profiling`.
 """
 import argparse
 import json
@@ -52,7 +52,8 @@ import os.path as osp
 import sys
 import time
 
-from mmlinattn.workshop.benchmarking import (
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from tools.workshop.benchmarking import (
     REFERENCES,
     ROOT,
     matrix_configs,
@@ -60,7 +61,7 @@ from mmlinattn.workshop.benchmarking import (
     recipe_name,
     reference_jobs,
 )
-from mmlinattn.workshop.profiling import profile_step, summary_table
+from tools.workshop.profiling import profile_step, summary_table
 
 
 def run_job(config, ref, args, size=None):
@@ -227,7 +228,7 @@ def main(argv=None):
     if not jobs:
         p.error('give config files, --matrix or --references')
     if args.infer_together:
-        from mmlinattn.workshop.benchmarking import infer_together
+        from tools.workshop.benchmarking import infer_together
         rows = []
         for size in (args.size or [None]):
             # --infer-reps' default of 1 means 5 here (the help text says so)

@@ -27,7 +27,9 @@ import time
 
 from mmlinattn.core.models import out_channels
 from mmlinattn.training.apis import load_config, model_registry, read_metrics, run_script
-from mmlinattn.workshop.benchmarking import REFERENCE_BACKBONES, reference_cfg
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from tools.workshop.benchmarking import REFERENCE_BACKBONES, reference_cfg
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
@@ -62,7 +64,7 @@ VARIANTS = {
                                                    drop_path_rate=0.0, out_norm=False,
                                                    init_scheme='mmdet_pvt'),
 }
-# mmdet's own backbones as references (mmlinattn.workshop.benchmarking): name -> (backbone config,
+# mmdet's own backbones as references (tools.workshop.benchmarking): name -> (backbone config,
 # channels of its four maps), trained here without drop path
 _REF_ARGS = dict(out_indices=(0, 1, 2, 3))
 REFERENCES = {

@@ -12,7 +12,7 @@ A config is counted whole (RoI heads included) on one image of the paper's size 
 ADE20K 2048x512) unless --shape H [W] is given (one value: a square, as mmseg's tool reads it), or
 averaged over the first N images of its validation set at their pipeline sizes with --num-images N
 (mmdet's flag; the dataset must be on disk). --cfg-options overrides the config as in every tool.
-The counting rules and the papers' conventions are in mmlinattn.workshop.flops (and
+The counting rules and the papers' conventions are in tools.workshop.flops (and
 docs/benchmarks.md section 3).
 """
 import argparse
@@ -25,7 +25,9 @@ from mmengine.logging import MMLogger
 
 import mmlinattn  # noqa: F401
 from mmlinattn.training.apis import CfgOptionsAction, ConfigError, load_config, preflight
-from mmlinattn.workshop import flops as F
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from tools.workshop import flops as F
 
 
 def _pct(x):
@@ -75,7 +77,7 @@ def main(argv=None):
     p.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction,
                    help='override config settings, key=value')
     p.add_argument('--convention', choices=sorted(F.CONVENTIONS), default='all',
-                   help='what is counted (mmlinattn.workshop.flops.CONVENTIONS); default: all')
+                   help='what is counted (tools.workshop.flops.CONVENTIONS); default: all')
     p.add_argument('--all-backbones', action='store_true')
     p.add_argument('--zoo', action='store_true')
     p.add_argument('--json', metavar='OUT', help='with --zoo: also write the rows as JSON')

@@ -50,6 +50,8 @@ import time
 import traceback
 import zipfile
 
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+
 ROOT = osp.abspath(osp.join(osp.dirname(osp.abspath(__file__)), '..', '..'))
 WHEELS = osp.join(ROOT, 'wheels', 'gpu_check')
 REQUIREMENTS = osp.join(ROOT, 'requirements', 'gpu_check.txt')
@@ -62,7 +64,7 @@ GRAD_TOL = {'fp16': 2e-2, 'bf16': 1e-1}
 #: torch.compile against eager (fp32, TF32 off)
 COMPILE_TOL = 1e-3
 FAMILIES = (('InLinePVT', 'tiny'), ('InLineSwin', 'tiny'), ('MAViT', 'tiny'))
-#: backbone -> (family of mmlinattn.workshop.authors_code, the option naming the authors' clone)
+#: backbone -> (family of tools.workshop.authors_code, the option naming the authors' clone)
 AUTHORS = {'InLinePVT': ('inline_pvt', 'inline_repo'), 'InLineSwin': ('inline_swin', 'inline_repo'),
            'MAViT': ('mavit', 'mala_repo')}
 SIZES = {  # part -> (full size on a GPU, --small)
@@ -492,7 +494,7 @@ def part_core_speed(device, small, log):
 def load_authors(kind, args):
     """The authors' tiny classifier from their clone (their constructor and arguments, stochastic
     depth 0 as ours), or (None, why not)."""
-    from mmlinattn.workshop.authors_code import build_authors
+    from tools.workshop.authors_code import build_authors
     family, repo_opt = AUTHORS[kind]
     repo = getattr(args, repo_opt)
     if not repo:

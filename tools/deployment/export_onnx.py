@@ -57,7 +57,9 @@ import mmlinattn  # noqa: F401  (registers the backbones)
 from mmlinattn.core import settings
 from mmlinattn.core.weights import CheckpointError
 from mmlinattn.training.apis import CfgOptionsAction, ConfigError, load_config
-from mmlinattn.workshop.deploy import (
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from tools.workshop.deploy import (
     DEFAULT_OPSET,
     DEFAULT_RTOL,
     EXPORTERS,

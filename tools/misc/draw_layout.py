@@ -5,11 +5,12 @@
 
 Every ``import`` / ``from ... import`` of every module of ``mmlinattn/`` is read with ``ast`` (those
 inside functions too, relative ones resolved), nothing is imported. The modules are grouped into the
-package's parts: ``core`` (the product), ``training`` and ``workshop`` (the two wings) and ``top``
+package's parts: ``core`` (the product), ``training`` (what runs beside a Runner) and ``top``
 (the package's own ``__init__``, ``version``, ``paths``, ``upstream_fixes``). The text output
 lists each part with its modules and the modules of other parts they import; the last block counts
 the arrows between parts. tests/test_structure.py reads the same graph and asserts the rules: the
-core imports nothing outside itself, training never imports the workshop.
+core imports nothing outside itself, and the package imports no tool (the tools' workshop,
+``tools/workshop``, is outside it).
 """
 import argparse
 import ast
@@ -18,7 +19,7 @@ import os
 import os.path as osp
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-PARTS = ('core', 'training', 'workshop')
+PARTS = ('core', 'training')
 
 
 def module_files(package='mmlinattn', root=ROOT):
@@ -68,7 +69,7 @@ def module_graph(package='mmlinattn', root=ROOT):
 
 
 def part_of(module, package='mmlinattn'):
-    """'core', 'training', 'workshop', or 'top' for the package's own top-level modules."""
+    """'core', 'training', or 'top' for the package's own top-level modules."""
     rest = module[len(package) + 1:].split('.')[0] if module != package else ''
     return rest if rest in PARTS else 'top'
 

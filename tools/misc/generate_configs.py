@@ -15,23 +15,84 @@ import os
 import os.path as osp
 import sys
 import textwrap
+from dataclasses import dataclass
 
 from mmlinattn.core.families import FAMILIES as FAMILY_ROWS
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
+
+@dataclass(frozen=True)
+class Recipe:
+    """A family's cell of one recipe of the config matrix: the archs it is written for (letters),
+    its optimizer's lr and weight decay at the source's total batch, and the source config it
+    follows (``{a}``: arch letter, ``{arch}``: arch name)."""
+    archs: str
+    lr: float
+    weight_decay: float
+    source: str
+
+
+_MALA = 'qhfan/MALA '
+_PVT = 'whai362/PVT '
+_SWIN_DET = 'SwinTransformer/Swin-Transformer-Object-Detection configs/swin/'
+_SWIN_SEG = 'SwinTransformer/Swin-Transformer-Semantic-Segmentation configs/swin/'
+#: Each family's cells of the config matrix: family -> recipe -> Recipe. MALA released its
+#: downstream configs; InLine did not, and its paper trains "with the same setting as the
+#: baseline": PVT's and Swin's official downstream configs (mmdet's for the Swin RetinaNet, which
+#: Swin's repository lacks). Per-cell exceptions (drop path, batch, precision, deviations) follow.
+FAMILY_RECIPES = {
+    'inline_pvt': {
+        'mask-rcnn_1x': Recipe('tsml', 2e-4, 1e-4,
+                               _PVT + 'detection/configs/mask_rcnn_pvt_{a}_fpn_1x_coco.py'),
+        'retinanet_1x': Recipe('tsml', 1e-4, 1e-4,
+                               _PVT + 'detection/configs/retinanet_pvt_{a}_fpn_1x_coco.py'),
+        'fpn_80k': Recipe('tsml', 1e-4, 1e-4, _PVT + 'segmentation/configs/sem_fpn/PVT/'
+                                                     'fpn_pvt_{a}_ade20k_40k.py')},
+    'inline_swin': {
+        'mask-rcnn_1x': Recipe('tsb', 1e-4, 0.05, _SWIN_DET + 'mask_rcnn_swin_tiny_patch4_'
+                               'window7_mstrain_480-800_adamw_1x_coco.py'),
+        'mask-rcnn_3x': Recipe('tsb', 1e-4, 0.05, _SWIN_DET + 'mask_rcnn_swin_{arch}_patch4_'
+                               'window7_mstrain_480-800_adamw_3x_coco.py'),
+        'cascade_3x': Recipe('tsb', 1e-4, 0.05, _SWIN_DET + 'cascade_mask_rcnn_swin_{arch}_'
+                             'patch4_window7_mstrain_480-800_giou_4conv1f_adamw_3x_coco.py'),
+        'retinanet_1x': Recipe('t', 0.01, 1e-4, 'open-mmlab/mmdetection '
+                               'configs/swin/retinanet_swin-t-p4-w7_fpn_1x_coco.py'),
+        'upernet_160k': Recipe('tsb', 6e-5, 0.01, _SWIN_SEG + 'upernet_swin_{arch}_patch4_'
+                               'window7_512x512_160k_ade20k.py')},
+    'mavit': {
+        'mask-rcnn_1x': Recipe('tsbl', 4e-4, 0.05,
+                               _MALA + 'detect/configs/MALA/maskrcnn_{a}_1x.py'),
+        'mask-rcnn_3x': Recipe('sbl', 4e-4, 0.05, _MALA + 'detect/configs/MALA/maskrcnn_{a}_3x.py'),
+        'cascade_3x': Recipe('sbl', 4e-4, 0.05, _MALA + 'detect/configs/MALA/casrcnn_{a}_3x.py'),
+        'retinanet_1x': Recipe('tsbl', 4e-4, 1e-4,
+                               _MALA + 'detect/configs/MALA/retinanet_{a}_1x.py'),
+        'fpn_80k': Recipe('tsbl', 1e-4, 1e-4, _MALA + 'segmentation/configs/MALA/FPN_{a}_1x.py'),
+        'upernet_160k': Recipe('tsbl', 6e-5, 0.01,
+                               _MALA + 'segmentation/configs/MALA/Uper_{a}_2x.py')},
+}
+#: Further backbone keys a family's configs set (name -> Python source). MAViT's released
+#: detectors trained the stem/downsampling BN with SyncBN (their norm_eval never took effect, see
+#: mmlinattn/core/models/backbones/mavit.py).
+FAMILY_EXTRA = {'mavit': {'conv_norm_cfg': "dict(type='SyncBN', requires_grad=True)"}}
+
+
 # ---------------------------------------------------------------------------------------- backbones
-# Everything per family comes from its row of the family table (mmlinattn.core.families): type,
-# config-name prefix, arch names, channels and drop-path rates (from the class's arch table), the
-# authors' ImageNet file under checkpoints/, further backbone keys, and the family's recipes (archs,
-# lr, weight decay, source). This script keeps only the per-cell exceptions below.
-FAMILIES = {name: dict(type=fam.backbone.__name__, prefix=fam.prefix, archs=fam.archs,
+def families():
+    """Everything per family: from its row of the family table (mmlinattn.core.families) the type,
+    config-name prefix, arch names, channels and drop-path rates (from the class's arch table) and
+    the authors' ImageNet file under checkpoints/; from the tables above its recipes and further
+    backbone keys. Read on every call, so that a family registered (and given recipes) after this
+    module was imported is written too."""
+    return {name: dict(type=fam.backbone.__name__, prefix=fam.prefix, archs=fam.archs,
                        channels={a: fam.channels(a) for a in fam.archs},
                        drop_path={a: fam.drop_path(a) for a in fam.archs},
                        ckpt={a: 'checkpoints/' + fam.checkpoints[arch][1]
                              for a, arch in fam.archs.items() if arch in fam.checkpoints},
-                       extra=dict(fam.config_extra), recipes=fam.recipes)
+                       extra=dict(FAMILY_EXTRA.get(name, {})),
+                       recipes=FAMILY_RECIPES.get(name, {}))
             for name, fam in FAMILY_ROWS.items()}
+
 
 # --------------------------------------------------------------- recipes (docs/design.md section 4)
 # recipe -> (config name, bases: model, dataset, schedule). The runtime base is the detection or
@@ -164,9 +225,11 @@ DEVIATIONS = {
         "the literal split)",
 }
 
-# The matrix: which archs of which family for each recipe (the family rows' recipes).
-MATRIX = {recipe: {name: fam['recipes'][recipe].archs for name, fam in FAMILIES.items()
-                   if recipe in fam['recipes']} for recipe in RECIPES}
+def matrix():
+    """The matrix: recipe -> {family: the archs it is written for} (:data:`FAMILY_RECIPES`)."""
+    fams = families()
+    return {recipe: {name: fam['recipes'][recipe].archs for name, fam in fams.items()
+                     if recipe in fam['recipes']} for recipe in RECIPES}
 
 
 def lookup(table, recipe, family, a, default=None):
@@ -177,7 +240,7 @@ def lookup(table, recipe, family, a, default=None):
 
 
 def backbone_lines(family, a, out_indices=(0, 1, 2, 3), recipe=None):
-    fam = FAMILIES[family]
+    fam = families()[family]
     ckpt = fam['ckpt'][a]
     drop_path = DROP_PATH.get((recipe, family), fam['drop_path'])[a]
     lines = ['    backbone=dict(', '        _delete_=True,', f"        type='{fam['type']}',",
@@ -189,7 +252,7 @@ def backbone_lines(family, a, out_indices=(0, 1, 2, 3), recipe=None):
 
 
 def source_of(recipe, family, a):
-    fam = FAMILIES[family]
+    fam = families()[family]
     src = SOURCE_EXCEPTIONS.get((recipe, family, a), fam['recipes'][recipe].source)
     src = src.format(a=a, arch=fam['archs'][a])
     if (recipe, family) in NO_PAPER_SETTING or (recipe, family, a) in NO_PAPER_SETTING:
@@ -198,7 +261,7 @@ def source_of(recipe, family, a):
 
 
 def optimizer_lines(recipe, family, a):
-    cell = FAMILIES[family]['recipes'][recipe]
+    cell = families()[family]['recipes'][recipe]
     lr, wd = cell.lr, cell.weight_decay
     one_per_gpu = ONE_PER_GPU.get((recipe, family, a))
     if one_per_gpu:
@@ -234,7 +297,7 @@ def optimizer_lines(recipe, family, a):
 
 
 def render(recipe, family, a):
-    rec, fam = RECIPES[recipe], FAMILIES[family]
+    rec, fam = RECIPES[recipe], families()[family]
     bb = f"{fam['prefix']}-{a}"
     ch = fam['channels'][a]
     deviation = lookup(DEVIATIONS, recipe, family, a) or 'none'
@@ -279,7 +342,7 @@ def render(recipe, family, a):
 
 
 def all_configs():
-    for recipe, fams in MATRIX.items():
+    for recipe, fams in matrix().items():
         for family, archs in fams.items():
             for a in archs:
                 name, text = render(recipe, family, a)

@@ -63,8 +63,8 @@ CONVENTIONS: Dict[str, Convention] = {
     'inline': Convention(),
     'mala': Convention(softmax_matmuls=False, core_matmuls=False),
 }
-#: the paper each family's numbers come from, by config folder (the family table's ``paper``)
-FAMILY_CONVENTION = {name: fam.paper for name, fam in FAMILIES.items()}
+#: the paper each family's numbers come from, and so how its FLOPs are counted, by config folder
+FAMILY_CONVENTION = {'inline_pvt': 'inline', 'inline_swin': 'inline', 'mavit': 'mala'}
 
 #: the papers' whole-model GFLOPs by config name (InLine Tab. 7 and 9; MALA Tab. 3, 4 and 5)
 PAPER_GFLOPS = {
@@ -79,10 +79,13 @@ PAPER_GFLOPS = {
     **{f'fpn_mavit-{a}_80k_ade20k-512x512': g for a, g in zip('tsbl', (136, 180, 292, 424))},
     **{f'upernet_mavit-{a}_160k_ade20k-512x512': g for a, g in zip('tsbl', (893, 937, 1050, 1182))},
 }
-#: the papers' backbone GFLOPs at 224x224 (InLine Tab. 5, MALA Tab. 2), by (class name, arch),
-#: from the family table
-PAPER_BACKBONE_GFLOPS = {(fam.backbone.__name__, arch): g for fam in FAMILIES.values()
-                         for arch, g in fam.paper_backbone_gflops.items()}
+#: the papers' backbone GFLOPs at 224x224 (InLine Tab. 5, MALA Tab. 2), by (class name, arch)
+PAPER_BACKBONE_GFLOPS = {
+    **{('InLinePVT', a): g for a, g in zip(('tiny', 'small', 'medium', 'large'),
+                                           (2.0, 3.9, 6.9, 10.2))},
+    **{('InLineSwin', a): g for a, g in zip(('tiny', 'small', 'base'), (4.5, 8.7, 15.4))},
+    **{('MAViT', a): g for a, g in zip(('tiny', 'small', 'base', 'large'), (2.5, 4.6, 9.9, 16.1))},
+}
 #: the ops of :attr:`Convention.core_matmuls`
 CORE_MATMULS = ('aten::matmul', 'aten::bmm', 'aten::baddbmm', 'aten::einsum')
 BACKBONES = backbone_classes()
@@ -243,22 +246,25 @@ def dataset_flops(config, num_images: int, convention='all'):
     return params, total // len(shapes), skipped, shapes
 
 
-def zoo_configs(families: Sequence[str] = tuple(FAMILY_CONVENTION)) -> list:
+def zoo_configs(families: Optional[Sequence[str]] = None) -> list:
     """Every config of the zoo folders ``configs/<family>/``, sorted, as paths from the folder that
-    holds ``configs/`` (the checkout, or an installed wheel's ``mmlinattn/.mim``)."""
+    holds ``configs/`` (the checkout, or an installed wheel's ``mmlinattn/.mim``); ``families``:
+    every family of the family table by default."""
     import glob
     import os.path as osp
 
     from mmlinattn.paths import resource_root
     root = resource_root()
-    paths = [p for fam in families for p in glob.glob(osp.join(root, 'configs', fam, '*.py'))]
+    paths = [p for fam in (families or FAMILIES)
+             for p in glob.glob(osp.join(root, 'configs', fam, '*.py'))]
     return sorted(osp.relpath(p, root) for p in paths)
 
 
 def paper_convention(config: str) -> str:
-    """The convention of the paper that reports ``config``'s family (:data:`FAMILY_CONVENTION`)."""
+    """The convention of the paper that reports ``config``'s family (:data:`FAMILY_CONVENTION`;
+    ``'all'`` for a family it does not list)."""
     import os.path as osp
-    return FAMILY_CONVENTION[osp.basename(osp.dirname(osp.abspath(config)))]
+    return FAMILY_CONVENTION.get(osp.basename(osp.dirname(osp.abspath(config))), 'all')
 
 
 def zoo_row(config: str, shape: Optional[Sequence[int]] = None) -> dict:

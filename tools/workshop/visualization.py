@@ -11,7 +11,7 @@
   its trained models). A caption strip above each picture says what is drawn: for a detector the
   detections with score >= ``--score-thr``, "K of M detections", and the scores of those left out.
 
-    python -m mmlinattn.workshop.visualization CONFIG CHECKPOINT --out-dir DIR [--num-images 4]
+    python -m tools.workshop.visualization CONFIG CHECKPOINT --out-dir DIR [--num-images 4]
         [--score-thr 0.3]
 """
 import argparse

@@ -1,7 +1,7 @@
 """Where one training step's time and memory go, by model part: ``benchmark_step.py --profile``.
 
 One warm training step of a whole detector / segmentor
-(:func:`mmlinattn.workshop.benchmarking.bench_model`) runs under ``torch.profiler`` with a named
+(:func:`tools.workshop.benchmarking.bench_model`) runs under ``torch.profiler`` with a named
 range around each part of the model:
 
 * the backbone (``backbone``), its stages (``backbone/s1`` ... ``backbone/s4``; the patch
