@@ -5,6 +5,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# make test's pytest-xdist workers (each file runs whole on one of them, its module fixtures once);
+# 0 runs the suite in one process
+TEST_WORKERS ?= 2
 
 .PHONY: install demo lint test test-quick test-all test-compat bench gpu-check gpu-check-wheels clean-venv
 
@@ -18,10 +21,10 @@ demo: install
 lint: install
 	$(PY) -m ruff check .
 
-# Default suite: everything except tests marked `heavy` (large-arch forwards, long trainings).
-# pytest's exit code 5 ("no tests collected") is turned into a failure.
+# Default suite: everything except tests marked `heavy` (large-arch forwards, long trainings), on
+# TEST_WORKERS processes. pytest's exit code 5 ("no tests collected") is turned into a failure.
 test: install
-	@$(PY) -m pytest -m "not heavy" $(PYTEST_ARGS) tests; rc=$$?; \
+	@$(PY) -m pytest -m "not heavy" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests - failing" >&2; exit 1; fi; \
 	exit $$rc
 

@@ -13,7 +13,9 @@ if _threads:
             f'MMLINATTN_TEST_THREADS={_threads!r}: expected a positive integer (torch threads)')
     THREADS = int(_threads)
 else:
-    THREADS = max(1, min(2, os.cpu_count() or 1))
+    # under pytest-xdist (``make test`` runs a worker per core) the cores are shared out
+    _workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1') or 1)
+    THREADS = max(1, min(2, os.cpu_count() or 1) // max(1, _workers))
 torch.set_num_threads(THREADS)
 # the tools the tests start as subprocesses (train, test, torchrun) read these at start-up; a test
 # that needs another count (the DDP tests: one thread per rank) sets its own
@@ -26,7 +28,8 @@ def pytest_report_header(config):
 
 
 # Free disk where the tests write (pytest's temp dir), read after every test: the summary names
-# the lowest it went, and after which test, so that a CI run that fills the disk says where.
+# the lowest it went, and after which test, so that a CI run that fills the disk says where. Under
+# pytest-xdist each worker reads it and hands its lowest to the controller, which prints the line.
 _disk = {}
 
 
@@ -47,6 +50,20 @@ def pytest_runtest_teardown(item, nextitem):
     free = _free_bytes(item.config)
     if free is not None and ('low' not in _disk or free < _disk['low'][0]):
         _disk['low'] = (free, item.nodeid)
+
+
+def pytest_sessionfinish(session):
+    out = getattr(session.config, 'workeroutput', None)  # an xdist worker's report to the controller
+    if out is not None and 'low' in _disk:
+        out['mmlinattn_disk_low'] = list(_disk['low'])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: keep the lowest free space any worker saw."""
+    low = getattr(node, 'workeroutput', {}).get('mmlinattn_disk_low')
+    if low and ('low' not in _disk or low[0] < _disk['low'][0]):
+        _disk['low'] = tuple(low)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
