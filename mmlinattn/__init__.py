@@ -8,7 +8,9 @@ The package has two parts (docs/design.md, section 5):
   files, the fixes for upstream breakage).
 
 What the tools share (benchmarks, profiling, FLOPs, analysis, ONNX export, demo pictures) is not
-part of the package: it lives beside them, in the checkout's ``tools/workshop``.
+part of the package: it lives beside them, in ``tools/workshop`` (a checkout's, or the one the
+wheel ships under ``mmlinattn/.mim/tools``), imported as ``tools.workshop`` with the folder above
+``tools/`` on ``sys.path``.
 
 ``import mmlinattn`` registers our modules and changes nothing else in the process: the backbones
 ``InLinePVT``, ``InLineSwin`` and ``MAViT`` (and the ImageNet classifier parts) in mmengine's root

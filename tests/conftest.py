@@ -13,9 +13,9 @@ if _threads:
             f'MMLINATTN_TEST_THREADS={_threads!r}: expected a positive integer (torch threads)')
     THREADS = int(_threads)
 else:
-    # under pytest-xdist (``make test`` runs a worker per core) the cores are shared out
-    _workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1') or 1)
-    THREADS = max(1, min(2, os.cpu_count() or 1) // max(1, _workers))
+    # under pytest-xdist (``make test``: TEST_WORKERS workers) the cores are shared out
+    _workers = max(1, int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1') or 1))
+    THREADS = max(1, min(2, (os.cpu_count() or 1) // _workers))
 torch.set_num_threads(THREADS)
 # the tools the tests start as subprocesses (train, test, torchrun) read these at start-up; a test
 # that needs another count (the DDP tests: one thread per rank) sets its own
@@ -24,6 +24,10 @@ for _var in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
 
 
 def pytest_report_header(config):
+    workers = getattr(config.option, 'numprocesses', None) or 0
+    if workers and not _threads:  # the controller: each worker sets its own count
+        per = max(1, min(2, (os.cpu_count() or 1) // workers))
+        return f'torch threads: {per} per xdist worker (MMLINATTN_TEST_THREADS)'
     return f'torch threads: {torch.get_num_threads()} (MMLINATTN_TEST_THREADS)'
 
 
@@ -53,7 +57,8 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_sessionfinish(session):
-    out = getattr(session.config, 'workeroutput', None)  # an xdist worker's report to the controller
+    # an xdist worker's report to the controller
+    out = getattr(session.config, 'workeroutput', None)
     if out is not None and 'low' in _disk:
         out['mmlinattn_disk_low'] = list(_disk['low'])
 
@@ -114,3 +119,30 @@ def _no_visualizer_into_a_removed_dir():
     yield
     for cls, name in _stale_visualizers():
         cls._instance_dict.pop(name, None)
+
+
+def _tree_digest(root):
+    import hashlib
+    h = hashlib.sha256()
+    for base, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(base, name)
+            h.update(os.path.relpath(path, root).encode())
+            with open(path, 'rb') as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope='session')
+def toy_data(tmp_path_factory):
+    """The suite's one toy dataset: ``toy_coco`` (COCO instances) and ``toy_ade`` (ADE20K
+    layout), 4 training and 2 validation images of 48x48 each, made once per session (per xdist
+    worker). Shared and read-only: a test that changes data copies the part it changes into its
+    own ``tmp_path`` first. Any change to the shared files fails the session at its end."""
+    from helpers import make_toy_sets
+    root = make_toy_sets(tmp_path_factory.mktemp('toy_data'), seed=5, size=48, train=4, val=2)
+    before = _tree_digest(root)
+    yield root
+    assert _tree_digest(root) == before, (
+        f'a test wrote into the shared toy dataset {root}: copy it into tmp_path first')

@@ -25,17 +25,10 @@ from mmlinattn.training.resume import latest_intact_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
 
-from helpers import make_toy_sets
-
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
-
-
-@pytest.fixture(scope='module')
-def toy_data(tmp_path_factory):
-    return make_toy_sets(tmp_path_factory.mktemp('bad_input_toy'), seed=5, size=64, train=4, val=2)
 
 
 def _copy(toy_data, tmp_path, sub):
@@ -168,10 +161,12 @@ def test_segmentation_label_out_of_range_in_test_is_not_scored(toy_data, tmp_pat
 def test_label_map_of_another_size_than_its_image(toy_data, tmp_path):
     ade = _copy(toy_data, tmp_path, 'toy_ade')
     victim = sorted((ade / 'annotations/training').iterdir())[2]
-    Image.open(victim).resize((48, 64), Image.NEAREST).save(victim)  # image is 64x64
+    w, h = Image.open(ade / 'images/training' / victim.with_suffix('.jpg').name).size
+    Image.open(victim).resize((w, h + 16), Image.NEAREST).save(victim)
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
                                   *_seg_args(ade)])
-    with pytest.raises(ConfigError, match=rf'{victim.name} is 48x64 but its image .* is 64x64'):
+    with pytest.raises(ConfigError,
+                       match=rf'{victim.name} is {w}x{h + 16} but its image .* is {w}x{h}'):
         train_tool.build_cfg(args)
 
 

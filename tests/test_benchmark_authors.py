@@ -235,5 +235,7 @@ def test_peak_rss_sees_an_allocation_of_known_size():
             'base = peak_rss_kb()\n'
             'buf = torch.ones(200 * 2 ** 20 // 4); buf += 1\n'
             'print(peak_rss_kb() - base)\n')
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+    # from the repository root, where tools.workshop is found (as the tests' pythonpath)
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True,
+                         cwd=osp.dirname(HERE))
     assert float(out.stdout.split()[-1]) >= 0.9 * 200 * 1024

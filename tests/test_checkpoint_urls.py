@@ -22,7 +22,7 @@ from mmlinattn.core.families import AUTHORS_CHECKPOINTS
 from mmlinattn.core.models import InLinePVT, MAViT
 from mmlinattn.core.weights import CheckpointError
 
-from helpers import make_toy_sets, save_authors_file
+from helpers import save_authors_file
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_MAVIT = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -233,11 +233,6 @@ def test_readme_table_is_the_tools_output():
 
 
 # --------------------------------------------------------------------------- tools
-@pytest.fixture(scope='module')
-def toy_data(tmp_path_factory):
-    return make_toy_sets(tmp_path_factory.mktemp('toy'), seed=3, size=64)
-
-
 def _seg_data(root):
     return [f'{k}_dataloader.dataset.data_root={root}/toy_ade' for k in ('train', 'val', 'test')]
 

@@ -1,14 +1,12 @@
 """The edges of a run: a checkpoint without class names in the inferencers and tools/image_demo.py,
-Ctrl-C during training (saves like SIGTERM; a second Ctrl-C stops at once), a work dir that cannot
-be written, and the preemption checkpoint counted in ``max_keep_ckpts``. On data and checkpoints the
+a second Ctrl-C during training (stops at once), a work dir that cannot be written, and the
+preemption checkpoint counted in ``max_keep_ckpts``. On data and checkpoints the
 tests make (the toy sets, freshly built models)."""
 import errno
 import os
 import os.path as osp
 import re
 import signal
-import subprocess
-import sys
 import time
 import warnings
 
@@ -21,7 +19,6 @@ from tools import train as train_tool
 
 from helpers import (
     assert_resumed_from,
-    make_toy_sets,
     read_last_checkpoint,
     resume_capture,
     signal_after_iter,
@@ -32,11 +29,6 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 ADE_CFG = osp.join(ROOT, 'configs/mavit/fpn_mavit-t_80k_ade20k-512x512.py')
 DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
-
-
-@pytest.fixture(scope='module')
-def toy_data(tmp_path_factory):
-    return make_toy_sets(tmp_path_factory.mktemp('edges'), seed=5, size=48, train=4, val=2)
 
 
 def _iter_files(work):
@@ -149,37 +141,8 @@ def test_det_inferencer_classes_from_the_config_when_the_checkpoint_has_none(tmp
     assert len(said) == 1 and '3 classes' in said[0] and str(ckpt) in said[0], said
 
 
-# ------------------------------------------------------------------ 2. Ctrl-C during training
-# about 12 s (idle 2-core CPU): a real training process, interrupted as a terminal does
-def test_ctrl_c_saves_the_finished_iteration_and_exits(toy_data, tmp_path):
-    work = tmp_path / 'work'
-    cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
-           '--cfg-options', *toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=1000'),
-           'train_cfg.max_iters=200']
-    # a session of its own: Ctrl-C in a terminal signals the whole foreground process group
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'),
-                            start_new_session=True)
-    lines, deadline = [], time.time() + 240
-    for line in proc.stdout:
-        lines.append(line)
-        if 'Iter(train) [  1/200]' in line or time.time() > deadline:
-            os.killpg(proc.pid, signal.SIGINT)
-            break
-    lines += proc.stdout.readlines()
-    rc = proc.wait(timeout=120)
-    out = ''.join(lines)
-    # the shell's code for a program stopped by Ctrl-C
-    assert rc == 128 + signal.SIGINT, out[-3000:]
-    assert 'Traceback' not in out and 'KeyboardInterrupt' not in out, out[-3000:]
-    n = max(int(m) for m in re.findall(r'Iter\(train\) \[\s*(\d+)/200\]', out))
-    assert n < 200 and f'received: finished iteration {n}' in out, out[-2000:]
-    assert 'press Ctrl-C again' in out
-    saved = work / f'iter_{n}.pth'
-    assert read_last_checkpoint(work) == str(saved)
-    assert torch.load(saved, map_location='cpu', weights_only=True)['meta']['iter'] == n
-
-
+# ------------------------------------------------------------------ 2. a second Ctrl-C
+# (a first Ctrl-C during training, and the resume after it: test_stop_and_resume.py)
 def test_second_ctrl_c_stops_at_once(capfd):
     """Real SIGINTs to this process: the first sets the stop and says so; the second, while the stop
     is pending, raises KeyboardInterrupt at once; Python's own handler is back afterwards."""

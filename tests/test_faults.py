@@ -13,16 +13,11 @@ from tools import test as test_tool
 from tools import train as train_tool
 from tools.misc import make_toy_datasets as toy
 
-from helpers import assert_resumed_from, make_toy_sets, resume_capture
+from helpers import assert_resumed_from, resume_capture
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
-
-
-@pytest.fixture(scope='module')
-def toy_data(tmp_path_factory):
-    return make_toy_sets(tmp_path_factory.mktemp('toy'), seed=3, size=64)
 
 
 def _det_overrides(root):

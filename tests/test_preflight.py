@@ -18,17 +18,12 @@ import torch
 
 from mmlinattn.training.apis import ConfigError, load_config, model_registry, preflight
 
-from helpers import authors_state, make_toy_sets, save_authors_file
+from helpers import authors_state, save_authors_file
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
-
-
-@pytest.fixture(scope='module')
-def toy_data(tmp_path_factory):
-    return make_toy_sets(tmp_path_factory.mktemp('preflight_toy'), seed=3, size=64, train=2, val=2)
 
 
 def _cfg(path, root, **per_loader):

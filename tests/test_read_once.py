@@ -20,7 +20,6 @@ from tools import train as train_tool
 
 from helpers import (
     assert_resumed_from,
-    make_toy_sets,
     read_last_checkpoint,
     resume_capture,
     save_authors_file,
@@ -29,11 +28,6 @@ from helpers import (
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
-
-
-@pytest.fixture(scope='module')
-def toy_data(tmp_path_factory):
-    return make_toy_sets(tmp_path_factory.mktemp('read_once'), seed=6, size=48, train=4, val=2)
 
 
 class Reads:

@@ -71,6 +71,9 @@ def test_the_wheel_carries_configs_tools_and_the_model_index(installed):
                      for f in fs if f.endswith(('.py', '.yml', '.md')))
     assert carried == checkout_configs()
     assert (mim / 'tools' / 'train.py').is_file() and (mim / 'tools' / 'test.py').is_file()
+    # the tools' workshop, a regular package under a regular tools package
+    assert (mim / 'tools' / '__init__.py').is_file()
+    assert (mim / 'tools' / 'workshop' / '__init__.py').is_file()
 
 
 def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(installed):

@@ -9,8 +9,8 @@ package's parts: ``core`` (the product), ``training`` (what runs beside a Runner
 (the package's own ``__init__``, ``version``, ``paths``, ``upstream_fixes``). The text output
 lists each part with its modules and the modules of other parts they import; the last block counts
 the arrows between parts. tests/test_structure.py reads the same graph and asserts the rules: the
-core imports nothing outside itself, and the package imports no tool (the tools' workshop,
-``tools/workshop``, is outside it).
+core imports nothing outside itself; it also reads every file of the package for imports of the
+tools (the tools' workshop, ``tools/workshop``, is outside the package) and finds none.
 """
 import argparse
 import ast

@@ -97,7 +97,7 @@ def families():
 # --------------------------------------------------------------- recipes (docs/design.md section 4)
 # recipe -> (config name, bases: model, dataset, schedule). The runtime base is the detection or
 # the segmentation one. Which families have a recipe, for which archs, with which lr / weight decay
-# (at the source's total batch) and after which source: the family table's rows.
+# (at the source's total batch) and after which source: FAMILY_RECIPES.
 _RECIPES = {
     'mask-rcnn_1x': ('mask-rcnn_{bb}_fpn_1x_coco', 'mask-rcnn_fpn', 'coco_instance', 'schedule_1x'),
     'mask-rcnn_3x': ('mask-rcnn_{bb}_fpn_ms-3x_coco', 'mask-rcnn_fpn', 'coco_instance_ms-3x',
@@ -121,7 +121,7 @@ BASE_SWAPS = {
 }
 
 # ------------------------------------------------------------------------------- provenance
-# Where each cell's recipe comes from: the family row's recipe source, except the cells below
+# Where each cell's recipe comes from: its FAMILY_RECIPES source, except the cells below
 # (recipe, family, arch) -> source.
 SOURCE_EXCEPTIONS = {
     ('mask-rcnn_3x', 'inline_swin', 'b'):

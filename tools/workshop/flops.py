@@ -255,16 +255,23 @@ def zoo_configs(families: Optional[Sequence[str]] = None) -> list:
 
     from mmlinattn.paths import resource_root
     root = resource_root()
-    paths = [p for fam in (families or FAMILIES)
+    paths = [p for fam in (FAMILIES if families is None else families)
              for p in glob.glob(osp.join(root, 'configs', fam, '*.py'))]
     return sorted(osp.relpath(p, root) for p in paths)
 
 
 def paper_convention(config: str) -> str:
-    """The convention of the paper that reports ``config``'s family (:data:`FAMILY_CONVENTION`;
-    ``'all'`` for a family it does not list)."""
+    """The convention of the paper that reports ``config``'s family (:data:`FAMILY_CONVENTION`),
+    the family read from the config's name (``mask-rcnn_mavit-t_...``) as :data:`PAPER_GFLOPS`
+    is, wherever the file lies. Raises ``KeyError`` for a family whose paper the table does not
+    list, rather than comparing under another paper's rules."""
     import os.path as osp
-    return FAMILY_CONVENTION.get(osp.basename(osp.dirname(osp.abspath(config))), 'all')
+    name = osp.splitext(osp.basename(config))[0]
+    fams = [n for n, fam in FAMILIES.items() if f'_{fam.prefix}-' in f'_{name}']
+    if not fams or fams[0] not in FAMILY_CONVENTION:
+        raise KeyError(f'{config}: no paper convention for its family ({fams or "none found"}); '
+                       f'FAMILY_CONVENTION lists {sorted(FAMILY_CONVENTION)}')
+    return FAMILY_CONVENTION[fams[0]]
 
 
 def zoo_row(config: str, shape: Optional[Sequence[int]] = None) -> dict:

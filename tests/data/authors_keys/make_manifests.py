@@ -26,7 +26,8 @@ import sys
 
 # the authors' constructors and arguments, and the file importer, shared with
 # tools/analysis_tools/benchmark_authors.py
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..', '..')))  # for tools.workshop
+# the checkout's root, for tools.workshop
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..', '..')))
 from tools.workshop.authors_code import SOURCES, load_file
 
 HERE = osp.dirname(osp.abspath(__file__))

@@ -304,8 +304,9 @@ class InLineSwin(LinAttnBackbone):
         """The base class's resolution, with ``embed_dims`` as a list of every stage's width (an
         int is stage 1's, doubling per stage)."""
         out = super().resolve_arch(arch)
-        if isinstance(out['embed_dims'], int):
-            out['embed_dims'] = [out['embed_dims'] * 2 ** i for i in range(len(out['depths']))]
+        dims = out['embed_dims']
+        out['embed_dims'] = [dims * 2 ** i for i in range(len(out['depths']))] \
+            if isinstance(dims, int) else [int(c) for c in dims]
         return out
 
     def _stage_modules(self, i):

@@ -1,0 +1,95 @@
+"""A real training process (tools/train.py, the toy Semantic FPN with MAViT-T) stopped each way a
+run stops, then resumed with ``--resume``: the resumed Runner starts at the iteration of the
+checkpoint the stop left, with exactly its weights, optimizer moments and schedule.
+
+- ``ctrl-c``: SIGINT to the process group, as a terminal sends it. The finished iteration is saved,
+  the process exits with the shell's code for Ctrl-C (130) and prints no traceback.
+- ``sigterm``: a scheduler's preemption. The finished iteration is saved and the process exits 75
+  (``EX_TEMPFAIL``: requeue the job with ``--resume``).
+- ``sigkill``: killed without warning (out of memory, a node lost). Nothing is written at the
+  stop; ``--resume`` takes the last interval checkpoint.
+
+Other stops have their own tests, for what is particular to them: a failed checkpoint write
+(test_faults.py), a half-written file (test_bad_input.py), a preemption checkpoint against
+``max_keep_ckpts`` (test_edges.py), a second Ctrl-C (test_edges.py), a non-finite loss
+(test_faults_more.py), DDP (test_distributed.py).
+"""
+import os
+import os.path as osp
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tools import train as train_tool
+
+from helpers import assert_resumed_from, read_last_checkpoint, resume_capture, toy_seg_options
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+MAX_ITERS = 200
+#: how: (signal, the iteration whose log line triggers it, the checkpoint interval, exit code)
+STOPS = {
+    'ctrl-c': (signal.SIGINT, 1, 1000, 128 + signal.SIGINT),
+    'sigterm': (signal.SIGTERM, 1, 1000, 75),
+    # after iteration 3 is logged, the interval checkpoint of iteration 2 is complete on disk
+    'sigkill': (signal.SIGKILL, 3, 2, -signal.SIGKILL),
+}
+
+
+def _logged_iters(out):
+    return [int(m) for m in re.findall(rf'Iter\(train\) \[\s*(\d+)/{MAX_ITERS}\]', out)]
+
+
+@pytest.mark.slow  # 10-25 s per case on the 2-core machine: a training process, then a resume
+@pytest.mark.parametrize('how', list(STOPS))
+def test_a_stopped_run_resumes_where_its_checkpoint_is(how, toy_data, tmp_path):
+    sig, trigger, interval, code = STOPS[how]
+    work = tmp_path / 'work'
+    opts = toy_seg_options(toy_data, f'default_hooks.checkpoint.interval={interval}')
+    cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
+           '--cfg-options', *opts, f'train_cfg.max_iters={MAX_ITERS}']
+    # a session of its own: a terminal's Ctrl-C (and a scheduler's kill) reach the whole group
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'),
+                            start_new_session=True)
+    lines, deadline = [], time.time() + 240
+    for line in proc.stdout:
+        lines.append(line)
+        if f'Iter(train) [{trigger:>3}/{MAX_ITERS}]' in line or time.time() > deadline:
+            os.killpg(proc.pid, sig)
+            break
+    lines += proc.stdout.readlines()
+    rc = proc.wait(timeout=120)
+    out = ''.join(lines)
+    assert rc == code, out[-3000:]
+    n = max(_logged_iters(out))
+    assert trigger <= n < MAX_ITERS, out[-2000:]
+    if how == 'sigkill':
+        n = trigger - 1  # the last interval checkpoint
+    else:
+        assert f'received: finished iteration {n}' in out, out[-2000:]
+        assert 'Traceback' not in out and 'KeyboardInterrupt' not in out, out[-3000:]
+        if how == 'ctrl-c':
+            assert 'press Ctrl-C again' in out
+    saved_path = work / f'iter_{n}.pth'
+    assert read_last_checkpoint(work) == str(saved_path)
+    saved = torch.load(saved_path, map_location='cpu', weights_only=True)
+    assert saved['meta']['iter'] == n
+
+    hook, captured = resume_capture()
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
+                                  *opts, f'train_cfg.max_iters={n + 1}'])
+    cfg = train_tool.build_cfg(args)
+    cfg.experiment_name = f'resumed_after_{how}'
+    from mmengine.runner import Runner
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(hook, priority='LOWEST')
+    runner.train()
+    assert captured['iter'] == n
+    assert_resumed_from(captured, saved)
+    assert runner.iter == n + 1
