@@ -60,7 +60,7 @@ COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_gues
 	tests/test_configs.py::test_toy_config_builds tests/test_configs.py::test_config_builds \
 	tests/test_custom_dataset.py::test_guide_config_trains_and_evaluates \
 	tests/test_faults.py::test_untrusted_checkpoint_runs_no_code tests/test_faults.py::test_not_a_checkpoint \
-	tests/test_faults_more.py::test_sigterm_saves_the_finished_iteration_and_resume_continues_there \
+	tests/test_stop_and_resume.py \
 	tests/test_classification.py tests/test_inference.py::test_inferencer_runs_config \
 	tests/test_ops.py tests/test_core_grads.py tests/test_gpu_check.py tests/test_deploy_jit.py
 test-compat: install
