@@ -124,8 +124,7 @@ def _no_visualizer_into_a_removed_dir():
 def _tree_digest(root):
     import hashlib
     h = hashlib.sha256()
-    for base, dirs, files in sorted(os.walk(root)):
-        dirs.sort()
+    for base, _, files in sorted(os.walk(root)):
         for name in sorted(files):
             path = os.path.join(base, name)
             h.update(os.path.relpath(path, root).encode())
@@ -136,10 +135,11 @@ def _tree_digest(root):
 
 @pytest.fixture(scope='session')
 def toy_data(tmp_path_factory):
-    """The suite's one toy dataset: ``toy_coco`` (COCO instances) and ``toy_ade`` (ADE20K
-    layout), 4 training and 2 validation images of 48x48 each, made once per session (per xdist
-    worker). Shared and read-only: a test that changes data copies the part it changes into its
-    own ``tmp_path`` first. Any change to the shared files fails the session at its end."""
+    """The shared toy dataset: ``toy_coco`` (COCO instances) and ``toy_ade`` (ADE20K
+    layout), 4 training and 2 validation images of 48x48 each (2 iterations per epoch at batch
+    2, which tests of epoch-based runs count on), made once per session (per xdist worker).
+    Shared and read-only: a test that changes data copies the part it changes into its own
+    ``tmp_path`` first. Any change to the shared files fails the session at its end."""
     from helpers import make_toy_sets
     root = make_toy_sets(tmp_path_factory.mktemp('toy_data'), seed=5, size=48, train=4, val=2)
     before = _tree_digest(root)

@@ -115,7 +115,7 @@ def test_disk_full_during_rotation_keeps_the_last_good_checkpoint(toy_data, tmp_
     assert latest_intact_checkpoint(str(work)).endswith('iter_1.pth')
 
 
-# --------------------------------------------------------------------------- 5. a missing _base_
+# --------------------------------------------------------------------------- 3. a missing _base_
 def test_missing_base_file_is_named_with_both_paths(tmp_path, capsys):
     from mmengine.config import Config
 
