@@ -34,7 +34,11 @@ import warnings
 
 import torch
 
-from ..core.weights.allowlist import numpy_global_names, numpy_safe_globals  # noqa: F401
+from ..core.weights.allowlist import (  # noqa: F401
+    default_load_reads,
+    numpy_global_names,
+    numpy_safe_globals,
+)
 
 #: mmengine versions the HistoryBuffer fix was written for: ``low <= version < high``. The tested
 #: ends are 0.10.0 (``make test-compat``) and 0.10.7 (``make test``).
@@ -90,19 +94,7 @@ def _torch_loads_weights_only_by_default() -> bool:
     """Whether ``torch.load`` without ``weights_only`` loads weights-only here (torch >= 2.6 unless
     TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set): found by loading, without the argument, an in-memory
     file that names a global no weights-only loader allows."""
-    import io
-    import pickle
-    import warnings
-    buf = io.BytesIO()
-    torch.save({'probe': _WeightsOnlyProbe()}, buf)
-    buf.seek(0)
-    try:
-        with warnings.catch_warnings():  # torch 2.4 / 2.5 warn that the default will change
-            warnings.simplefilter('ignore', FutureWarning)
-            torch.load(buf)
-    except pickle.UnpicklingError:
-        return True
-    return False
+    return not default_load_reads({'probe': _WeightsOnlyProbe()})
 
 
 class _WeightsOnlyProbe:

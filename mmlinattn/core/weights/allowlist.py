@@ -96,20 +96,15 @@ def numpy_allowed():
         yield
 
 
-def runner_reads_its_checkpoints() -> bool:
-    """Whether ``torch.load`` as mmengine's checkpoint loader calls it (no ``weights_only``) reads
-    what mmengine's Runner writes into a checkpoint: a message hub's ``HistoryBuffer`` holding numpy
-    histories, and a numpy scalar. False on torch >= 2.6 without :mod:`mmlinattn.upstream_fixes`
-    (or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``); found by loading such an in-memory file."""
+def default_load_reads(obj) -> bool:
+    """Whether ``torch.load`` called without ``weights_only`` (as mmengine's checkpoint loader
+    calls it) reads ``obj`` back: saved to an in-memory file and loaded, so the answer is this
+    torch's default and its allow-list as they are now."""
     import io
     import pickle
     import warnings
-
-    from mmengine.logging.history_buffer import HistoryBuffer
-    hub = HistoryBuffer()
-    hub.update(1.0)
     buf = io.BytesIO()
-    torch.save({'message_hub': {'loss': hub}, 'meta': {'lr': np.float64(0.1)}}, buf)
+    torch.save(obj, buf)
     buf.seek(0)
     try:
         with warnings.catch_warnings():  # torch 2.4 / 2.5 warn that the default will change
@@ -118,6 +113,17 @@ def runner_reads_its_checkpoints() -> bool:
     except pickle.UnpicklingError:
         return False
     return True
+
+
+def runner_reads_its_checkpoints() -> bool:
+    """Whether ``torch.load`` as mmengine's checkpoint loader calls it (no ``weights_only``) reads
+    what mmengine's Runner writes into a checkpoint: a message hub's ``HistoryBuffer`` holding numpy
+    histories, and a numpy scalar. False on torch >= 2.6 without :mod:`mmlinattn.upstream_fixes`
+    (or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``)."""
+    from mmengine.logging.history_buffer import HistoryBuffer
+    hub = HistoryBuffer()
+    hub.update(1.0)
+    return default_load_reads({'message_hub': {'loss': hub}, 'meta': {'lr': np.float64(0.1)}})
 
 
 def _building_runner():
