@@ -124,14 +124,23 @@ def matrix_cells():
     return {recipe: list(fams.values()) for recipe, fams in sorted(cells.items())}
 
 
+def family_in_name(name):
+    """(family row, arch letter) of the backbone a config name names (``mask-rcnn_mavit-t_...``:
+    MAViT's row and ``'t'``), or None."""
+    m = BACKBONE_IN_NAME.search(name)
+    if m is None:
+        return None
+    return next(f for f in FAMILIES.values() if f.prefix == m.group(1)), m.group(2)
+
+
 def _smallest_first(name):
     """Sort key: the arch's place in its family's arch table (smallest first), then the name."""
-    m = BACKBONE_IN_NAME.search(name)
-    if m:
-        fam = next(f for f in FAMILIES.values() if f.prefix == m.group(1))
+    found = family_in_name(name)
+    if found:
+        fam, letter = found
         letters = list(fam.archs)
-        if m.group(2) in letters:
-            return (letters.index(m.group(2)), name)
+        if letter in letters:
+            return (letters.index(letter), name)
     return (99, name)
 
 

@@ -266,12 +266,14 @@ def paper_convention(config: str) -> str:
     is, wherever the file lies. Raises ``KeyError`` for a family whose paper the table does not
     list, rather than comparing under another paper's rules."""
     import os.path as osp
-    name = osp.splitext(osp.basename(config))[0]
-    fams = [n for n, fam in FAMILIES.items() if f'_{fam.prefix}-' in f'_{name}']
-    if not fams or fams[0] not in FAMILY_CONVENTION:
-        raise KeyError(f'{config}: no paper convention for its family ({fams or "none found"}); '
+
+    from .benchmarking import family_in_name
+    found = family_in_name(osp.basename(config))
+    family = found[0].name if found else None
+    if family not in FAMILY_CONVENTION:
+        raise KeyError(f'{config}: no paper convention for its family ({family or "none found"}); '
                        f'FAMILY_CONVENTION lists {sorted(FAMILY_CONVENTION)}')
-    return FAMILY_CONVENTION[fams[0]]
+    return FAMILY_CONVENTION[family]
 
 
 def zoo_row(config: str, shape: Optional[Sequence[int]] = None) -> dict:
