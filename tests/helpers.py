@@ -156,6 +156,17 @@ def resume_capture():
     return ResumeCapture(), captured
 
 
+def train_resumed(cfg):
+    """Build mmengine's Runner from ``cfg`` (a ``--resume`` config), register
+    :func:`resume_capture`'s hook and train: ``(runner, captured)``."""
+    from mmengine.runner import Runner
+    hook, captured = resume_capture()
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(hook, priority='LOWEST')
+    runner.train()
+    return runner, captured
+
+
 def assert_resumed_from(captured, saved, optimizer: bool = True):
     """The state :func:`resume_capture` recorded is the checkpoint ``saved`` (as ``torch.load``
     returns it): its iteration and every weight; with ``optimizer``, the Adam(W) step and moments of

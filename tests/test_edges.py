@@ -20,9 +20,9 @@ from tools import train as train_tool
 from helpers import (
     assert_resumed_from,
     read_last_checkpoint,
-    resume_capture,
     signal_after_iter,
     toy_seg_options,
+    train_resumed,
 )
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -270,14 +270,11 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
 
     saved = torch.load(work / 'iter_5.pth', map_location='cpu', weights_only=True)
     assert saved['meta']['iter'] == 5
-    hook, captured = resume_capture()
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
                                   *opts, 'train_cfg.max_iters=8'])
     cfg = train_tool.build_cfg(args)
     cfg.experiment_name = 'edges_resumed'
-    runner = Runner.from_cfg(cfg)
-    runner.register_hook(hook, priority='LOWEST')
-    runner.train()
+    _, captured = train_resumed(cfg)
     assert captured['iter'] == 5
     assert_resumed_from(captured, saved)
     assert _iter_files(work) == ['iter_6.pth', 'iter_8.pth']  # iter_5 rotated out on the way

@@ -13,7 +13,7 @@ from tools import test as test_tool
 from tools import train as train_tool
 from tools.misc import make_toy_datasets as toy
 
-from helpers import assert_resumed_from, resume_capture
+from helpers import assert_resumed_from, train_resumed
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -310,12 +310,9 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
     saved = torch.load(work / 'iter_2.pth', map_location='cpu', weights_only=True)
     assert saved['meta']['iter'] == 2
 
-    hook, captured = resume_capture()
     cfg = cfg_for('resumed', '--resume')
     cfg.train_cfg.max_iters = 4
-    runner = Runner.from_cfg(cfg)
-    runner.register_hook(hook, priority='LOWEST')
-    runner.train()
+    _, captured = train_resumed(cfg)
 
     assert captured['iter'] == 2
     assert_resumed_from(captured, saved)

@@ -28,7 +28,7 @@ import torch
 from mmlinattn.training.resume import latest_intact_checkpoint
 from tools import train as train_tool
 
-from helpers import assert_resumed_from, read_last_checkpoint, resume_capture, toy_seg_options
+from helpers import assert_resumed_from, read_last_checkpoint, toy_seg_options, train_resumed
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -94,15 +94,11 @@ def test_a_stopped_run_resumes_where_its_checkpoint_is(how, toy_data, tmp_path):
                        weights_only=hasattr(torch.serialization, 'add_safe_globals'))
     assert saved['meta']['iter'] == n
 
-    hook, captured = resume_capture()
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
                                   *opts, f'train_cfg.max_iters={n + 1}'])
     cfg = train_tool.build_cfg(args)
     cfg.experiment_name = f'resumed_after_{how}'
-    from mmengine.runner import Runner
-    runner = Runner.from_cfg(cfg)
-    runner.register_hook(hook, priority='LOWEST')
-    runner.train()
+    runner, captured = train_resumed(cfg)
     assert captured['iter'] == n
     assert_resumed_from(captured, saved)
     assert runner.iter == n + 1
