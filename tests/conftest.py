@@ -7,6 +7,13 @@ import torch
 # comparison must hold at any count (the split over threads changes the order of the sums:
 # tests/compare.py), so run the suite both ways: MMLINATTN_TEST_THREADS=1 make test.
 _threads = os.environ.get('MMLINATTN_TEST_THREADS', '').strip()
+
+
+def _default_threads(workers: int) -> int:
+    """2, or fewer cores, shared out among ``workers`` processes."""
+    return max(1, min(2, (os.cpu_count() or 1) // max(1, workers)))
+
+
 if _threads:
     if not _threads.isdigit() or int(_threads) < 1:
         raise pytest.UsageError(
@@ -14,8 +21,7 @@ if _threads:
     THREADS = int(_threads)
 else:
     # under pytest-xdist (``make test``: TEST_WORKERS workers) the cores are shared out
-    _workers = max(1, int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1') or 1))
-    THREADS = max(1, min(2, (os.cpu_count() or 1) // _workers))
+    THREADS = _default_threads(int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1') or 1))
 torch.set_num_threads(THREADS)
 # the tools the tests start as subprocesses (train, test, torchrun) read these at start-up; a test
 # that needs another count (the DDP tests: one thread per rank) sets its own
@@ -26,8 +32,8 @@ for _var in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
 def pytest_report_header(config):
     workers = getattr(config.option, 'numprocesses', None) or 0
     if workers and not _threads:  # the controller: each worker sets its own count
-        per = max(1, min(2, (os.cpu_count() or 1) // workers))
-        return f'torch threads: {per} per xdist worker (MMLINATTN_TEST_THREADS)'
+        return (f'torch threads: {_default_threads(workers)} per xdist worker '
+                '(MMLINATTN_TEST_THREADS)')
     return f'torch threads: {torch.get_num_threads()} (MMLINATTN_TEST_THREADS)'
 
 
