@@ -4,13 +4,14 @@ The package has two parts (docs/design.md, section 5):
 
 * :mod:`mmlinattn.core` - the product: attention math, attention modules, backbones, the authors'
   weights, the family table, registration. It imports nothing else of mmlinattn.
-* :mod:`mmlinattn.training` - training support (pre-flight, runner set-up, hooks, checkpoint
-  files, the fixes for upstream breakage).
+* :mod:`mmlinattn.training` - training support that configs name (hooks, atomic checkpoint
+  files, the CPU DDP wrapper, the fixes for upstream breakage).
 
-What the tools share (benchmarks, profiling, FLOPs, analysis, ONNX export, demo pictures) is not
-part of the package: it lives beside them, in ``tools/workshop`` (a checkout's, or the one the
-wheel ships under ``mmlinattn/.mim/tools``), imported as ``tools.workshop`` with the folder above
-``tools/`` on ``sys.path``.
+What the tools share (the pre-flight and Runner set-up of tools/train.py and tools/test.py,
+benchmarks, profiling, FLOPs, analysis, ONNX export, demo pictures) is not part of the package:
+it lives beside them, in ``tools/workshop`` (a checkout's, or the one the wheel ships under
+``mmlinattn/.mim/tools``), imported as ``tools.workshop`` with the folder above ``tools/`` on
+``sys.path``.
 
 ``import mmlinattn`` registers our modules and changes nothing else in the process: the backbones
 ``InLinePVT``, ``InLineSwin`` and ``MAViT`` (and the ImageNet classifier parts) in mmengine's root

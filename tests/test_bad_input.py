@@ -20,10 +20,10 @@ import torch
 from PIL import Image
 
 from mmlinattn.core.weights import CheckpointError, check_model_checkpoint
-from mmlinattn.training.apis import ConfigError, check_coco_annotations
-from mmlinattn.training.resume import latest_intact_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
+from tools.workshop.apis import ConfigError, check_coco_annotations
+from tools.workshop.apis.resume import latest_intact_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -50,7 +50,7 @@ def _det_args(root):
 # -------------------- whole-model checkpoints
 def _save_model_checkpoint(cfg_path, path):
     """A checkpoint as mmengine's Runner writes it, of the model the config builds."""
-    from mmlinattn.training.apis import load_config, model_registry
+    from tools.workshop.apis import load_config, model_registry
     cfg = load_config(cfg_path)
     model = model_registry(cfg).build(cfg.model)
     torch.save({'meta': {'epoch': 1, 'iter': 2}, 'state_dict': model.state_dict()}, path)
@@ -272,7 +272,7 @@ def test_cfg_option_typo_that_the_class_rejects_stops_before_work():
     config check, with the did-you-mean, instead of a TypeError once the runner builds it (the loop
     before training; the checkpoint hook's extra keys only at the first save, inside
     Runner.save_checkpoint)."""
-    from mmlinattn.training.apis import load_config
+    from tools.workshop.apis import load_config
     with pytest.raises(ConfigError, match=r'train_cfg\.max_itres: train_cfg builds '
                        r'IterBasedTrainLoop, '
                                           r'which takes no .max_itres.; '
@@ -298,7 +298,7 @@ def test_cfg_option_typo_that_the_class_rejects_stops_before_work():
 def test_cfg_option_typo_elsewhere_gets_a_suggestion():
     """Where the target takes ``**kwargs`` (mmdet's datasets), a key close to one the config has
     is added with a did-you-mean warning."""
-    from mmlinattn.training.apis import load_config
+    from tools.workshop.apis import load_config
     with pytest.warns(UserWarning, match=r'train_dataloader\.dataset\.filter_cfgg.*did you mean '
                                          r'train_dataloader\.dataset\.filter_cfg\?'):
         load_config(DET_CFG, {'train_dataloader.dataset.filter_cfgg': {}})

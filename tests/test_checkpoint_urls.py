@@ -240,8 +240,8 @@ def _seg_data(root):
 def test_test_tool_takes_a_url(served, tmp_path, toy_data, capsys):
     from mmengine.config import Config
 
-    from mmlinattn.training.apis.config import model_registry
     from tools import test as test_tool
+    from tools.workshop.apis.config import model_registry
     server, root = served
     cfg = Config.fromfile(SEG_MAVIT)
     cfg.model.backbone.init_cfg = None

@@ -10,7 +10,7 @@ import os.path as osp
 import pytest
 import torch
 
-from mmlinattn.training.apis import load_config
+from tools.workshop.apis import load_config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -37,8 +37,8 @@ def test_a_backbone_that_does_not_build_on_meta_says_so_once(monkeypatch, capsys
     """Both model checks of the pre-flight (channels, checkpoint fit) share the one build, so the
     reason is given once; neither check runs, neither fails."""
     from mmlinattn.core.models.backbones import MAViT
-    from mmlinattn.training.apis.preflight import MetaBackbone, check_model_channels
-    from mmlinattn.training.apis.preflight.checkpoints import prepare_checkpoints
+    from tools.workshop.apis.preflight import MetaBackbone, check_model_channels
+    from tools.workshop.apis.preflight.checkpoints import prepare_checkpoints
     cfg = load_config(SEG_CFG)
     cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint='/nonexistent/mavit_t.pth')
     logger = fresh_logger('meta')
@@ -57,8 +57,8 @@ def test_a_backbone_that_does_not_build_on_meta_says_so_once(monkeypatch, capsys
 def test_a_bug_in_our_backbone_reaches_the_caller_of_the_preflight(monkeypatch):
     """Was swallowed (the check returned as if it had passed)."""
     from mmlinattn.core.models.backbones import MAViT
-    from mmlinattn.training.apis.preflight import check_model_channels
-    from mmlinattn.training.apis.preflight.checkpoints import prepare_checkpoints
+    from tools.workshop.apis.preflight import check_model_channels
+    from tools.workshop.apis.preflight.checkpoints import prepare_checkpoints
     cfg = load_config(SEG_CFG)
     monkeypatch.setattr(MAViT, '__init__', _raising(TypeError('a bug of ours')))
     with pytest.raises(TypeError, match='a bug of ours'):
@@ -70,7 +70,7 @@ def test_a_bug_in_our_backbone_reaches_the_caller_of_the_preflight(monkeypatch):
 
 # --------------------------------------------------------------------------- dataset classes
 def test_a_dataset_type_that_cannot_be_resolved_says_so(capsys):
-    from mmlinattn.training.apis import dataset_views
+    from tools.workshop.apis import dataset_views
     cfg = load_config(SEG_CFG)
     cfg.train_dataloader.dataset.type = 'NoSuchSegDataset'
     fresh_logger('dataset-type')
@@ -92,7 +92,7 @@ def test_a_dataset_type_that_cannot_be_resolved_says_so(capsys):
 def test_a_failing_dataset_lookup_is_no_longer_swallowed(monkeypatch):
     from mmseg.registry import DATASETS
 
-    from mmlinattn.training.apis import dataset_views
+    from tools.workshop.apis import dataset_views
     cfg = load_config(SEG_CFG)
     monkeypatch.setattr(DATASETS, 'get', _raising(TypeError('a bug in the lookup')))
     with pytest.raises(TypeError, match='a bug in the lookup'):
@@ -104,7 +104,7 @@ def test_a_segmentation_set_that_does_not_list_says_its_labels_are_not_checked(m
                                                                                caplog):
     from mmseg.datasets import BaseSegDataset
 
-    from mmlinattn.training.apis import check_seg_annotations, dataset_views
+    from tools.workshop.apis import check_seg_annotations, dataset_views
     cfg = load_config(SEG_CFG)
     view = dataset_views(cfg, ('train_dataloader',))[0]
     logger = logging.getLogger('mmlinattn.test.seg')
@@ -126,7 +126,7 @@ def test_a_segmentation_set_that_does_not_list_says_its_labels_are_not_checked(m
 def test_a_cfg_option_whose_type_cannot_be_looked_up_says_so(monkeypatch, capsys):
     from mmseg.registry import MODELS
 
-    from mmlinattn.training.apis import check_cfg_options
+    from tools.workshop.apis import check_cfg_options
     cfg = load_config(SEG_CFG)
     fresh_logger('cfg-options')
     monkeypatch.setattr(MODELS, 'get', _raising(ImportError('cannot import name ops from mmcv')))

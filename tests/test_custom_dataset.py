@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from mmlinattn.training.apis import (
+from tools import train as train_tool
+from tools.workshop.apis import (
     ConfigError,
     check_num_classes,
     load_config,
     read_metrics,
     run_script,
 )
-from tools import train as train_tool
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CUSTOM = osp.join(ROOT, 'configs', 'custom')

@@ -23,7 +23,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmlinattn.training.apis import read_metrics
+from tools.workshop.apis import read_metrics
 
 import compare
 from helpers import make_toy_sets

@@ -209,8 +209,8 @@ def test_work_dir_on_a_read_only_or_forbidden_folder(tmp_path, monkeypatch, code
     """A read-only file system / no permission (as root neither stops a write here, so the folder
     creation the check tries is made to fail with that errno): the message names the work dir, the
     folder tried and the reason."""
-    from mmlinattn.training.apis import ConfigError
-    from mmlinattn.training.apis.runs import check_work_dir
+    from tools.workshop.apis import ConfigError
+    from tools.workshop.apis.runs import check_work_dir
     work = tmp_path / 'new' / 'work'
 
     def mkdir(path, mode=0o777):
@@ -224,8 +224,8 @@ def test_work_dir_on_a_read_only_or_forbidden_folder(tmp_path, monkeypatch, code
 
 @pytest.mark.skipif(os.geteuid() == 0, reason='root writes into a chmod 0o500 folder')
 def test_work_dir_in_a_folder_without_write_permission(tmp_path):
-    from mmlinattn.training.apis import ConfigError
-    from mmlinattn.training.apis.runs import check_work_dir
+    from tools.workshop.apis import ConfigError
+    from tools.workshop.apis.runs import check_work_dir
     locked = tmp_path / 'locked'
     locked.mkdir()
     locked.chmod(0o500)
@@ -237,7 +237,7 @@ def test_work_dir_in_a_folder_without_write_permission(tmp_path):
 
 
 def test_writable_work_dir_passes_and_leaves_nothing(tmp_path):
-    from mmlinattn.training.apis.runs import check_work_dir
+    from tools.workshop.apis.runs import check_work_dir
     check_work_dir(str(tmp_path / 'a' / 'b'))
     check_work_dir(str(tmp_path))
     assert os.listdir(tmp_path) == []
@@ -319,7 +319,7 @@ def test_second_run_in_one_process_gets_its_own_visualizer(toy_data, tmp_path):
     """mmengine hands back an existing visualizer when its name (``visualizer``) is taken, so a
     second run in the same process wrote its scalars and drawings into the first run's folder. Each
     Runner we build now has its own, saving under its own work dir."""
-    from mmlinattn.training.apis import build_runner
+    from tools.workshop.apis import build_runner
     dirs = []
     for name in ('first', 'second'):
         work = tmp_path / name

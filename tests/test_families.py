@@ -153,7 +153,7 @@ FOURTH_FAMILY = textwrap.dedent('''
     import torch
     from mmengine.config import Config
     from mmlinattn.core.registry import model_registry
-    from mmlinattn.training.apis.preflight import check_model_channels
+    from tools.workshop.apis.preflight import check_model_channels
     built = {}
     for rel, text in configs:
         path = osp.join(work, rel)

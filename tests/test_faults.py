@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from mmlinattn.core.weights import CheckpointError, read_checkpoint
-from mmlinattn.training.apis import ConfigError, ToolFailed, check_coco_annotations, run_script
 from tools import test as test_tool
 from tools import train as train_tool
 from tools.misc import make_toy_datasets as toy
+from tools.workshop.apis import ConfigError, ToolFailed, check_coco_annotations, run_script
 
 from helpers import assert_resumed_from, train_resumed
 
@@ -137,14 +137,14 @@ def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
     ds_cfg = cfg.train_dataloader.dataset
     ds_cfg.data_root = str(root) + '/'
     ds = DATASETS.build(ds_cfg)
-    from mmlinattn.training.datafaults import name_unreadable_files_in
+    from tools.workshop.apis.datafaults import name_unreadable_files_in
     name_unreadable_files_in(ds)  # what the runner of our tools does to its datasets
     idx = next(i for i in range(len(ds))
                if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
     # mmcv's LoadImageFromFile raises FileNotFoundError for a missing file and "failed to load
     # image" otherwise; our tools' datasets turn both into one message with the dataset key and
     # the reason
-    from mmlinattn.training.datafaults import DataFileError
+    from tools.workshop.apis.datafaults import DataFileError
     with pytest.raises(DataFileError, match=r'train_dataloader\.dataset \(CocoDataset, sample '
                        r'\d+\): '
                                             r'cannot read the image .*train_00000\.jpg: '

@@ -53,7 +53,7 @@ class Reads:
 
 def _seg_model_checkpoint(path):
     """A checkpoint of the toy config's model, as the Runner writes one (weights + dataset meta)."""
-    from mmlinattn.training.apis import load_config, model_registry
+    from tools.workshop.apis import load_config, model_registry
     cfg = load_config(SEG_CFG)
     torch.manual_seed(0)
     model = model_registry(cfg).build(cfg.model)
@@ -143,7 +143,7 @@ def test_contents_move_to_the_resume_device_as_torch_load_would(tmp_path):
     """mmengine's resume asks for its device (``map_location='cuda'`` on a GPU): the contents read
     on the CPU are moved there, storage shared as torch.load shares it ('meta' here, the device
     every machine has); a map_location that depends on the saved location is left to a new read."""
-    from mmlinattn.training.apis.runner import on_device
+    from tools.workshop.apis.runner import on_device
     w = torch.arange(6.).reshape(2, 3)
     obj = {'state_dict': {'w': w, 'row': w[1], 'p': torch.nn.Parameter(torch.ones(2))},
            'optimizer': {'state': {0: {'step': torch.tensor(3.)}}}, 'meta': {'iter': 3}}

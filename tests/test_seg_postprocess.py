@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmlinattn.training import seg_postprocess as sp
+from tools.workshop.apis import seg_postprocess as sp
 
 import compare
 

@@ -21,7 +21,7 @@ SEG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
     """(toy data root, checkpoint of the toy MAViT-T Semantic FPN as its config defines it)."""
-    from mmlinattn.training.apis.config import model_registry
+    from tools.workshop.apis.config import model_registry
     root = tmp_path_factory.mktemp('trained_as')
     make_toy_sets(root, seed=4, size=64, train=2, val=2)
     cfg = Config.fromfile(SEG)

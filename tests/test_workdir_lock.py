@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mmlinattn.training.apis.workdir_lock import LOCK_NAME, WorkDirBusy, lock_work_dir
+from tools.workshop.apis.workdir_lock import LOCK_NAME, WorkDirBusy, lock_work_dir
 
 from helpers import make_toy_sets, toy_seg_options
 
@@ -206,7 +206,7 @@ def test_an_empty_last_checkpoint_is_named_with_the_file_resumed(tmp_path):
 
     import torch
 
-    from mmlinattn.training.resume import latest_intact_contents
+    from tools.workshop.apis.resume import latest_intact_contents
     work = tmp_path / 'w'
     work.mkdir()
     torch.save({'state_dict': {'w': torch.zeros(1)}, 'meta': {'epoch': 1}}, work / 'epoch_1.pth')

@@ -39,7 +39,9 @@ import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
 from mmlinattn.core.weights import CheckpointError, local_checkpoint
 from mmlinattn.core.weights.reading import read_contents
-from mmlinattn.training.apis import (
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))  # for tools.workshop
+from tools.workshop.apis import (
     ConfigError,
     add_common_args,
     build_runner,
@@ -49,9 +51,9 @@ from mmlinattn.training.apis import (
     preflight,
     tool_error,
 )
-from mmlinattn.training.apis.runner import check_finite_checkpoint
-from mmlinattn.training.apis.runs import check_work_dir
-from mmlinattn.training.datafaults import DataFileError
+from tools.workshop.apis.datafaults import DataFileError
+from tools.workshop.apis.runner import check_finite_checkpoint
+from tools.workshop.apis.runs import check_work_dir
 
 
 def parse_args(argv=None):
@@ -118,7 +120,7 @@ def build_cfg(args):
 def prepare(args):
     """``(cfg, contents)``: the run's config, checked, and the checkpoint read once
     (:class:`~mmlinattn.core.weights.reading.CheckpointContents`), for the fit check and the
-    Runner's load (:func:`~mmlinattn.training.apis.build_runner`)."""
+    Runner's load (:func:`~tools.workshop.apis.build_runner`)."""
     cfg = config_from_args(args)
     if args.tta:
         check_tta(cfg, args.config)

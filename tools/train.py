@@ -15,7 +15,10 @@ import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
 from mmlinattn.core.weights import CheckpointError
 from mmlinattn.core.weights.reading import read_contents
-from mmlinattn.training.apis import (
+from mmlinattn.training.hooks import CheckpointWriteError, TrainingStopped
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))  # for tools.workshop
+from tools.workshop.apis import (
     ConfigError,
     add_common_args,
     build_runner,
@@ -26,14 +29,13 @@ from mmlinattn.training.apis import (
     preflight,
     tool_error,
 )
-from mmlinattn.training.apis.preflight.checkpoints import prepare_checkpoints
-from mmlinattn.training.apis.preflight.compile import check_compile
-from mmlinattn.training.apis.runner import add_training_hooks
-from mmlinattn.training.apis.runs import check_work_dir
-from mmlinattn.training.apis.workdir_lock import lock_work_dir
-from mmlinattn.training.datafaults import DataFileError
-from mmlinattn.training.hooks import CheckpointWriteError, TrainingStopped
-from mmlinattn.training.resume import latest_intact_contents
+from tools.workshop.apis.datafaults import DataFileError
+from tools.workshop.apis.preflight.checkpoints import prepare_checkpoints
+from tools.workshop.apis.preflight.compile import check_compile
+from tools.workshop.apis.resume import latest_intact_contents
+from tools.workshop.apis.runner import add_training_hooks
+from tools.workshop.apis.runs import check_work_dir
+from tools.workshop.apis.workdir_lock import lock_work_dir
 
 
 def parse_args(argv=None):
@@ -86,7 +88,7 @@ def _build_cfg(args):
         cfg.auto_scale_lr.enable = True
     check_compile(cfg)  # one line where the inputs change size (inductor fails at the second)
     # the config, every loader's paths, the files' contents, the model
-    # (mmlinattn.training.apis.preflight)
+    # (tools.workshop.apis.preflight)
     checked = preflight(cfg, ('train_dataloader',) if args.no_validate else
                         ('train_dataloader', 'val_dataloader'))
     if args.resume not in (None, 'auto'):  # --resume auto read the file it chose
@@ -170,7 +172,7 @@ def _main(argv=None):
     return 0
 
 
-#: this process's work-dir run lock (mmlinattn.training.apis.workdir_lock), released when main
+#: this process's work-dir run lock (tools.workshop.apis.workdir_lock), released when main
 #: returns
 _LOCK = None
 
@@ -186,7 +188,7 @@ def prepare(args):
     """``(cfg, contents)``: the run's config, checked, and the checkpoint the Runner will load
     (``load_from`` or the ``--resume`` file) read once
     (:class:`~mmlinattn.core.weights.reading.CheckpointContents`, None without one), for the fit
-    check and the Runner's own load (:func:`~mmlinattn.training.apis.build_runner`). The work dir's
+    check and the Runner's own load (:func:`~tools.workshop.apis.build_runner`). The work dir's
     run lock is taken on the way, and given back if the config fails its checks (nothing of this
     run is left in the work dir)."""
     try:

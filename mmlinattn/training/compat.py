@@ -28,7 +28,7 @@ The behaviours that are ours are registered classes that configs name, not fixes
 save),
 :class:`~mmlinattn.training.hooks.NonFiniteLossHook`,
 :class:`~mmlinattn.training.hooks.PreemptionHook`; naming an unreadable data file is an extra of our
-tools (:mod:`mmlinattn.training.datafaults`).
+tools (``tools/workshop/apis/datafaults.py``).
 """
 import warnings
 

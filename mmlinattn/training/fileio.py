@@ -1,6 +1,6 @@
 """Writing files safely and reading a work dir's ``last_checkpoint``: the lowest layer of the
 training side's checkpoint code (:mod:`mmlinattn.training.safe_checkpoint`,
-:mod:`mmlinattn.training.hooks`, :mod:`mmlinattn.training.resume`, and
+:mod:`mmlinattn.training.hooks`, and the tools: ``tools/workshop/apis/resume.py``,
 ``tools/misc/download_checkpoints.py``), importing nothing of mmlinattn."""
 import io
 import os

@@ -83,7 +83,7 @@ def parse_hw(s: str):
 
 
 def build(name: str, part: str) -> Exportable:
-    from mmlinattn.training.apis import load_config
+    from tools.workshop.apis import load_config
     config, ref = MODELS[name]
     cfg = load_config(osp.join(ROOT, config))
     if ref:

@@ -66,7 +66,7 @@ from tools.workshop.profiling import profile_step, summary_table
 
 def run_job(config, ref, args, size=None):
     """One config at one size in a fresh process (clean peak memory); returns its result dict."""
-    from mmlinattn.training.apis import run_script
+    from tools.workshop.apis import run_script
     cmd = ['--one', config, '--device', args.device, '--warmup', str(args.warmup)]
     if ref:
         cmd += ['--reference', ref]

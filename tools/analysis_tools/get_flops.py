@@ -24,10 +24,10 @@ import sys
 from mmengine.logging import MMLogger
 
 import mmlinattn  # noqa: F401
-from mmlinattn.training.apis import CfgOptionsAction, ConfigError, load_config, preflight
 
 sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
 from tools.workshop import flops as F
+from tools.workshop.apis import CfgOptionsAction, ConfigError, load_config, preflight
 
 
 def _pct(x):

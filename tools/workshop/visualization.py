@@ -43,7 +43,7 @@ def load_config(config: Union[str, Config]) -> Config:
     """A private copy of the config (the inferencers edit the one they are given)."""
     if isinstance(config, Config):
         return copy.deepcopy(config)
-    from mmlinattn.training.apis.config import read_config_file
+    from tools.workshop.apis.config import read_config_file
     return read_config_file(config)
 
 
@@ -125,9 +125,9 @@ def build_inferencer(config: Union[str, Config], checkpoint: str = None, device:
         warnings.simplefilter('always')
         inferencer = getattr(importlib.import_module(module), name)(
             model=cfg, weights=checkpoint, device=device)
-    # large images: no full-resolution logits (mmlinattn.training.seg_postprocess)
+    # large images: no full-resolution logits (tools.workshop.apis.seg_postprocess)
     if scope == 'mmseg':
-        from mmlinattn.training.seg_postprocess import lean_postprocess
+        from tools.workshop.apis.seg_postprocess import lean_postprocess
         lean_postprocess(inferencer.model)
     fell_back = [w for w in caught if str(w.message).startswith(_DEFAULT_CLASSES_WARNINGS)]
     meta = config_dataset_meta(cfg, scope) if fell_back else None

@@ -9,8 +9,8 @@ URLs, fitting a state dict to a backbone with an exact report, and the families'
 * :mod:`.layouts` - :class:`AuthorsLayout`.
 
 Part of the core: imports nothing of mmlinattn outside :mod:`mmlinattn.core`. Writing checkpoints
-(atomically) and the ``--resume`` search belong to training: :mod:`mmlinattn.training.fileio`,
-:mod:`mmlinattn.training.resume`.
+(atomically) belongs to training (:mod:`mmlinattn.training.fileio`); the ``--resume`` search to our
+tools (``tools/workshop/apis/resume.py``).
 """
 from .errors import CheckpointError
 from .fitting import check_model_checkpoint, fit_backbone_checkpoint, fit_state_dict

@@ -141,7 +141,7 @@ def _building_runner():
 
 
 #: >0 while a Runner is built by a set-up that loads Runner checkpoints itself (our tools':
-#: mmlinattn.training.apis.runner), where :func:`check_runner_can_load` has nothing to say
+#: tools/workshop/apis/runner.py), where :func:`check_runner_can_load` has nothing to say
 _OWN_LOADER = [0]
 
 

@@ -83,7 +83,7 @@ def fit_backbone_checkpoint(backbone: torch.nn.Module, checkpoint: str, *, obj=N
     """The one path from a backbone checkpoint to one of our backbones, shared by
     ``LinAttnBackbone.load_pretrained`` (loads) and the training pre-flight (``check_only=True``:
     the same filter and checks, nothing loaded; see
-    :mod:`mmlinattn.training.apis.preflight.checkpoints`).
+    ``tools/workshop/apis/preflight/checkpoints.py``).
 
     ``obj`` is the checkpoint as already read (the pre-flight reads ``load_from`` once, on the
     ``meta`` device); without it ``checkpoint`` is read here (on the CPU, or on ``meta`` with

@@ -8,16 +8,17 @@ from typing import Optional
 import torch
 from mmengine.config import Config
 
-from ...core.weights import (
+from mmlinattn.core.weights import (
     CheckpointError,
     check_model_checkpoint,
     extract_state_dict,
     read_checkpoint,
 )
-from ...core.weights.allowlist import own_loader
-from ...core.weights.reading import CheckpointContents
-from ..datafaults import naming_unreadable_files
+from mmlinattn.core.weights.allowlist import own_loader
+from mmlinattn.core.weights.reading import CheckpointContents
+
 from .config import ConfigError, read_config_file
+from .datafaults import naming_unreadable_files
 from .preflight.cfg_options import CfgOptionsAction, check_cfg_options
 
 
@@ -204,7 +205,7 @@ def add_training_hooks(cfg: Config) -> None:
 def build_runner(cfg: Config, checkpoint: Optional[str] = None,
                  contents: Optional[CheckpointContents] = None, **check_kwargs):
     """mmengine's Runner, or the config's own ``runner_type``, whose datasets name an unreadable
-    data file (:mod:`mmlinattn.training.datafaults`); with a whole-model ``checkpoint``
+    data file (:mod:`tools.workshop.apis.datafaults`); with a whole-model ``checkpoint``
     (tested, ``load_from`` or resumed), the file is first checked against the Runner's model, so
     that a misfit never trains, resumes or is scored (``check_kwargs``: ``what``, ``partial``, see
     :func:`mmlinattn.core.weights.check_model_checkpoint`).
@@ -225,7 +226,7 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None,
     with own_loader():
         runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
     # the datasets this runner builds name an unreadable image / label map
-    # (mmlinattn.training.datafaults)
+    # (tools.workshop.apis.datafaults)
     runner.build_dataloader = naming_unreadable_files(runner.build_dataloader)
     # its load takes the contents the tool has read; Runner checkpoints that mmengine wrote without
     # mmlinattn.upstream_fixes load too
@@ -236,7 +237,7 @@ def build_runner(cfg: Config, checkpoint: Optional[str] = None,
     if cfg.get('default_scope') == 'mmseg':  # large images: no full-resolution logits
         from mmengine.model import is_model_wrapper
 
-        from ..seg_postprocess import lean_postprocess
+        from .seg_postprocess import lean_postprocess
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         if hasattr(model, 'decode_head'):  # a segmentor (not a TTA wrapper, which needs logits)
             lean_postprocess(model)
@@ -305,7 +306,7 @@ def _loading_any_runner_checkpoint(runner, contents: Optional[CheckpointContents
             except pickle.UnpicklingError as err:
                 if not osp.isfile(filename):  # open-mmlab://, s3://...: mmengine's own error
                     raise
-                from ...core.weights import load_runner_checkpoint
+                from mmlinattn.core.weights import load_runner_checkpoint
                 checkpoint = load_runner_checkpoint(filename, map_location=map_location)
                 runner.logger.info(f'{filename}: torch refused to load it weights-only '
                                    f'({str(err).strip().splitlines()[-1][:120]}); read with '
@@ -410,7 +411,7 @@ def check_finite_checkpoint(path: str, obj: Optional[dict] = None) -> None:
     """Refuse a checkpoint whose weights hold NaN/inf (a run that diverged): a
     :class:`CheckpointError` naming the file, how many tensors and the first of them. ``obj``: the
     file's contents where the caller has read them already (else it is read here)."""
-    from ..hooks import non_finite_tensors
+    from mmlinattn.training.hooks import non_finite_tensors
     state = extract_state_dict(read_checkpoint(path) if obj is None else obj, path=path)
     names, n, total = non_finite_tensors(state)
     if n:

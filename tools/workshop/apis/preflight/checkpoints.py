@@ -18,7 +18,7 @@ exists.
 ``load_from`` (or the ``--resume`` file) is read once, on the CPU, the way the Runner reads it
 (:func:`mmlinattn.core.weights.reading.read_contents`): the backbone-only test, the fit, the
 whole-model check against the Runner's model and the Runner's own load all take those contents
-(:func:`~mmlinattn.training.apis.build_runner`). The backbone is the run's one
+(:func:`~tools.workshop.apis.build_runner`). The backbone is the run's one
 :class:`~.backbone.MetaBackbone`, shared with the channels check.
 
 The fit is :func:`mmlinattn.core.weights.fitting.fit_backbone_checkpoint`, the code the backbone's
@@ -29,9 +29,10 @@ from typing import Optional
 
 from mmengine.config import Config
 
-from ....core.weights import CheckpointError, extract_state_dict, is_url, local_checkpoint
-from ....core.weights.fitting import fit_backbone_checkpoint
-from ....core.weights.reading import CheckpointContents, read_contents
+from mmlinattn.core.weights import CheckpointError, extract_state_dict, is_url, local_checkpoint
+from mmlinattn.core.weights.fitting import fit_backbone_checkpoint
+from mmlinattn.core.weights.reading import CheckpointContents, read_contents
+
 from .backbone import MetaBackbone, model_cfg
 
 
@@ -54,7 +55,7 @@ def prepare_checkpoints(cfg: Config, resume: bool = False,
     ``backbone``: the run's :class:`MetaBackbone` (the pre-flight's, so the backbone is built once;
     else one is made here). ``contents``: ``load_from`` as the caller has read it already (the
     ``--resume`` file). Returns the contents of the ``load_from`` the Runner will load - read here
-    once, on the CPU, unless given - for :func:`~mmlinattn.training.apis.build_runner` to hand on
+    once, on the CPU, unless given - for :func:`~tools.workshop.apis.build_runner` to hand on
     (None when the Runner loads no file)."""
     if logger is None:
         from mmengine.logging import MMLogger

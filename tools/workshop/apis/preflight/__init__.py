@@ -1,5 +1,5 @@
 """The checks that run before any model is built or any step is taken, each failing with a
-:class:`~mmlinattn.training.apis.ConfigError` that names the config key to change.
+:class:`~tools.workshop.apis.ConfigError` that names the config key to change.
 
 :func:`preflight` is the one entry point (tools/train.py and tools/test.py call it). It builds one
 :class:`~.datasets.DatasetView` per dataset of the loaders it is given - the dataset's class and

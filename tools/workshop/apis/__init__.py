@@ -1,7 +1,12 @@
-"""What the tools call: the pre-flight (:func:`preflight`, one ordered pass over the datasets and
-the model, see :mod:`.preflight`), the runner set-up of tools/train.py and tools/test.py
-(:mod:`.runner`), and running tools in subprocesses and reading the metrics mmengine records for
-them (:mod:`.runs`)."""
+"""What the tools call around a run: the pre-flight (:func:`preflight`, one ordered pass over the
+datasets and the model, see :mod:`.preflight`), the runner set-up of tools/train.py and
+tools/test.py (:mod:`.runner`), the work-dir lock (:mod:`.workdir_lock`), the ``--resume`` search
+(:mod:`.resume`), naming an unreadable data file (:mod:`.datafaults`), segmentation of large images
+without full-size float logits (:mod:`.seg_postprocess`), and running tools in subprocesses and
+reading the metrics mmengine records for them (:mod:`.runs`).
+
+A run under mmdet's / mmseg's own tools has none of these; what a config needs there lives in
+:mod:`mmlinattn.training`."""
 from .config import ConfigError, model_registry
 from .preflight import (
     COCO_CHECK_MAX_BYTES,

@@ -4,9 +4,9 @@ import os
 import os.path as osp
 from typing import Optional
 
-from ..core.weights.errors import CheckpointError
-from ..core.weights.reading import CheckpointContents, extract_state_dict, read_contents
-from .fileio import POINTER, last_checkpoint
+from mmlinattn.core.weights.errors import CheckpointError
+from mmlinattn.core.weights.reading import CheckpointContents, extract_state_dict, read_contents
+from mmlinattn.training.fileio import POINTER, last_checkpoint
 
 
 def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = None
