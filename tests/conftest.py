@@ -152,3 +152,35 @@ def toy_data(tmp_path_factory):
     yield root
     assert _tree_digest(root) == before, (
         f'a test wrote into the shared toy dataset {root}: copy it into tmp_path first')
+
+
+_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
+
+
+@pytest.fixture(scope='session')
+def toy_checkpoints(tmp_path_factory):
+    """The shared checkpoints, for every test that needs *a* checkpoint of a toy model:
+    ``.det`` (``configs/toy`` RetinaNet with MAViT-T, config ``.det_cfg``) and ``.seg`` (Semantic
+    FPN with MAViT-T, ``.seg_cfg``), built at seed 1 and saved as mmengine's Runner saves them:
+    ``state_dict`` and ``meta`` with the test dataset's classes and palette and the config's text
+    (which tools/test.py reads to check the attention function). Made once per session (per xdist
+    worker), in seconds: the models are untrained, because what these tests check (a tool's output
+    beside upstream's on the same weights, a submission's format, a refusal) holds for any weights;
+    the suite's trainings are each the subject of their own test. Read-only, as ``toy_data``."""
+    from types import SimpleNamespace
+
+    from mmengine.config import Config
+
+    from test_inference import make_checkpoint
+    root = tmp_path_factory.mktemp('toy_checkpoints')
+    out = SimpleNamespace(det_cfg=os.path.join(_CONFIGS, 'toy/retinanet_mavit-t_fpn_toy-coco.py'),
+                          seg_cfg=os.path.join(_CONFIGS, 'toy/fpn_mavit-t_toy-ade.py'),
+                          det=str(root / 'det.pth'), seg=str(root / 'seg.pth'))
+    for cfg_path, path in ((out.det_cfg, out.det), (out.seg_cfg, out.seg)):
+        cfg = Config.fromfile(cfg_path)
+        make_checkpoint(cfg, path, seed=1, meta=cfg.test_dataloader.dataset.get('metainfo'),
+                        record_cfg=True)
+    before = _tree_digest(root)
+    yield out
+    assert _tree_digest(root) == before, (
+        f'a test wrote into the shared toy checkpoints {root}: copy the file into tmp_path first')

@@ -97,15 +97,18 @@ def registry(cfg, name):
     return getattr(importlib.import_module(cfg.default_scope + '.registry'), name)
 
 
-def make_checkpoint(cfg, path, seed=0, meta=None):
+def make_checkpoint(cfg, path, seed=0, meta=None, record_cfg=False):
     """A freshly built model of the config, saved as the Runner would (weights + dataset meta:
-    ``meta``, default the test dataset class's METAINFO)."""
+    ``meta``, default the test dataset class's METAINFO; with ``record_cfg``, the config's text as
+    ``meta['cfg']``, as the Runner records it)."""
     torch.manual_seed(seed)
     model = registry(cfg, 'MODELS').build(cfg.model).eval()
     meta = meta or registry(cfg, 'DATASETS').get(cfg.test_dataloader.dataset.type).METAINFO
-    torch.save({'state_dict': model.state_dict(),
-                'meta': {'dataset_meta': {'classes': list(meta['classes']),
-                                          'palette': [list(p) for p in meta['palette']]}}}, path)
+    info = {'dataset_meta': {'classes': list(meta['classes']),
+                             'palette': [list(p) for p in meta['palette']]}}
+    if record_cfg:
+        info['cfg'] = cfg.pretty_text
+    torch.save({'state_dict': model.state_dict(), 'meta': info}, path)
     return model
 
 

@@ -17,6 +17,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 from mmengine.config import Config
 from PIL import Image
 
@@ -25,7 +26,7 @@ from tools.workshop.apis import ConfigError, check_coco_annotations
 
 import compare
 from helpers import make_toy_sets
-from test_inference import make_checkpoint, reference
+from test_inference import reference, registry
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
@@ -70,14 +71,8 @@ def make_test_dev_cfg(root, tmp_path, format_only=True, prefix=None):
     return write_cfg(tmp_path / 'test_dev.py', DET_CFG, body)
 
 
-@pytest.fixture(scope='module')
-def det_ckpt(root):
-    path = root / 'det.pth'
-    make_checkpoint(Config.fromfile(DET_CFG), str(path), seed=2)
-    return str(path)
-
-
-def test_coco_test_dev_submission(root, det_ckpt, tmp_path):
+def test_coco_test_dev_submission(root, toy_checkpoints, tmp_path):
+    det_ckpt = toy_checkpoints.det
     prefix = str(tmp_path / 'results' / 'test-dev')
     cfg = make_test_dev_cfg(root, tmp_path, prefix=prefix)
     assert test_tool.main([cfg, det_ckpt, '--work-dir', str(tmp_path / 'w')]) == 0
@@ -89,7 +84,8 @@ def test_coco_test_dev_submission(root, det_ckpt, tmp_path):
     assert all(len(r['bbox']) == 4 and isinstance(r['score'], float) for r in results)
 
 
-def test_image_info_file_without_format_only_is_one_line(root, det_ckpt, tmp_path, capsys):
+def test_image_info_file_without_format_only_is_one_line(root, toy_checkpoints, tmp_path, capsys):
+    det_ckpt = toy_checkpoints.det
     cfg = make_test_dev_cfg(root, tmp_path, format_only=False)
     assert test_tool.main([cfg, det_ckpt, '--work-dir', str(tmp_path / 'w')]) == 2
     err = capsys.readouterr().err
@@ -97,7 +93,8 @@ def test_image_info_file_without_format_only_is_one_line(root, det_ckpt, tmp_pat
     assert 'test_evaluator.format_only=True' in err and 'outfile_prefix' in err
 
 
-def test_coco_format_only_needs_outfile_prefix(root, det_ckpt, tmp_path, capsys):
+def test_coco_format_only_needs_outfile_prefix(root, toy_checkpoints, tmp_path, capsys):
+    det_ckpt = toy_checkpoints.det
     cfg = make_test_dev_cfg(root, tmp_path)
     assert test_tool.main([cfg, det_ckpt, '--work-dir', str(tmp_path / 'w')]) == 2
     err = capsys.readouterr().err
@@ -129,17 +126,12 @@ def make_ade_test_cfg(root, tmp_path, format_only=True):
     return write_cfg(tmp_path / 'ade_test.py', SEG_CFG, body)
 
 
-@pytest.fixture(scope='module')
-def seg_ckpt(root):
-    cfg = Config.fromfile(SEG_CFG)
-    path = root / 'seg.pth'
-    model = make_checkpoint(cfg, str(path), seed=2, meta=cfg.test_dataloader.dataset.metainfo)
-    return str(path), model
-
-
 @pytest.mark.slow  # 5-24 s measured on the 2-core machine
-def test_ade20k_test_set_submission(root, seg_ckpt, tmp_path):
-    ckpt, model = seg_ckpt
+def test_ade20k_test_set_submission(root, toy_checkpoints, tmp_path):
+    ckpt = toy_checkpoints.seg
+    model = registry(Config.fromfile(SEG_CFG), 'MODELS').build(Config.fromfile(SEG_CFG).model)
+    model.load_state_dict(torch.load(ckpt, map_location='cpu', weights_only=True)['state_dict'])
+    model.eval()
     cfg = make_ade_test_cfg(root, tmp_path)
     out = tmp_path / 'ade_submission'
     assert test_tool.main([cfg, ckpt, '--work-dir', str(tmp_path / 'w'), '--out', str(out)]) == 0
@@ -157,22 +149,25 @@ def test_ade20k_test_set_submission(root, seg_ckpt, tmp_path):
                                        expected.pred_sem_seg.data.squeeze(0).numpy())
 
 
-def test_ade_images_only_without_format_only_is_one_line(root, seg_ckpt, tmp_path, capsys):
+def test_ade_images_only_without_format_only_is_one_line(root, toy_checkpoints, tmp_path, capsys):
+    seg_ckpt = toy_checkpoints.seg
     cfg = make_ade_test_cfg(root, tmp_path, format_only=False)
-    assert test_tool.main([cfg, seg_ckpt[0], '--work-dir', str(tmp_path / 'w')]) == 2
+    assert test_tool.main([cfg, seg_ckpt, '--work-dir', str(tmp_path / 'w')]) == 2
     err = capsys.readouterr().err
     assert 'test_dataloader.dataset lists no label maps' in err
     assert 'test_evaluator.format_only=True' in err and 'output_dir' in err
 
 
-def test_ade_format_only_needs_output_dir(root, seg_ckpt, tmp_path, capsys):
+def test_ade_format_only_needs_output_dir(root, toy_checkpoints, tmp_path, capsys):
+    seg_ckpt = toy_checkpoints.seg
     cfg = make_ade_test_cfg(root, tmp_path)
-    assert test_tool.main([cfg, seg_ckpt[0], '--work-dir', str(tmp_path / 'w')]) == 2
+    assert test_tool.main([cfg, seg_ckpt, '--work-dir', str(tmp_path / 'w')]) == 2
     err = capsys.readouterr().err
     assert 'test_evaluator: format_only=True' in err and 'test_evaluator.output_dir' in err
 
 
-def test_seg_out_dir_is_refused_for_detection(root, det_ckpt, tmp_path, capsys):
+def test_seg_out_dir_is_refused_for_detection(root, toy_checkpoints, tmp_path, capsys):
+    det_ckpt = toy_checkpoints.det
     d = f'{root}/data/toy_coco/'
     assert test_tool.main([DET_CFG, det_ckpt, '--out', str(tmp_path / 'preds'), '--cfg-options',
                            f'test_dataloader.dataset.data_root={d}',

@@ -86,21 +86,6 @@ def seg_cfg(root):
     return str(path)
 
 
-@pytest.fixture(scope='module')
-def det_ckpt(root):
-    path = root / 'det.pth'
-    make_checkpoint(Config.fromfile(DET_CFG), str(path), seed=1)
-    return path
-
-
-@pytest.fixture(scope='module')
-def seg_ckpt(root):
-    cfg = Config.fromfile(SEG_CFG)
-    path = root / 'seg.pth'
-    make_checkpoint(cfg, str(path), seed=1, meta=cfg.test_dataloader.dataset.metainfo)
-    return path
-
-
 def structure(obj, per_detection=False):
     """The nesting of a dumped prediction: dict keys, list lengths, array shapes and dtypes. Under
     ``pred_instances`` the number of detections is left out: a detection at one of the model's
@@ -179,11 +164,12 @@ def painted(folder, pattern):
 
 # --------------------------------------------------------------------------- detection
 @pytest.mark.slow  # 12-30 s measured on the 2-core machine
-def test_det_out_pkl_and_show_dir_match_mmdet(root, det_ckpt):
+def test_det_out_pkl_and_show_dir_match_mmdet(root, toy_checkpoints):
+    det_ckpt = toy_checkpoints.det
     up_wd, our_wd = root / 'det_up', root / 'det_ours'
     run_upstream('mmdet', root, [DET_CFG, det_ckpt, '--work-dir', up_wd, '--out', root / 'up.pkl',
                                  '--show-dir', 'vis'] + data_args(root, 'det'))
-    assert test_tool.main([DET_CFG, str(det_ckpt), '--work-dir', str(our_wd), '--out',
+    assert test_tool.main([DET_CFG, det_ckpt, '--work-dir', str(our_wd), '--out',
                            str(root / 'ours.pkl'), '--show-dir', 'vis'] +
                           data_args(root, 'det')) == 0
     assert_same_metrics(up_wd, our_wd)
@@ -197,14 +183,15 @@ def test_det_out_pkl_and_show_dir_match_mmdet(root, det_ckpt):
 
 
 @pytest.mark.slow  # 12-30 s measured on the 2-core machine
-def test_det_default_tta_matches_mmdet(root, det_ckpt):
+def test_det_default_tta_matches_mmdet(root, toy_checkpoints):
+    det_ckpt = toy_checkpoints.det
     cfg = Config.fromfile(DET_CFG)
     assert 'tta_model' not in cfg and 'tta_pipeline' not in cfg  # mmdet's fallback is what runs
     up_wd, our_wd = root / 'tta_up', root / 'tta_ours'
     out = run_upstream('mmdet', root, [DET_CFG, det_ckpt, '--work-dir', up_wd, '--tta', '--out',
                                        root / 'tta_up.pkl'] + data_args(root, 'det'))
     assert 'Cannot find ``tta_model``' in out
-    assert test_tool.main([DET_CFG, str(det_ckpt), '--work-dir', str(our_wd), '--tta', '--out',
+    assert test_tool.main([DET_CFG, det_ckpt, '--work-dir', str(our_wd), '--tta', '--out',
                            str(root / 'tta_ours.pkl')] + data_args(root, 'det')) == 0
     assert_same_metrics(up_wd, our_wd)
     up, ours = load_pkl(root / 'tta_up.pkl'), load_pkl(root / 'tta_ours.pkl')
@@ -213,7 +200,7 @@ def test_det_default_tta_matches_mmdet(root, det_ckpt):
     assert_same_values(up, ours, rules=compare.detection_rules(Config.fromfile(DET_CFG)))
     # and it is a flip TTA: the merged predictions differ from the plain ones
     plain = root / 'plain.pkl'
-    assert test_tool.main([DET_CFG, str(det_ckpt), '--work-dir', str(root / 'plain'), '--out',
+    assert test_tool.main([DET_CFG, det_ckpt, '--work-dir', str(root / 'plain'), '--out',
                            str(plain)] + data_args(root, 'det')) == 0
     a, b = load_pkl(plain)[0]['pred_instances'], ours[0]['pred_instances']
     assert a['bboxes'].shape != b['bboxes'].shape or not torch.allclose(a['bboxes'], b['bboxes'])
@@ -221,7 +208,8 @@ def test_det_default_tta_matches_mmdet(root, det_ckpt):
 
 # --------------------------------------------------------------------------- segmentation
 @pytest.mark.slow  # 12-30 s measured on the 2-core machine
-def test_seg_out_dir_and_show_dir_match_mmseg(root, seg_cfg, seg_ckpt, monkeypatch):
+def test_seg_out_dir_and_show_dir_match_mmseg(root, seg_cfg, toy_checkpoints, monkeypatch):
+    seg_ckpt = toy_checkpoints.seg
     # mmseg's SegVisualizationHook logs at step=runner.iter, which builds the training loop and so
     # lists the training images (the config's relative data/toy_ade): both tools run in root
     monkeypatch.chdir(root)
@@ -230,7 +218,7 @@ def test_seg_out_dir_and_show_dir_match_mmseg(root, seg_cfg, seg_ckpt, monkeypat
     up_vis, our_vis = root / 'seg_vis_up', root / 'seg_vis_ours'
     run_upstream('mmseg', root, [seg_cfg, seg_ckpt, '--work-dir', up_wd, '--out', up_out,
                                  '--show-dir', up_vis] + data_args(root, 'seg'))
-    assert test_tool.main([seg_cfg, str(seg_ckpt), '--work-dir', str(our_wd), '--out',
+    assert test_tool.main([seg_cfg, seg_ckpt, '--work-dir', str(our_wd), '--out',
                            str(our_out), '--show-dir', str(our_vis)] + data_args(root, 'seg')) == 0
     assert_same_metrics(up_wd, our_wd)
     names = sorted(os.listdir(up_out))
@@ -330,14 +318,15 @@ def test_cls_out_show_dir_tta_and_metrics_match_mmpretrain(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='the CPU rule of --amp')
-def test_amp_runs_segmentation_and_refuses_detection_on_the_cpu(root, det_ckpt, seg_ckpt, capsys):
+def test_amp_runs_segmentation_and_refuses_detection_on_the_cpu(root, toy_checkpoints, capsys):
     """--amp (mmpretrain's flag: the test loop under autocast) on the CPU: a segmentor runs in
     bfloat16 and reports its metrics; a detector is refused up front with the reason (mmcv's CPU
     RoIAlign takes no bfloat16 and would stop at the first image)."""
-    assert test_tool.main([SEG_CFG, str(seg_ckpt), '--work-dir', str(root / 'amp_seg'), '--amp'] +
+    det_ckpt, seg_ckpt = toy_checkpoints.det, toy_checkpoints.seg
+    assert test_tool.main([SEG_CFG, seg_ckpt, '--work-dir', str(root / 'amp_seg'), '--amp'] +
                           data_args(root, 'seg')) == 0
     assert 'mIoU' in read_metrics(str(root / 'amp_seg'))
     capsys.readouterr()
-    assert test_tool.main([DET_CFG, str(det_ckpt), '--work-dir', str(root / 'amp_det'), '--amp'] +
+    assert test_tool.main([DET_CFG, det_ckpt, '--work-dir', str(root / 'amp_det'), '--amp'] +
                           data_args(root, 'det')) == 2
     assert 'bfloat16 autocast' in capsys.readouterr().err

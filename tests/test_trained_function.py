@@ -10,27 +10,17 @@ import os.path as osp
 
 import pytest
 import torch
-from mmengine.config import Config
-
-from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 
 
-@pytest.fixture(scope='module')
-def trained(tmp_path_factory):
-    """(toy data root, checkpoint of the toy MAViT-T Semantic FPN as its config defines it)."""
-    from tools.workshop.apis.config import model_registry
-    root = tmp_path_factory.mktemp('trained_as')
-    make_toy_sets(root, seed=4, size=64, train=2, val=2)
-    cfg = Config.fromfile(SEG)
-    cfg.model.backbone.init_cfg = None
-    torch.manual_seed(0)
-    model = model_registry(cfg).build(cfg.model)
-    path = root / 'seg.pth'
-    torch.save({'state_dict': model.state_dict(), 'meta': {'cfg': cfg.pretty_text}}, path)
-    return root, str(path)
+@pytest.fixture
+def trained(toy_data, toy_checkpoints):
+    """(toy data root, the shared toy MAViT-T Semantic FPN checkpoint: its ``meta['cfg']`` records
+    the config it was built from, MAViT's default ``MMSS``)."""
+    assert toy_checkpoints.seg_cfg == SEG
+    return toy_data, toy_checkpoints.seg
 
 
 def _opts(root, *extra):
