@@ -110,6 +110,29 @@ def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(instal
     assert out['backbone'] == 'MAViT' and 'mmlinattn' in out['imports']
 
 
+def test_the_shipped_train_and_test_tools_start_from_the_installed_package(installed):
+    """``mim train`` / ``mim test`` run the wheel's ``.mim/tools/train.py`` and ``test.py``: they
+    find their run support (the pre-flight, the Runner set-up: ``tools/workshop/apis``) beside
+    them, not in the package, which holds none of it."""
+    site, empty = installed
+    mim = site / 'mmlinattn' / '.mim'
+    env = dict(os.environ, PYTHONPATH=str(site))
+    for tool in ('train.py', 'test.py'):
+        r = subprocess.run([sys.executable, str(mim / 'tools' / tool), '--help'], cwd=str(empty),
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0 and '--cfg-options' in r.stdout, r.stdout[-2000:] + r.stderr
+    out = run_installed(installed, '''
+        import json, os.path as osp, sys
+        from mmengine.utils import get_installed_path
+        sys.path.insert(0, osp.join(get_installed_path('mmlinattn'), '.mim'))
+        from tools.workshop.apis import preflight
+        print(json.dumps(dict(apis=sys.modules[preflight.__module__].__file__)))
+    ''')
+    assert out['apis'].startswith(str(mim / 'tools' / 'workshop' / 'apis'))
+    for gone in ('apis', 'resume.py', 'datafaults.py', 'seg_postprocess.py'):
+        assert not (site / 'mmlinattn' / 'training' / gone).exists(), gone
+
+
 @pytest.mark.skipif(MIM is None, reason='openmim (requirements/tests.txt) is not installed')
 def test_mim_search_lists_the_zoo_of_the_installed_package(installed):
     site, empty = installed
