@@ -248,7 +248,10 @@ def test_inferencer_scope_warning_cause():
 
 # ------------------------------------------------------------------------ image_demo and pictures
 @pytest.fixture(scope='module')
-def toy_checkpoints(tmp_path_factory):
+def demo_checkpoints(tmp_path_factory):
+    """The pictures' models: the toy Mask R-CNN (the demo draws masks, which the shared
+    ``toy_checkpoints``' RetinaNet has none of) and Semantic FPN, with the model objects the
+    expected pictures are computed from."""
     folder = tmp_path_factory.mktemp('toy_ckpt')
     out = {}
     for name, config in (('det', TOY_DET), ('seg', TOY_SEG)):
@@ -265,10 +268,10 @@ def image_demo(*args):
 
 
 @pytest.mark.parametrize('task', ['det', 'seg'])
-def test_image_demo_writes_pictures_and_json(task, images, toy_checkpoints, tmp_path, capsys):
+def test_image_demo_writes_pictures_and_json(task, images, demo_checkpoints, tmp_path, capsys):
     import mmcv
     folder, paths = images
-    config, cfg, model, ckpt = toy_checkpoints[task]
+    config, cfg, model, ckpt = demo_checkpoints[task]
     out = tmp_path / 'out'
     assert image_demo(folder, osp.join(ROOT, config), ckpt, '--out-dir', out, '--score-thr',
                       0.05) == 0
@@ -294,7 +297,7 @@ def test_image_demo_writes_pictures_and_json(task, images, toy_checkpoints, tmp_
 
 
 @pytest.mark.parametrize('cuda', [True, False])
-def test_image_demo_device_defaults_to_cuda_where_there_is_one(cuda, images, toy_checkpoints,
+def test_image_demo_device_defaults_to_cuda_where_there_is_one(cuda, images, demo_checkpoints,
                                                               monkeypatch):
     """As mmdet's demo: the model goes to cuda:0 when torch sees a GPU, else to the CPU; an
     explicit --device wins either way."""
@@ -310,7 +313,7 @@ def test_image_demo_device_defaults_to_cuda_where_there_is_one(cuda, images, toy
     monkeypatch.setattr(tool, 'build_inferencer', build)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: cuda)
     folder, _ = images
-    config, _, _, ckpt = toy_checkpoints['det']
+    config, _, _, ckpt = demo_checkpoints['det']
     args = [str(folder), osp.join(ROOT, config), ckpt]
     with pytest.raises(Built, match='^cuda:0$' if cuda else '^cpu$'):
         tool.main(args)
@@ -319,7 +322,7 @@ def test_image_demo_device_defaults_to_cuda_where_there_is_one(cuda, images, toy
 
 
 @pytest.mark.parametrize('task', ['det', 'seg'])
-def test_image_demo_takes_mmdets_and_mmsegs_demo_flags(task, images, toy_checkpoints, tmp_path,
+def test_image_demo_takes_mmdets_and_mmsegs_demo_flags(task, images, demo_checkpoints, tmp_path,
                                                       capsys, monkeypatch):
     """mmdet's demo form (IMAGE CONFIG --weights CKPT, --pred-score-thr, --batch-size,
     --no-save-vis, --no-save-pred, --print-result, --show) and mmseg's (--out-file, --opacity,
@@ -328,7 +331,7 @@ def test_image_demo_takes_mmdets_and_mmsegs_demo_flags(task, images, toy_checkpo
     import mmcv
     from mmengine.visualization import Visualizer
     folder, paths = images
-    config, cfg, model, ckpt = toy_checkpoints[task]
+    config, cfg, model, ckpt = demo_checkpoints[task]
     config = osp.join(ROOT, config)
     shown = []
     monkeypatch.setattr(Visualizer, 'show', lambda self, *a, **k: shown.append(a[0].shape))
@@ -375,15 +378,15 @@ def test_image_demo_takes_mmdets_and_mmsegs_demo_flags(task, images, toy_checkpo
     assert '--out-file takes one image' in capsys.readouterr().err
 
 
-def test_image_demo_bad_input(images, toy_checkpoints, tmp_path, capsys):
+def test_image_demo_bad_input(images, demo_checkpoints, tmp_path, capsys):
     """Each bad input: one message naming it, exit code 2, nothing written."""
     folder, paths = images
-    config, _, _, ckpt = toy_checkpoints['det']
+    config, _, _, ckpt = demo_checkpoints['det']
     not_an_image = tmp_path / 'notes.jpg'
     not_an_image.write_text('not an image')
     empty = tmp_path / 'empty'
     empty.mkdir()
-    _, _, _, seg_ckpt = toy_checkpoints['seg']
+    _, _, _, seg_ckpt = demo_checkpoints['seg']
     cases = [
         ((tmp_path / 'missing.jpg', config, ckpt), 'image not found'),
         ((not_an_image, config, ckpt), 'cannot read as an image'),
@@ -432,7 +435,7 @@ def write_toy_val_sets(root):
     return [str(coco / 'val' / f'v{i}.jpg') for i in range(2)]
 
 
-def test_draw_val_predictions(toy_checkpoints, tmp_path, monkeypatch):
+def test_draw_val_predictions(demo_checkpoints, tmp_path, monkeypatch):
     """The demo's pictures: ground truth | prediction drawn by mmdet's / mmseg's visualizer, on the
     config's validation images (a two-image toy set made here), under a caption strip."""
     import mmcv
@@ -441,7 +444,7 @@ def test_draw_val_predictions(toy_checkpoints, tmp_path, monkeypatch):
     write_toy_val_sets(tmp_path)
     monkeypatch.chdir(tmp_path)  # the toy configs' data roots are relative (data/toy_*)
     for task in ('det', 'seg'):
-        config, cfg, model, ckpt = toy_checkpoints[task]
+        config, cfg, model, ckpt = demo_checkpoints[task]
         out = tmp_path / f'pictures_{task}'
         pictures = draw_val_predictions(osp.join(ROOT, config), ckpt, str(out), num_images=5,
                                         score_thr=0.05)
@@ -466,7 +469,7 @@ def test_draw_val_predictions(toy_checkpoints, tmp_path, monkeypatch):
     assert sorted(glob.glob(str(tmp_path / 'pictures_*' / '*.png')))
 
 
-def test_draw_val_predictions_states_its_score_threshold(toy_checkpoints, tmp_path, monkeypatch):
+def test_draw_val_predictions_states_its_score_threshold(demo_checkpoints, tmp_path, monkeypatch):
     """The detector's picture draws exactly the detections with score >= score_thr, and its caption
     says so: "K of M detections, score >= thr", the number and score range of those not drawn.
     Expected from the model's own forward on each image (:func:`reference`), the drawn boxes from
@@ -479,7 +482,7 @@ def test_draw_val_predictions_states_its_score_threshold(toy_checkpoints, tmp_pa
     from tools.workshop.visualization import draw_val_predictions
     images = write_toy_val_sets(tmp_path)
     monkeypatch.chdir(tmp_path)
-    config, cfg, model, ckpt = toy_checkpoints['det']
+    config, cfg, model, ckpt = demo_checkpoints['det']
     want = {osp.splitext(osp.basename(p))[0]: reference(cfg, model, p).pred_instances.scores
             .numpy() for p in images}
     # a threshold in the middle of the first image's scores, in a gap between two of them (no
