@@ -11,6 +11,7 @@ import hashlib
 import http.server
 import os.path as osp
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -237,17 +238,11 @@ def _seg_data(root):
     return [f'{k}_dataloader.dataset.data_root={root}/toy_ade' for k in ('train', 'val', 'test')]
 
 
-def test_test_tool_takes_a_url(served, tmp_path, toy_data, capsys):
-    from mmengine.config import Config
-
+def test_test_tool_takes_a_url(served, tmp_path, toy_data, toy_checkpoints, capsys):
     from tools import test as test_tool
-    from tools.workshop.apis.config import model_registry
     server, root = served
-    cfg = Config.fromfile(SEG_MAVIT)
-    cfg.model.backbone.init_cfg = None
-    torch.manual_seed(0)
-    model = model_registry(cfg).build(cfg.model)
-    torch.save({'state_dict': model.state_dict(), 'meta': {}}, root / 'seg.pth')
+    assert toy_checkpoints.seg_cfg == SEG_MAVIT
+    shutil.copy(toy_checkpoints.seg, root / 'seg.pth')
     url = f'{server.url}/seg.pth'
     rc = test_tool.main([SEG_MAVIT, url, '--work-dir', str(tmp_path / 'wd'), '--cfg-options',
                          *_seg_data(toy_data)])

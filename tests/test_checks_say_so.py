@@ -55,7 +55,8 @@ def test_a_backbone_that_does_not_build_on_meta_says_so_once(monkeypatch, capsys
 
 
 def test_a_bug_in_our_backbone_reaches_the_caller_of_the_preflight(monkeypatch):
-    """Was swallowed (the check returned as if it had passed)."""
+    """An error of our own backbone code raised while the pre-flight builds it is raised to the
+    caller, not taken for "cannot build on meta" and passed over."""
     from mmlinattn.core.models.backbones import MAViT
     from tools.workshop.apis.preflight import check_model_channels
     from tools.workshop.apis.preflight.checkpoints import prepare_checkpoints

@@ -10,6 +10,7 @@ import builtins
 import os
 import os.path as osp
 import re
+import shutil
 
 import pytest
 import torch
@@ -51,15 +52,6 @@ class Reads:
         return self.counts[osp.realpath(str(path))]
 
 
-def _seg_model_checkpoint(path):
-    """A checkpoint of the toy config's model, as the Runner writes one (weights + dataset meta)."""
-    from tools.workshop.apis import load_config, model_registry
-    cfg = load_config(SEG_CFG)
-    torch.manual_seed(0)
-    model = model_registry(cfg).build(cfg.model)
-    torch.save({'meta': {'epoch': 0, 'iter': 0}, 'state_dict': model.state_dict()}, path)
-
-
 def _metrics(out: str) -> str:
     lines = [ln for ln in out.splitlines() if re.match(r"^\{'aAcc'", ln)]
     assert len(lines) == 1, out[-2000:]
@@ -67,12 +59,12 @@ def _metrics(out: str) -> str:
 
 
 # --------------------------------------------------------------------------- tools/test.py
-def test_test_tool_reads_its_checkpoint_once_and_scores_the_same(toy_data, tmp_path, monkeypatch,
-                                                                 capsys):
+def test_test_tool_reads_its_checkpoint_once_and_scores_the_same(toy_data, toy_checkpoints,
+                                                                 tmp_path, monkeypatch, capsys):
     """One read serves the pre-check (load_runner_checkpoint), check_model_checkpoint and the
     Runner's load; forcing every user to read the file itself gives the same metrics."""
     ckpt = tmp_path / 'model.pth'
-    _seg_model_checkpoint(ckpt)
+    shutil.copy(toy_checkpoints.seg, ckpt)  # a file of its own: its reads are counted
     argv = [SEG_CFG, str(ckpt), '--cfg-options',
             f'test_dataloader.dataset.data_root={toy_data}/toy_ade']
     reads = Reads(monkeypatch, ckpt)
@@ -159,15 +151,15 @@ def test_contents_move_to_the_resume_device_as_torch_load_would(tmp_path):
 
 
 # --------------------------------------------------------------------------- the exporter
-def test_exporter_reads_its_checkpoint_once(tmp_path, monkeypatch, capsys):
-    """Was two reads (check_model_checkpoint, then the load); now one, and the exported backbone
-    matches eager PyTorch with the checkpoint's weights."""
+def test_exporter_reads_its_checkpoint_once(toy_checkpoints, tmp_path, monkeypatch, capsys):
+    """The exporter reads its checkpoint once (one read serves check_model_checkpoint and the
+    load), and the exported backbone matches eager PyTorch with the checkpoint's weights."""
     pytest.importorskip('onnx')
     pytest.importorskip('onnxscript')
     pytest.importorskip('onnxruntime')
     from tools.deployment import export_onnx
     ckpt = tmp_path / 'model.pth'
-    _seg_model_checkpoint(ckpt)
+    shutil.copy(toy_checkpoints.seg, ckpt)  # a file of its own: its reads are counted
     reads = Reads(monkeypatch, ckpt)
     out = tmp_path / 'backbone.onnx'
     assert export_onnx.main([SEG_CFG, str(ckpt), '--shape', '64', '64', '--part', 'backbone',

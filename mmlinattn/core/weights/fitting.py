@@ -81,7 +81,7 @@ def fit_backbone_checkpoint(backbone: torch.nn.Module, checkpoint: str, *, obj=N
                             check_only: bool = False, logger: Optional[logging.Logger] = None
                             ) -> Dict[str, List[str]]:
     """The one path from a backbone checkpoint to one of our backbones, shared by
-    ``LinAttnBackbone.load_pretrained`` (loads) and the training pre-flight (``check_only=True``:
+    ``LinAttnBackbone.load_pretrained`` (loads) and our tools' pre-flight (``check_only=True``:
     the same filter and checks, nothing loaded; see
     ``tools/workshop/apis/preflight/checkpoints.py``).
 

@@ -242,7 +242,7 @@ class LinAttnBackbone(BaseModule):
         mismatched keys when the file does not fit this architecture. Returns the load report
         (``loaded``, ``dropped``, ``ignored``, ``new`` key lists). The reading, key mapping and
         fitting are :func:`mmlinattn.core.weights.fitting.fit_backbone_checkpoint`, which the
-        training pre-flight runs with ``check_only=True``.
+        tools' pre-flight (``tools/workshop/apis/preflight``) runs with ``check_only=True``.
         """
         # the model's state has to be initialised for keys the checkpoint does not carry
         self.apply(self._default_init)
