@@ -22,3 +22,9 @@ def read_config_file(path: str):
 
 class ConfigError(ValueError):
     """A config that cannot run as given; the message names the key to set."""
+
+    @classmethod
+    def listing(cls, head: str, problems, advice: str = '') -> 'ConfigError':
+        """One error for every problem a check found: ``head:``, then one indented line per
+        problem, then the ``advice`` line(s) if any."""
+        return cls(f'{head}:\n  ' + '\n  '.join(problems) + (f'\n{advice}' if advice else ''))

@@ -91,9 +91,9 @@ def check_paths(views: Sequence[DatasetView]) -> None:
                 problems.append(f'{key}.data_prefix.{sub} = {folder!r}: directory not found '
                                 f'({path})')
     if problems:
-        raise ConfigError(
-            'dataset paths do not exist:\n  ' + '\n  '.join(problems) +
-            '\nFix them with --cfg-options (e.g. --cfg-options '
+        raise ConfigError.listing(
+            'dataset paths do not exist', problems,
+            'Fix them with --cfg-options (e.g. --cfg-options '
             'train_dataloader.dataset.data_root=/path/to/data/), or see docs/user_guide.md '
             '"4. Data" for the expected layout (python tools/misc/make_toy_datasets.py writes a '
             'small one).')

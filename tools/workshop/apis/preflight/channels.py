@@ -53,4 +53,4 @@ def check_model_channels(cfg: Config, backbone: Optional[MetaBackbone] = None) -
                     problems.append(f'{where}.in_channels={got} but {out_key} of '
                                     f'{type(backbone).__name__} gives {want} at in_index={idx}')
     if problems:
-        raise ConfigError('the model does not fit together:\n  ' + '\n  '.join(problems))
+        raise ConfigError.listing('the model does not fit together', problems)

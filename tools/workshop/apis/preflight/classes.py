@@ -123,10 +123,9 @@ def check_num_classes(cfg: Config, which=('train_dataloader', 'val_dataloader', 
         seen.add(sig)
         problems.append(f'{", ".join(bad)} but {_where_classes(view)}')
     if problems:
-        raise ConfigError(
-            "the heads' num_classes do not match the dataset's classes:\n  " +
-            '\n  '.join(problems) +
-            '\nSet every listed head to the dataset\'s class count (Cascade: each of the '
+        raise ConfigError.listing(
+            "the heads' num_classes do not match the dataset's classes", problems,
+            'Set every listed head to the dataset\'s class count (Cascade: each of the '
             'roi_head.bbox_head stages and the mask_head; UperNet: decode_head and '
             'auxiliary_head). '
             f'A head deliberately larger than the dataset is allowed with {ALLOW_KEY}=True '

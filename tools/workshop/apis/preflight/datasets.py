@@ -224,8 +224,8 @@ def check_dataset_args(views: Sequence[DatasetView]) -> None:
             problems.append(f'{view.key}.{k}: {view.cls.__name__} takes no {k!r} ({hint}it takes '
                             f'{", ".join(sorted(takes))})')
     if problems:
-        raise ConfigError(
-            'dataset arguments the dataset class does not take:\n  ' + '\n  '.join(problems) +
-            '\nA base config written for another dataset type leaves its keys behind when only '
+        raise ConfigError.listing(
+            'dataset arguments the dataset class does not take', problems,
+            'A base config written for another dataset type leaves its keys behind when only '
             "'type' changes: replace the whole dataset dict (dataset=dict(_delete_=True, "
             "type=..., ...)) or remove the key.")

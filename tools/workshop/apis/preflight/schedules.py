@@ -81,8 +81,7 @@ def check_param_schedulers(cfg: Config, logger=None) -> List[str]:
                             f'({length_key}): ' + ('it never starts' if begin >= length else
                                                    'it will not reach its end'))
     if errors:
-        raise ConfigError('the learning-rate schedule does not fit this run:\n  ' +
-                          '\n  '.join(errors))
+        raise ConfigError.listing('the learning-rate schedule does not fit this run', errors)
     if logger is not None:
         for w in warnings:
             logger.warning(f'param_scheduler: {w}')
