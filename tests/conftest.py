@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 import pytest
@@ -139,6 +140,16 @@ def _tree_digest(root):
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def _read_only(root, what):
+    """Around a shared session fixture's files: any change to them under ``root`` fails the
+    session at its end."""
+    before = _tree_digest(root)
+    yield
+    assert _tree_digest(root) == before, (
+        f'a test wrote into the shared {what} {root}: copy what it changes into tmp_path first')
+
+
 @pytest.fixture(scope='session')
 def toy_data(tmp_path_factory):
     """The shared toy dataset: ``toy_coco`` (COCO instances) and ``toy_ade`` (ADE20K
@@ -148,10 +159,8 @@ def toy_data(tmp_path_factory):
     ``tmp_path`` first. Any change to the shared files fails the session at its end."""
     from helpers import make_toy_sets
     root = make_toy_sets(tmp_path_factory.mktemp('toy_data'), seed=5, size=48, train=4, val=2)
-    before = _tree_digest(root)
-    yield root
-    assert _tree_digest(root) == before, (
-        f'a test wrote into the shared toy dataset {root}: copy it into tmp_path first')
+    with _read_only(root, 'toy dataset'):
+        yield root
 
 
 _CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
@@ -180,7 +189,5 @@ def toy_checkpoints(tmp_path_factory):
         cfg = Config.fromfile(cfg_path)
         make_checkpoint(cfg, path, seed=1, meta=cfg.test_dataloader.dataset.get('metainfo'),
                         record_cfg=True)
-    before = _tree_digest(root)
-    yield out
-    assert _tree_digest(root) == before, (
-        f'a test wrote into the shared toy checkpoints {root}: copy the file into tmp_path first')
+    with _read_only(root, 'toy checkpoints'):
+        yield out
