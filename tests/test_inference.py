@@ -112,6 +112,14 @@ def make_checkpoint(cfg, path, seed=0, meta=None, record_cfg=False):
     return model
 
 
+def checkpoint_model(cfg, path):
+    """The config's model with the weights of the checkpoint at ``path`` (strict), in eval mode:
+    what a tool runs from that file."""
+    model = registry(cfg, 'MODELS').build(cfg.model).eval()
+    model.load_state_dict(torch.load(path, map_location='cpu', weights_only=True)['state_dict'])
+    return model
+
+
 def reference(cfg, model, img_path):
     """The model's own forward on the toolbox's test pipeline (without its annotation loading)."""
     from mmengine.dataset import Compose, pseudo_collate

@@ -17,7 +17,6 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 from mmengine.config import Config
 from PIL import Image
 
@@ -26,7 +25,7 @@ from tools.workshop.apis import ConfigError, check_coco_annotations
 
 import compare
 from helpers import make_toy_sets
-from test_inference import reference, registry
+from test_inference import checkpoint_model, reference
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
@@ -129,9 +128,7 @@ def make_ade_test_cfg(root, tmp_path, format_only=True):
 @pytest.mark.slow  # 5-24 s measured on the 2-core machine
 def test_ade20k_test_set_submission(root, toy_checkpoints, tmp_path):
     ckpt = toy_checkpoints.seg
-    model = registry(Config.fromfile(SEG_CFG), 'MODELS').build(Config.fromfile(SEG_CFG).model)
-    model.load_state_dict(torch.load(ckpt, map_location='cpu', weights_only=True)['state_dict'])
-    model.eval()
+    model = checkpoint_model(Config.fromfile(SEG_CFG), ckpt)
     cfg = make_ade_test_cfg(root, tmp_path)
     out = tmp_path / 'ade_submission'
     assert test_tool.main([cfg, ckpt, '--work-dir', str(tmp_path / 'w'), '--out', str(out)]) == 0

@@ -38,7 +38,7 @@ from tools.workshop.apis import read_metrics
 
 import compare
 from helpers import make_toy_sets
-from test_inference import make_checkpoint, reference, registry
+from test_inference import checkpoint_model, make_checkpoint, reference
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
@@ -228,8 +228,7 @@ def test_seg_out_dir_and_show_dir_match_mmseg(root, seg_cfg, toy_checkpoints, mo
     # image): equal except where two logits tie within compare.RTOL. mmseg's IoUMetric writes
     # label + 1 for a reduce_zero_label dataset.
     cfg = Config.fromfile(seg_cfg)
-    model = registry(cfg, 'MODELS').build(cfg.model).eval()
-    model.load_state_dict(torch.load(seg_ckpt, map_location='cpu')['state_dict'])
+    model = checkpoint_model(cfg, seg_ckpt)
     offset = int(bool(cfg.test_dataloader.dataset.get('reduce_zero_label')))
     for n in names:
         a, b = (np.asarray(Image.open(d / n)) for d in (up_out, our_out))
