@@ -80,12 +80,14 @@ bench: install
 # plus the wheels that gpu-check-wheels downloads into wheels/gpu_check/ (git-ignored; `make install`
 # fetches them too). Copy the checkout there and run, with the node's python:
 #   python3 tools/analysis_tools/gpu_check.py run --out docs/benchmarks/gpu_check/report
-# `make gpu-check` runs it here with the .venv's python (exits 2 without CUDA).
+# `make gpu-check` runs exactly that, with $(GPU_CHECK_PYTHON) (the system python3 and its torch),
+# and installs nothing first (exits 2 without CUDA).
+GPU_CHECK_PYTHON ?= python3
 gpu-check-wheels: install
 	$(PY) tools/analysis_tools/gpu_check.py fetch $(if $(NODE_PYTHON),--python-version $(NODE_PYTHON))
 
-gpu-check: install
-	$(PY) tools/analysis_tools/gpu_check.py run --out docs/benchmarks/gpu_check/report
+gpu-check:
+	$(GPU_CHECK_PYTHON) tools/analysis_tools/gpu_check.py run --out docs/benchmarks/gpu_check/report
 
 clean-venv:
 	rm -rf $(VENV)

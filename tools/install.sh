@@ -14,8 +14,12 @@
 # mmcv_wheel). The wheel is cached under ${XDG_CACHE_HOME:-~/.cache}/mmlinattn/wheels/, keyed on the torch version, python tag,
 # machine and ops (cpu, or cuda<version>-sm<arch> where torch sees a GPU: mmcv's setup.py then builds
 # CUDA kernels, and the nvcc it needs is checked first), so a wheel built against another torch is
-# never reused. A second run with nothing changed
-# only checks a stamp and imports mmcv's ops: a few seconds.
+# never reused. A CUDA build runs one compile job per 5 GiB of available memory (MAX_JOBS overrides).
+# Where nvidia-smi lists a GPU that torch does not see (torch 2.14.1 is a CUDA 13.0 build: it needs
+# an NVIDIA driver >= 580), the install stops in one line instead of building CPU-only ops;
+# CUDA_VISIBLE_DEVICES= make install installs for the CPU on purpose. A second run with nothing
+# changed only checks a stamp, imports mmcv's ops and checks that they are CUDA ops where torch
+# sees a GPU: a few seconds.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,6 +42,7 @@ check_wheels() {
 }
 
 if stamp_up_to_date; then
+  torch_sees_the_gpu
   check_wheels || log "WARNING: the GPU check's wheels could not be fetched (output above); \
 tests/test_gpu_check.py needs them: rerun make install with network"
   log "up to date: $VENV"
@@ -50,6 +55,8 @@ log "build tools"
 pipi -q -r "$ROOT/requirements/build.txt"
 log "torch + torchvision (large: a CUDA build that also runs on the CPU)"
 pipi -q -r "$ROOT/requirements/torch.txt"
+# a GPU that nvidia-smi lists and torch does not see stops here, before a CPU-only mmcv is built
+torch_sees_the_gpu
 
 if ! mmcv_ok 2>/dev/null; then
   # mmcv's setup.py imports opencv, torch and a few helpers at build time

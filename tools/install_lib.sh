@@ -33,10 +33,92 @@ cp311); set PYTHON=/path/to/python3.11"
 want_stamp=$(cat "$STAMP_SCRIPT" "${BASH_SOURCE[0]}" "$ROOT/setup.py" "$ROOT/mmlinattn/version.py" \
   "$ROOT"/requirements/*.txt | sha256sum | cut -d' ' -f1)
 
-# 0 when the venv was installed from exactly these files and still imports mmcv's ops and us.
+# 0 when the venv was installed from exactly these files, still imports mmcv's ops and us, and its
+# mmcv holds the ops this machine needs: CUDA ops where torch sees a GPU. A .venv built on a GPU-less
+# login node (CPU-only ops) and then used on a GPU node is rebuilt here instead of failing at the
+# first RoIAlign on the GPU. The other way round is kept: a CUDA build holds the CPU ops too, and a
+# .venv shared between both kinds of node would otherwise be rebuilt at every switch.
 stamp_up_to_date() {
-  [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]] && \
-    "$VENV/bin/python" -c 'import mmcv._ext, mmlinattn' >/dev/null 2>&1
+  local kinds machine built
+  [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]] || return 1
+  kinds=$("$VENV/bin/python" -c 'import torch, mmcv._ext, mmlinattn
+from mmcv.ops import get_compiling_cuda_version as built
+print("cuda" if torch.cuda.is_available() else "cpu", "cpu" if built() == "not available" else "cuda")
+' 2>/dev/null) || return 1
+  read -r machine built <<< "$kinds"
+  if [[ "$machine" == cuda && "$built" != cuda ]]; then
+    log "the installed mmcv has CPU-only ops but torch sees a GPU here: rebuilding it with CUDA ops"
+    return 1
+  fi
+}
+
+# The NVIDIA driver a CUDA major version's builds need (NVIDIA's CUDA Compatibility guide, "Minor
+# Version Compatibility": CUDA 11.x >= 450, 12.x >= 525, 13.x >= 580); "?" for another version.
+cuda_min_driver() {
+  case ${1%%.*} in 11) echo 450 ;; 12) echo 525 ;; 13) echo 580 ;; *) echo '?' ;; esac
+}
+
+# The driver version nvidia-smi reports for the first GPU; empty where there is no nvidia-smi
+# ($NVIDIA_SMI, default nvidia-smi on PATH), it fails, lists no GPU or takes over 10 s.
+NVIDIA_SMI=${NVIDIA_SMI:-nvidia-smi}
+nvidia_driver_version() {
+  local out
+  command -v "$NVIDIA_SMI" >/dev/null 2>&1 || return 0
+  out=$(timeout 10 "$NVIDIA_SMI" --query-gpu=driver_version --format=csv,noheader 2>/dev/null \
+        | head -n1 | tr -d ' \r') || return 0
+  [[ "$out" =~ ^[0-9]+(\.[0-9]+)*$ ]] && echo "$out"
+  return 0
+}
+
+# Stops in one line where nvidia-smi lists a GPU that the venv's torch does not see: a driver older
+# than torch's CUDA build needs (PyPI's torch 2.14.1 is a CUDA 13.0 build: driver >= 580), or a
+# CPU-only torch. Without this the install finishes with CPU-only mmcv ops and training runs on the
+# CPU without a word. CUDA_VISIBLE_DEVICES set and empty asks for a CPU install on purpose.
+torch_sees_the_gpu() {
+  local py=${VPY:-$VENV/bin/python} driver info avail cuda tv need why
+  [[ "${CUDA_VISIBLE_DEVICES-unset}" == "" ]] && return 0
+  driver=$(nvidia_driver_version)
+  [[ -n "$driver" ]] || return 0
+  info=$("$py" -c 'import torch
+why = ""
+if not torch.cuda.is_available():
+    try:
+        torch.cuda.init()
+    except Exception as err:
+        why = (str(err).strip().splitlines() or [""])[0][:200]
+print(torch.cuda.is_available(), torch.version.cuda, torch.__version__, why)
+') || die "torch does not import with $py"
+  read -r avail cuda tv why <<< "$info"
+  [[ "$avail" == True ]] && return 0
+  local alt="or use OpenMMLab's prebuilt torch 2.1 + CUDA 12.1 stack (docs/install.md, driver >= 525), \
+or install for the CPU on purpose with CUDA_VISIBLE_DEVICES= make install"
+  if [[ "$cuda" == None ]]; then
+    die "nvidia-smi lists a GPU (driver $driver) but torch $tv is a CPU-only build \
+(torch.version.cuda None): reinstall the CUDA build of requirements/torch.txt (make clean-venv install), $alt"
+  fi
+  need=$(cuda_min_driver "$cuda")
+  if [[ "$need" != '?' ]] && (( ${driver%%.*} < need )); then
+    die "nvidia-smi lists a GPU (driver $driver) but torch $tv (torch.version.cuda $cuda) sees none: \
+CUDA $cuda builds need an NVIDIA driver >= $need; update the driver, $alt"
+  fi
+  die "nvidia-smi lists a GPU (driver $driver) but torch $tv (torch.version.cuda $cuda) sees none \
+(torch.cuda.init(): ${why:-no reason given}); check the node's GPU access (CUDA_VISIBLE_DEVICES, the \
+container's devices), $alt"
+}
+
+# How many compile jobs mmcv's build runs: $MAX_JOBS when set; for CUDA ops one per 5 GiB of
+# MemAvailable (an nvcc job on mmcv's kernels takes several GiB; $(nproc) of them exhaust a node's
+# memory), at least 1 and at most nproc; for CPU ops nproc.
+mmcv_build_jobs() {
+  local kind=$1 cpus mem_kib jobs
+  if [[ -n "${MAX_JOBS:-}" ]]; then echo "$MAX_JOBS"; return; fi
+  cpus=$(nproc)
+  if [[ "$kind" == cpu ]]; then echo "$cpus"; return; fi
+  mem_kib=$(awk '/^MemAvailable:/ {print $2}' "${_MEMINFO:-/proc/meminfo}" 2>/dev/null || true)
+  jobs=$(( ${mem_kib:-0} / (5 * 1024 * 1024) ))
+  (( jobs >= 1 )) || jobs=1
+  (( jobs <= cpus )) || jobs=$cpus
+  echo "$jobs"
 }
 
 make_venv() {
@@ -121,7 +203,7 @@ PYEOF
 # one the venv's torch compiles its own extensions with (torch.utils.cpp_extension: C++17 up to torch
 # 2.x's early releases, C++20 for today's, whose headers need it); mmcv 2.1.0 hard-codes C++17.
 mmcv_wheel() {
-  local dir wheel work src std built
+  local dir wheel work src std built kind jobs
   dir=$(mmcv_wheel_dir)
   wheel=$(ls "$dir"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)
   if [[ -n "$wheel" ]]; then
@@ -147,9 +229,11 @@ PYEOF
   if [[ "$std" != 17 ]]; then
     sed -i "s/-std=c++17/-std=c++$std/g" "$src/setup.py"
   fi
-  log "compiling with -std=c++$std (the standard torch.utils.cpp_extension uses), $(mmcv_ops_kind) ops"
+  kind=$(mmcv_ops_kind)
+  jobs=$(mmcv_build_jobs "$kind")
+  log "compiling with -std=c++$std (the standard torch.utils.cpp_extension uses), $kind ops, $jobs jobs"
   mkdir -p "$dir"
-  MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+  MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=$jobs \
     "$VPY" -m pip wheel --no-cache-dir --no-deps --no-build-isolation -w "$work/dist" "$src" >&2 \
     || { rm -rf "$work"; die "building mmcv $MMCV_VERSION failed (output above)"; }
   # write-then-rename so an interrupted build never leaves a half wheel in the cache
