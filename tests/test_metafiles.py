@@ -211,3 +211,55 @@ def test_modelindex_and_mim_read_the_index():
     assert df['parameters'].notna().all() and df['flops'].notna().all()
     ade = filter_by_training_datasets(df, ['ade20k'])
     assert set(ade.index) == {n for n in df.index if n.endswith('ade20k-512x512')}
+
+
+# --------------------------------------------------------------------------- adoptability
+#: sha256 of the Apache License 2.0 as apache.org publishes it (LICENSE-2.0.txt, 11358 bytes)
+APACHE_2_SHA256 = 'cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30'
+
+
+def test_license_file_is_the_licence_setup_py_declares():
+    """LICENSE is a copyright line followed by the unchanged Apache License 2.0 text, the licence
+    setup.py gives pip (read from setup.py's text, not imported)."""
+    import hashlib
+    setup_py = open(osp.join(ROOT, 'setup.py')).read()
+    assert re.findall(r"\blicense\s*=\s*'([^']+)'", setup_py) == ['Apache-2.0']
+    with open(osp.join(ROOT, 'LICENSE'), 'rb') as f:
+        first, body = f.read().split(b'\n', 1)
+    assert first == b'Copyright 2026 the mmlinattn authors'
+    assert hashlib.sha256(body).hexdigest() == APACHE_2_SHA256
+
+
+def test_citation_cff_cites_the_software_and_both_papers():
+    cff = load_yaml('CITATION.cff')
+    assert cff['cff-version'] == '1.2.0' and cff['type'] == 'software'
+    assert cff['license'] == 'Apache-2.0' and cff['authors']
+    version = re.search(r"__version__ = '([^']+)'",
+                        open(osp.join(ROOT, 'mmlinattn/version.py')).read()).group(1)
+    assert str(cff['version']) == version
+    papers = {r['title']: r for r in cff['references']}
+    inline = papers['Bridging the Divide: Reconsidering Softmax and Linear Attention']
+    mala = papers['Rectifying Magnitude Neglect in Linear Attention']
+    assert (inline['year'], mala['year']) == (2024, 2025)
+    assert [a['family-names'] for a in inline['authors']] == [
+        'Han', 'Pu', 'Xia', 'Han', 'Pan', 'Li', 'Lu', 'Song', 'Huang']
+    assert [a['family-names'] for a in mala['authors']] == ['Fan', 'Huang', 'Ai', 'He']
+    readme = open(osp.join(ROOT, 'README.md')).read()
+    assert readme.count('@inproceedings{') == 2 and '## Citation' in readme
+    for title in papers:
+        assert f'title     = {{{title}}}' in readme
+
+
+def test_every_changelog_version_has_an_iso_date():
+    """Every release heading of docs/changelog.md reads ``## X.Y.Z - YYYY-MM-DD`` (a real date);
+    an ``## Unreleased`` heading may stand above them."""
+    import datetime
+    heads = re.findall(r'^## (.+)$', open(osp.join(ROOT, 'docs/changelog.md')).read(), re.M)
+    releases = [h for h in heads if h != 'Unreleased']
+    assert releases and heads.index(releases[0]) <= 1
+    for head in releases:
+        found = re.fullmatch(r'(\d+\.\d+\.\d+) - (\d{4}-\d{2}-\d{2})', head)
+        assert found, f'changelog heading "## {head}" needs a date: "## X.Y.Z - YYYY-MM-DD"'
+        datetime.date.fromisoformat(found.group(2))
+    dates = [h.split(' - ')[1] for h in releases]
+    assert dates == sorted(dates, reverse=True), dates
