@@ -400,3 +400,160 @@ def test_mala_rope_needs_queries_and_keys_at_the_same_positions():
     for fn in (mala_attention, mala_attention_reference):
         with pytest.raises(ValueError, match='q has 12 tokens and k 6'):
             fn(q, k, v, rope=rope)
+
+
+# ------------------------------------------------------------------ chunk length by device
+@pytest.fixture
+def chunk_settings(monkeypatch):
+    """set_chunk_tokens' choices for this test only."""
+    from mmlinattn.core.ops import attention
+    monkeypatch.setattr(attention, '_CHUNK_SET', {})
+    return attention
+
+
+def test_chunk_length_by_device_type(chunk_settings):
+    """The CPU chunks at 4096 tokens (a cache optimisation), any other device runs the whole
+    sequence (None) by default; set_chunk_tokens chooses per device type and puts it back."""
+    from mmlinattn.core.ops import CHUNK_TOKENS, chunk_tokens, set_chunk_tokens
+    assert CHUNK_TOKENS == 4096
+    assert chunk_tokens() == chunk_tokens('cpu') == chunk_tokens(torch.zeros(1)) == 4096
+    for where in ('cuda', 'cuda:1', torch.device('cuda', 0), torch.zeros(1, device='meta')):
+        assert chunk_tokens(where) is None
+    assert set_chunk_tokens('cuda', 8192) is None
+    assert chunk_tokens('cuda:3') == 8192 and chunk_tokens('cpu') == 4096
+    assert set_chunk_tokens('cpu', None) == 4096 and chunk_tokens('cpu') is None
+    assert set_chunk_tokens('cuda') == 8192 and chunk_tokens('cuda') is None  # the default again
+    set_chunk_tokens('cpu')
+    assert chunk_tokens('cpu') == 4096
+    for bad in (0, -5, 2.5, True, '64'):
+        with pytest.raises(ValueError, match='positive number of tokens, or None'):
+            set_chunk_tokens('cuda', bad)
+
+
+def _products(fn, *args) -> int:
+    """How many batched products ``fn(*args)`` runs (one per chunk of each pass)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn(*args)
+    return sum(e.name in ('aten::bmm', 'aten::baddbmm') for e in prof.events())
+
+
+def test_chunk_length_follows_the_tensors_device(chunk_settings):
+    """The chunk length is a function of the inputs' device type: 10,000 tokens run in chunks of
+    4096 on the CPU and in one piece on another device (the meta device stands for CUDA: its
+    tensors have a device type but no arithmetic, and autocast does not take it, so only the
+    choice is checked there), unless set_chunk_tokens says otherwise; on the CPU the chunks are
+    what runs: MALA without autograd makes one product per chunk in its key pass and two in its
+    query pass."""
+    from mmlinattn.core.ops import attention, set_chunk_tokens
+    n = 10000
+    cpu = [torch.randn(1, 1, n, 4) for _ in range(3)]
+    meta = [t.to('meta') for t in cpu]
+    with torch.inference_mode():
+        assert attention._step(*cpu) == 4096 and attention._step(*meta) == n
+        assert _products(mala_attention, *cpu) == 3 * 3
+        set_chunk_tokens('meta', 2048)
+        set_chunk_tokens('cpu', None)
+        assert attention._step(*cpu) == n and attention._step(*meta) == 2048
+        assert _products(mala_attention, *cpu) == 3
+    # with autograd the sequence is whole whatever the setting (the Functions' forward chunks)
+    assert attention._step(*(t.requires_grad_() for t in meta)) == n
+
+
+def _chunking_cases():
+    rope = rope_sin_cos((5, 6), rope_angles(8, dtype=torch.float64))
+    return {
+        'inline': lambda q, k, v: inline_attention(q, k, v),
+        'inline-exp': lambda q, k, v: inline_attention(q, k, v, kernel='exp', scale=0.4),
+        'mala': lambda q, k, v: mala_attention(q, k, v),
+        'mala-rope': lambda q, k, v: mala_attention(q, k, v, rope=rope),
+        'mala-no-beta': lambda q, k, v: mala_attention(q, k, v, beta=False),
+        'linear': lambda q, k, v: linear_attention(q, k, v, kernel='elu'),
+    }
+
+
+@pytest.mark.parametrize('case', list(_chunking_cases()))
+def test_chunked_and_whole_sequence_agree(chunk_settings, case):
+    """Every core that chunks gives the same output and gradients whether the sequence runs in
+    chunks (7 tokens: the CPU's choice) or in one piece (CUDA's default), float64, to 1e-10."""
+    from mmlinattn.core.ops import set_chunk_tokens
+    fn = _chunking_cases()[case]
+    qkv = [rand((2, 3, 30, 8)) for _ in range(3)]
+    g = rand((2, 3, 30, 8))
+    results = []
+    for tokens in (7, None):
+        set_chunk_tokens('cpu', tokens)
+        with torch.inference_mode():
+            inference = fn(*qkv)
+        xs = [t.clone().requires_grad_(True) for t in qkv]
+        out = fn(*xs)
+        results.append([inference, out.detach(), *torch.autograd.grad(out, xs, g)])
+    for chunked, whole in zip(*results):
+        torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-10)
+    # and both are the quadratic reference's (the oracle)
+    ref = {'inline': inline_attention_reference, 'mala': mala_attention_reference}.get(case)
+    if ref is not None:
+        torch.testing.assert_close(results[0][0], ref(*qkv), rtol=0, atol=1e-10)
+
+
+# ------------------------------------------------------------------ MALA's scratch and rotation
+def _allocated_bytes(fn) -> int:
+    """Bytes ``fn()`` allocates in all (the profiler's memory events, frees not subtracted)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        fn()
+    return sum(e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage > 0)
+
+
+@pytest.mark.parametrize('with_rope', [False, True])
+def test_mala_inference_reuses_its_scratch_from_call_to_call(chunk_settings, with_rope):
+    """MALA's scratch buffers for phi(K) and phi(Q) (and their rotated copies) are the thread's
+    CPU workspace, kept between calls: a repeated call allocates its output and the small states
+    only, not the 2 x (chunk x d) of buffers whose fresh pages cost ~600 page faults a call at
+    4096 tokens (the issue-58 slowdown). Exactly one chunk (N = the chunk length), the edge where
+    a call's chunk is the whole sequence."""
+    from mmlinattn.core.ops import set_chunk_tokens
+    set_chunk_tokens('cpu', 256)
+    q, k, v = (torch.randn(2, 2, 256, 16) for _ in range(3))
+    rope = rope_sin_cos((16, 16), rope_angles(16)) if with_rope else None
+    with torch.inference_mode():
+        mala_attention(q, k, v, rope=rope)  # the first call may grow the workspace
+        out_bytes = q.numel() * q.element_size()
+        extra = _allocated_bytes(lambda: mala_attention(q, k, v, rope=rope)) - out_bytes
+    # beside the 64 kB output: z (N x 1) twice, the d x d states twice and some d-vectors, ~20 kB
+    # here; the scratch is 128 kB
+    assert 0 <= extra < out_bytes // 2, extra
+
+
+def test_mala_scratch_never_leaks_into_results(chunk_settings):
+    """Outputs do not alias the reused workspace: results of earlier calls (other shapes, chunked
+    and whole, under inference mode and under no_grad, with and without RoPE) stay equal to the
+    float64 reference after later calls, and a workspace made in inference mode serves no_grad
+    calls (in-place writes into an inference tensor outside the mode would raise)."""
+    from mmlinattn.core.ops import set_chunk_tokens
+    set_chunk_tokens('cpu', 30)
+    cases = []
+    for n, hw, mode in ((30, (5, 6), torch.inference_mode), (12, (3, 4), torch.no_grad),
+                        (45, (5, 9), torch.no_grad), (30, (6, 5), torch.inference_mode)):
+        q, k, v = (rand((2, 3, n, 8)) for _ in range(3))
+        rope = rope_sin_cos(hw, rope_angles(8, dtype=torch.float64))
+        with mode():
+            cases.append((mala_attention(q, k, v), (q, k, v, None)))
+            cases.append((mala_attention(q, k, v, rope=rope), (q, k, v, rope)))
+    for out, (q, k, v, rope) in cases:
+        torch.testing.assert_close(out, mala_attention_reference(q, k, v, rope=rope), rtol=0,
+                                   atol=1e-10)
+
+
+def test_mala_rotation_builds_no_interleaved_copy():
+    """MALA's eager inference with RoPE rotates phi pair-wise into its scratch: no torch.stack /
+    cat interleaving a rotated copy (element by element, the slowest pass of the old query pass);
+    the result is the float64 reference's (the quadratic form with kernels.apply_rope)."""
+    q, k, v = (rand((1, 2, 20, 8)) for _ in range(3))
+    rope = rope_sin_cos((4, 5), rope_angles(8, dtype=torch.float64))
+    with torch.inference_mode():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out = mala_attention(q, k, v, rope=rope)
+    names = {e.name for e in prof.events()}
+    assert not names & {'aten::cat', 'aten::stack', 'aten::neg'}, names
+    torch.testing.assert_close(out, mala_attention_reference(q, k, v, rope=rope), rtol=0,
+                               atol=1e-10)

@@ -16,7 +16,7 @@ Gradients: in eager, the InLine and MALA cores run as autograd Functions (:mod:`
 q, k, v and the small states and form the backward as GEMMs; under a jit trace, ``torch.compile``
 or ``torch.export`` they run as plain tensor ops (the same forward).
 """
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -71,13 +71,65 @@ def _float32(*tensors: Tensor):
     return [t.float() if t.dtype in _LOW_PRECISION else t for t in tensors]
 
 
-# Tokens per chunk on the no-autograd path: the per-chunk intermediates of (B, h, chunk, d) stay in
-# cache instead of streaming N x d tensors through memory once per elementwise pass.
+# Tokens per chunk on the CPU's no-autograd path: the per-chunk intermediates of (B, h, chunk, d)
+# stay in cache instead of streaming N x d tensors through memory once per elementwise pass
+# (docs/benchmarks.md: a sweep of chunk sizes on the CPU). Other devices run the whole sequence in
+# one piece unless set_chunk_tokens says otherwise (see chunk_tokens).
 CHUNK_TOKENS = 4096
+
+# device type -> tokens per chunk (None: the whole sequence), set by set_chunk_tokens
+_CHUNK_SET: Dict[str, Optional[int]] = {}
+
+
+def _device_type(device: Union[str, torch.device, Tensor]) -> str:
+    if isinstance(device, Tensor):
+        return device.device.type
+    return device.type if isinstance(device, torch.device) else torch.device(device).type
+
+
+def chunk_tokens(device: Union[str, torch.device, Tensor] = 'cpu') -> Optional[int]:
+    """Tokens per chunk of the linear cores' no-autograd path on ``device`` (a device, its name or
+    a tensor on it; only its type counts): :data:`CHUNK_TOKENS` on the CPU, where chunking keeps
+    the elementwise passes in cache, and ``None`` (the whole sequence in one piece) on any other
+    device - a GPU gains nothing from it and would pay a launch per op per chunk - unless
+    :func:`set_chunk_tokens` chose otherwise for that device type. The math is the same either
+    way (``tests/test_ops.py`` compares the two in float64)."""
+    kind = _device_type(device)
+    if kind in _CHUNK_SET:
+        return _CHUNK_SET[kind]
+    return CHUNK_TOKENS if kind == 'cpu' else None
+
+
+_DEFAULT = object()
+
+
+def set_chunk_tokens(device_type: str, tokens=_DEFAULT) -> Optional[int]:
+    """Choose the chunk length for one device type (``'cpu'``, ``'cuda'``, ...): a positive
+    number of tokens, ``None`` for no chunking, or leave ``tokens`` out to go back to the default
+    (:func:`chunk_tokens`). Returns what :func:`chunk_tokens` gave before, so that a sweep can put
+    it back: ``old = set_chunk_tokens('cuda', 8192); ...; set_chunk_tokens('cuda', old)``."""
+    kind = _device_type(device_type)
+    old = chunk_tokens(kind)
+    if tokens is _DEFAULT:
+        _CHUNK_SET.pop(kind, None)
+        return old
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or tokens < 1):
+        raise ValueError(f'set_chunk_tokens({kind!r}, {tokens!r}): the chunk length must be a '
+                         'positive number of tokens, or None for no chunking')
+    _CHUNK_SET[kind] = tokens
+    return old
 
 
 def _needs_grad(*tensors: Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _chunk(q: Tensor, k: Tensor) -> int:
+    """:func:`chunk_tokens` for q's device, as a length (the whole sequence for None)."""
+    whole = max(q.shape[-2], k.shape[-2])
+    step = chunk_tokens(q.device)
+    return whole if step is None else step
 
 
 def _step(q: Tensor, k: Tensor, v: Tensor) -> int:
@@ -85,10 +137,11 @@ def _step(q: Tensor, k: Tensor, v: Tensor) -> int:
     sequence with autograd, and while a graph is traced for export - ``torch.export`` (the dynamo
     ONNX exporter) or the jit (``torch.jit.trace``, the legacy ``torch.onnx.export`` that mmdeploy
     uses) - where the loop would unroll at the example's N and a graph with another height / width
-    would run the example's chunks; else :data:`CHUNK_TOKENS`. The math is the same either way."""
+    would run the example's chunks; else :func:`chunk_tokens` of q's device. The math is the same
+    either way."""
     if _needs_grad(q, k, v) or probes.is_exporting() or torch.jit.is_tracing():
         return max(q.shape[-2], k.shape[-2])
-    return CHUNK_TOKENS
+    return _chunk(q, k)
 
 
 def _use_function(*tensors: Tensor) -> bool:
@@ -118,7 +171,7 @@ def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
         if _use_function(q, k, v):
             # q, k, v as they come: the Function saves them in their dtype (half under autocast)
             # and computes in float32 itself; its output is in v's dtype
-            return InlineAttentionFunction.apply(q, k, v, kernel, s, CHUNK_TOKENS)
+            return InlineAttentionFunction.apply(q, k, v, kernel, s, _chunk(q, k))
         q, k, v = _float32(q, k, v)
         return inline_forward(q, k, v, phi, s, _step(q, k, v))[0].to(out_dtype)
 
@@ -163,7 +216,7 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
             # q, k, v as they come (see inline_attention)
             sin, cos = (None, None) if rope is None else rope
             return MalaAttentionFunction.apply(q, k, v, sin, cos, s, eps, beta, gamma,
-                                               CHUNK_TOKENS)
+                                               _chunk(q, k))
         q, k, v = _float32(q, k, v)
         step = _step(q, k, v)
         return mala_forward(q, k, v, s, rope, eps, beta, gamma, step)[0].to(out_dtype)

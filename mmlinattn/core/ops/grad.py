@@ -50,9 +50,23 @@ RopeTables = Optional[Tuple[Tensor, Tensor]]
 
 
 def _rotate(x: Tensor, sin: Tensor, cos: Tensor, out: Optional[Tensor] = None) -> Tensor:
-    """:func:`~.kernels.apply_rope`'s ``x cos + rot(x) sin`` as one multiply and one fused
-    multiply-add (four passes instead of five), written into ``out`` if given."""
-    return torch.addcmul(x * cos, rotate_pairs(x), sin, out=out)
+    """:func:`~.kernels.apply_rope`'s ``x cos + rot(x) sin`` with ``rot(x) = (-x1, x0, -x3, x2,
+    ...)``, written pair-wise into ``out`` (new if None; must not overlap ``x``)::
+
+        out = x cos;  out_even -= x_odd sin_even;  out_odd += x_even sin_odd
+
+    Three passes and no temporary: building ``rot(x)`` as a tensor (a negated half and a
+    ``torch.stack`` that interleaves it, torch's slowest copy: element by element) took longer than
+    the rest of MALA's query pass at MAViT's stage shapes (docs/benchmarks.md). With autograd, and
+    in traced graphs (jit trace, compile, export: no in-place writes into views for the exporters),
+    the same formula out of place: ``x cos + rot(x) sin``."""
+    if torch.is_grad_enabled() or not eager():
+        return torch.addcmul(x * cos, rotate_pairs(x), sin, out=out)
+    out = torch.mul(x, cos, out=out)
+    xp, sp, op = (t.unflatten(-1, (-1, 2)) for t in (x, sin, out))
+    op[..., 0].addcmul_(xp[..., 1], sp[..., 0], value=-1.0)
+    op[..., 1].addcmul_(xp[..., 0], sp[..., 1])
+    return out
 
 
 def key_pass(k: Tensor, v: Tensor, phi, step: int, rope: RopeTables = None):
@@ -66,13 +80,20 @@ def key_pass(k: Tensor, v: Tensor, phi, step: int, rope: RopeTables = None):
         phk, vc = phi(k[..., span, :]), v[..., span, :]
         sk, sv = phk.sum(dim=-2, keepdim=True), vc.sum(dim=-2, keepdim=True)
         if rope is not None:
-            phk = _rotate(phk, rope[0][span], rope[1][span])
+            phk = _rotate(phk, rope[0][span], rope[1][span], out=_spare(phi, phk))
         kvc = torch.matmul(phk.transpose(-2, -1), vc)
         if kv is None:
             kv, sum_k, sum_v = kvc, sk, sv
         else:
             kv, sum_k, sum_v = kv + kvc, sum_k + sk, sum_v + sv
     return kv, sum_k, sum_v
+
+
+def _spare(phi, like: Tensor) -> Optional[Tensor]:
+    """Where to write a rotated copy of ``phi``'s last result: its scratch's spare buffer (see
+    :func:`~.kernels.elu_plus_one_scratch`), else a new tensor (None)."""
+    spare = getattr(phi, 'spare', None)
+    return None if spare is None else spare(like.shape[-2])
 
 
 def query_pass(q: Tensor, step: int, dv: int, fn) -> Tensor:
@@ -139,7 +160,8 @@ def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, ep
         if keep_z:
             zs.append(z)
         if rope is not None:
-            phq = _rotate(phq, rope[0][i:i + qc.shape[-2]], rope[1][i:i + qc.shape[-2]])
+            span = slice(i, i + qc.shape[-2])
+            phq = _rotate(phq, rope[0][span], rope[1][span], out=_spare(phi, phq))
         num = torch.matmul(phq, kv)
         if inplace:  # same math, in place: fewer passes over the (chunk x d) tensors
             if beta:
@@ -200,9 +222,16 @@ def inline_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, state: Tensor, m
 
 def _rope_adjoint(y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
     """R^T y = y cos - rot(y sin): the transpose of :func:`_rotate`'s per-token rotation
-    (-rot turns each pair (a, b) into (b, -a))."""
-    pairs = (y * sin).unflatten(-1, (-1, 2))
-    return torch.addcmul(torch.stack((pairs[..., 1], -pairs[..., 0]), dim=-1).flatten(-2), y, cos)
+    (-rot turns each pair (a, b) into (b, -a)), pair-wise as :func:`_rotate` does it::
+
+        out = y cos;  out_even += y_odd sin_odd;  out_odd -= y_even sin_even
+
+    (The backward runs without autograd, in eager mode.)"""
+    out = y * cos
+    yp, sp, op = (t.unflatten(-1, (-1, 2)) for t in (y, sin, out))
+    op[..., 0].addcmul_(yp[..., 1], sp[..., 1])
+    op[..., 1].addcmul_(yp[..., 0], sp[..., 0], value=-1.0)
+    return out
 
 
 def mala_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, kv: Tensor, zvec: Tensor,

@@ -1,5 +1,6 @@
 """Feature maps (kernels) phi used by the linear attentions, and 2-D rotary position embedding."""
 import math
+import threading
 from typing import Callable, Dict, Tuple
 
 import torch
@@ -64,13 +65,48 @@ def elu_plus_one_into(x: Tensor, out: Tensor, tmp: Tensor) -> Tensor:
     return exp_(torch.clamp(x, max=0, out=out)).add_(torch.clamp(x, min=0, out=tmp))
 
 
+#: bytes of scratch memory that :func:`elu_plus_one_scratch` keeps on the CPU from call to call
+#: (per thread and dtype); a call that needs more allocates its buffers for itself
+WORKSPACE_MAX_BYTES = 32 * 2 ** 20
+_workspace = threading.local()
+
+
+def cpu_workspace(numel: int, dtype: torch.dtype) -> Tensor:
+    """A flat CPU tensor of ``numel`` elements: the same memory on every call of this thread
+    (grown when a call needs more), so that a call does not fault fresh pages in.
+
+    Why: glibc's malloc gives large freed blocks back to the kernel once the free memory at the top
+    of its heap passes a threshold that it derives from the largest block it has freed, and the
+    next allocation of them faults every 4 kB page in again, zero-filled. MALA's two scratch
+    buffers (2 x 2 MB at 4096 tokens, h=4, d=32) pushed a call over that threshold where nothing
+    larger had been freed before, and each call then spent about as long on ~600 page faults as on
+    its arithmetic (docs/benchmarks.md). The contents are the last user's: callers overwrite them
+    and use them before their next call."""
+    kept = getattr(_workspace, 'tensors', None)
+    if kept is None:
+        kept = _workspace.tensors = {}
+    buf = kept.get(dtype)
+    if buf is None or buf.numel() < numel:
+        with torch.inference_mode(False):  # a normal tensor: usable inside and outside the mode
+            buf = kept[dtype] = torch.empty(numel, dtype=dtype)
+    return buf[:numel]
+
+
 def elu_plus_one_scratch(like: Tensor, tokens: int) -> Callable[[Tensor], Tensor]:
-    """:func:`elu_plus_one_into` over two scratch buffers allocated once, for chunks of at most
-    ``tokens`` tokens of tensors shaped like ``like`` (..., N, d). Every call's result overwrites
-    the last one's: use it before the next call."""
+    """:func:`elu_plus_one_into` over two scratch buffers for chunks of at most ``tokens`` tokens
+    of tensors shaped like ``like`` (..., N, d): on the CPU the thread's :func:`cpu_workspace`
+    (while the two fit :data:`WORKSPACE_MAX_BYTES`), elsewhere two buffers allocated once per
+    call. Every call's result overwrites the last one's (also the last core call's): use it before
+    the next call. ``phi.spare(m)`` is the second buffer's first ``m`` tokens, free to overwrite
+    between one call's return and the next call (e.g. with a rotated copy of the result)."""
     *lead, _, d = like.shape
-    buf, tmp = like.new_empty(*lead, tokens, d), like.new_empty(*lead, tokens, d)
-    per_token = buf[..., 0, 0].numel() * d
+    per_token = math.prod(lead) * d
+    size = per_token * tokens
+    if like.device.type == 'cpu' and 2 * size * like.element_size() <= WORKSPACE_MAX_BYTES:
+        flat = cpu_workspace(2 * size, like.dtype)
+        buf, tmp = flat[:size].view(*lead, tokens, d), flat[size:].view(*lead, tokens, d)
+    else:
+        buf, tmp = like.new_empty(*lead, tokens, d), like.new_empty(*lead, tokens, d)
 
     def head(t: Tensor, m: int) -> Tensor:  # the first m tokens of a buffer, contiguous
         return t if m == tokens else t.view(-1)[:per_token * m].view(*lead, m, d)
@@ -78,6 +114,7 @@ def elu_plus_one_scratch(like: Tensor, tokens: int) -> Callable[[Tensor], Tensor
     def phi(x: Tensor) -> Tensor:
         m = x.shape[-2]
         return elu_plus_one_into(x, head(buf, m), head(tmp, m))
+    phi.spare = lambda m: head(tmp, m)
     return phi
 
 
