@@ -1,7 +1,7 @@
-"""The multi-GPU path on the CPU: a detector with masks and a segmentor (two backbone families)
-train under DDP with 2 processes (tools/dist_train.sh -> torchrun -> tools/train.py --launcher
-pytorch), resume under DDP, and tools/dist_test.sh gives the same predictions and metrics as the
-single-process tools/test.py.
+"""The multi-GPU path on the CPU, on any machine (the tools started here see no GPU): a detector
+with masks and a segmentor (two backbone families) train under DDP with 2 processes
+(tools/dist_train.sh -> torchrun -> tools/train.py --launcher pytorch), resume under DDP, and
+tools/dist_test.sh gives the same predictions and metrics as the single-process tools/test.py.
 
 What else DDP demands of a model - a gradient for every trainable parameter at each iteration - is
 checked for every model kind and backbone family in one process, by
@@ -23,7 +23,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from tools.workshop.apis import read_metrics
+from mmlinattn.training.runs import read_metrics
 
 import compare
 from helpers import make_toy_sets
@@ -97,6 +97,7 @@ def derived_config(shipped: str, data_root, out: str) -> Config:
     _set_classes(cfg.model, 3 if det else 4)
     cfg.model.backbone.init_cfg = None
     cfg.default_hooks.logger.interval = 1
+    cfg.allow_cpu = True   # a CPU run by design (mmlinattn.training.gpu_guard), GPU or not
     cfg.dump(out)
     return cfg
 
@@ -107,8 +108,16 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _child_env(env=None) -> dict:
+    """The environment of the tools these tests start: the CPU path on any machine. With a GPU
+    visible the tools would take mmengine's NCCL path (one GPU per rank: on a 1-GPU machine rank
+    1 fails) and the single-process test would run on the GPU, so CUDA is hidden."""
+    return dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1', CUDA_VISIBLE_DEVICES='',
+                **(env or {}))
+
+
 def _run(cmd, env=None, timeout=600):
-    e = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1', **(env or {}))
+    e = _child_env(env)
     r = subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
     out = r.stdout + r.stderr
     assert r.returncode == 0, f'{" ".join(cmd)} failed ({r.returncode}):\n{out[-4000:]}'
@@ -139,6 +148,14 @@ def _same_predictions(a, b, rules):
                                            pb['pred_sem_seg']['data'][0])
         else:
             assert torch.equal(pa['pred_sem_seg']['data'], pb['pred_sem_seg']['data'])
+
+
+def test_tools_started_here_see_no_gpu(monkeypatch):
+    """Whatever the machine shows (CUDA_VISIBLE_DEVICES=0 here), the launched tools get none."""
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0')
+    env = _child_env(dict(PORT='29999'))
+    assert env['CUDA_VISIBLE_DEVICES'] == '' and env['PORT'] == '29999'
+    assert env['OMP_NUM_THREADS'] == '1' and env['PYTHON'] == sys.executable
 
 
 @pytest.mark.slow
