@@ -41,15 +41,17 @@ test-quick: install
 test-all: install
 	@$(PY) -m pytest $(PYTEST_ARGS) tests; rc=$$?; [ $$rc -ne 5 ] || exit 1; exit $$rc
 
-# Not part of `make test`: the OLDEST supported stack, the one most mmdet 3.x users have
-# (requirements/oldest.txt: torch 2.1.2 + torchvision 0.16.2, numpy 1.26.4, mmcv 2.1.0 compiled against
-# that torch, mmengine 0.10.0, mmdet 3.2.0, mmsegmentation 1.2.1, mmpretrain 1.1.1) in a second
-# environment, $(COMPAT_VENV). tools/install_compat.sh builds it (the mmcv wheel is compiled once per
-# torch version and cached, ~10 min on 2 cores), checks that a plain `pip install -e .` changes nothing
-# there (pip freeze --all), then a smoke subset runs: backbones, config builds, toy trainings, resume,
-# inference, the authors' files, the guest checks (import changes nothing), the wheel, and mmdet's /
-# mmseg's / mmpretrain's own tools training, resuming and testing a detector and a segmentor of every
-# family.
+# Not part of `make test`: the OLDEST supported stack, the one most mmdet 3.x users have, in a 2nd
+# environment, $(COMPAT_VENV) (`install` first: test_gpu_check.py uses the wheels it fetches).
+# tools/install_compat.sh builds it: first the environment OpenMMLab's guide leaves for torch 2.1
+# (torch 2.1.2 + torchvision 0.16.2, numpy 1.24.4, opencv-python 4.8.1.78, mmengine 0.10.4, mmcv
+# 2.1.0 compiled against that torch: once per torch version and cached, ~10 min on 2 cores), into
+# which it installs the package as docs/install.md says, failing if pip freeze --all changes for a
+# package that was there; then requirements/oldest.txt (mmengine 0.10.0, mmdet 3.2.0,
+# mmsegmentation 1.2.1, mmpretrain 1.1.1). A smoke subset runs:
+# backbones, config builds, toy trainings, resume, inference, the authors' files, the guest checks
+# (import changes nothing), the wheel, and mmdet's / mmseg's / mmpretrain's own tools training,
+# resuming and testing a detector and a segmentor of every family.
 COMPAT_VENV ?= .venv-compat
 COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_guest.py tests/test_wheel.py \
 	tests/test_compare.py \
