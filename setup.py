@@ -10,6 +10,10 @@ HERE = osp.dirname(osp.abspath(__file__))
 #: what the wheel carries under mmlinattn/.mim, the folder OpenMMLab's tools read for a package
 #: (mim search / train / test, mmengine's config lookup), as mmdet and mmseg ship theirs
 MIM_FILES = ('configs', 'tools', 'model-index.yml')
+#: what of tools/ stays in the repository (developer tooling: benchmarks, profiling, FLOP
+#: conventions, analyses, the authors'-code harness, ONNX export helpers; the installers): a wheel's
+#: .mim/tools holds the tools a user runs (train, test, launchers, demos, converters, downloads)
+DEV_ONLY = ('workshop', 'analysis_tools', 'deployment', 'install*.sh')
 
 
 def read_version():
@@ -51,7 +55,8 @@ class BuildWithMimFiles(build_py):
             elif osp.lexists(dst):
                 os.remove(dst)
             if osp.isdir(src):
-                shutil.copytree(src, dst, ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
+                skip = ('__pycache__', '*.pyc') + (DEV_ONLY if name == 'tools' else ())
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*skip))
             else:
                 shutil.copyfile(src, dst)
 

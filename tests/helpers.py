@@ -157,11 +157,11 @@ def resume_capture():
 
 
 def train_resumed(cfg):
-    """Build mmengine's Runner from ``cfg`` (a ``--resume`` config), register
-    :func:`resume_capture`'s hook and train: ``(runner, captured)``."""
-    from mmengine.runner import Runner
+    """Build the Runner ``cfg`` names (a ``--resume`` config), register :func:`resume_capture`'s
+    hook and train: ``(runner, captured)``."""
+    from mmengine.registry import RUNNERS
     hook, captured = resume_capture()
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)
     runner.register_hook(hook, priority='LOWEST')
     runner.train()
     return runner, captured
@@ -183,3 +183,23 @@ def assert_resumed_from(captured, saved, optimizer: bool = True):
             assert torch.equal(torch.as_tensor(state[k][name]), torch.as_tensor(v[name])), (k, name)
     assert [g['lr'] for g in captured['optim']['param_groups']] == \
         [g['lr'] for g in saved['optimizer']['param_groups']]
+
+
+def run_checks(cfg, run: str = 'train'):
+    """What every tool that runs ``cfg`` checks before ``run`` ('train', 'val', 'test') reads any
+    data: the config's Runner (``LinAttnRunner``) built and its checks run, raising what they find
+    (``ConfigError``, ``CheckpointError``: printed as the one line the tools end with). Returns the
+    Runner's config as the run would use it (``load_from`` and ``resume`` chosen); the work dir's
+    lock is given back."""
+    from mmengine.registry import RUNNERS
+
+    from mmlinattn.training.runner import LinAttnRunner
+    runner = RUNNERS.build(cfg)
+    if not isinstance(runner, LinAttnRunner):
+        raise TypeError(f'{cfg.get("runner_type")} is not a LinAttnRunner')
+    try:
+        with runner._checks():  # as train() / test(): a refusal leaves nothing in the work dir
+            runner.check(run)
+    finally:
+        runner.release()
+    return runner.cfg

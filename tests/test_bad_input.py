@@ -20,10 +20,13 @@ import torch
 from PIL import Image
 
 from mmlinattn.core.weights import CheckpointError, check_model_checkpoint
+from mmlinattn.training.config import ConfigError
+from mmlinattn.training.preflight import check_coco_annotations
+from mmlinattn.training.resume import latest_intact_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
-from tools.workshop.apis import ConfigError, check_coco_annotations
-from tools.workshop.apis.resume import latest_intact_checkpoint
+
+from helpers import run_checks
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -50,7 +53,8 @@ def _det_args(root):
 # -------------------- whole-model checkpoints
 def _save_model_checkpoint(cfg_path, path):
     """A checkpoint as mmengine's Runner writes it, of the model the config builds."""
-    from tools.workshop.apis import load_config, model_registry
+    from mmlinattn.training.cli import load_config
+    from mmlinattn.training.config import model_registry
     cfg = load_config(cfg_path)
     model = model_registry(cfg).build(cfg.model)
     torch.save({'meta': {'epoch': 1, 'iter': 2}, 'state_dict': model.state_dict()}, path)
@@ -123,7 +127,7 @@ def test_resume_picks_the_intact_checkpoint_in_the_tool(toy_data, tmp_path):
     (work / 'last_checkpoint').write_text(str(work / 'iter_4.pth'))
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
                                   *_seg_args(toy_data / 'toy_ade')])
-    cfg = train_tool.build_cfg(args)
+    cfg = run_checks(train_tool.build_cfg(args))
     assert cfg.resume is True and cfg.load_from == str(work / 'iter_2.pth')
 
 
@@ -141,7 +145,7 @@ def test_segmentation_label_out_of_range_in_training_names_file_and_value(toy_da
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
                                   *_seg_args(ade)])
     with pytest.raises(ConfigError) as e:
-        train_tool.build_cfg(args)
+        run_checks(train_tool.build_cfg(args))
     msg = str(e.value)
     assert victim.name in msg and '[199]' in msg and '[0, 4)' in msg
     assert 'train_dataloader.dataset' in msg and 'num_classes' in msg
@@ -167,7 +171,7 @@ def test_label_map_of_another_size_than_its_image(toy_data, tmp_path):
                                   *_seg_args(ade)])
     with pytest.raises(ConfigError,
                        match=rf'{victim.name} is {w}x{h + 16} but its image .* is {w}x{h}'):
-        train_tool.build_cfg(args)
+        run_checks(train_tool.build_cfg(args))
 
 
 def test_segmentation_set_with_no_image(toy_data, tmp_path):
@@ -177,7 +181,7 @@ def test_segmentation_set_with_no_image(toy_data, tmp_path):
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
                                   *_seg_args(ade)])
     with pytest.raises(ConfigError, match=r"train_dataloader\.dataset: no image found .*'\.jpg'"):
-        train_tool.build_cfg(args)
+        run_checks(train_tool.build_cfg(args))
 
 
 # -------------------- COCO
@@ -203,7 +207,7 @@ def test_coco_without_annotations_would_leave_training_empty(toy_data, tmp_path)
     args = train_tool.parse_args([DET_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
                                   *_det_args(coco)])
     with pytest.raises(ConfigError) as e:
-        train_tool.build_cfg(args)
+        run_checks(train_tool.build_cfg(args))
     msg = str(e.value)
     assert 'instances_train.json' in msg and 'empty after filtering' in msg
     assert 'train_dataloader.dataset.filter_cfg.filter_empty_gt' in msg
@@ -222,7 +226,7 @@ def test_neck_channels_not_matching_the_backbone_name_both_keys(toy_data, tmp_pa
                                   *_seg_args(toy_data / 'toy_ade'),
                                   'model.neck.in_channels=[64,128,320,512]'])
     with pytest.raises(ConfigError) as e:
-        train_tool.build_cfg(args)
+        run_checks(train_tool.build_cfg(args))
     msg = str(e.value)
     assert 'model.neck.in_channels=[64, 128, 320, 512]' in msg
     assert 'model.backbone.out_indices=[0, 1, 2, 3]' in msg and '[64, 128, 256, 512]' in msg
@@ -237,7 +241,7 @@ def test_head_channels_without_a_neck(toy_data, tmp_path):
                                   'model.decode_head.in_index=[0,1,2,3]'])
     with pytest.raises(ConfigError, match=r'model\.decode_head\.in_channels=\[64, 128, 256, 999\].*'
                                           r'\[64, 128, 256, 512\]'):
-        train_tool.build_cfg(args)
+        run_checks(train_tool.build_cfg(args))
 
 
 @pytest.mark.parametrize('option,expected', [
@@ -249,7 +253,7 @@ def test_backbone_arguments_out_of_range_stop_before_work(toy_data, tmp_path, op
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
                                   *_seg_args(toy_data / 'toy_ade'), option])
     with pytest.raises(ConfigError, match=r'model\.backbone: .*' + expected):
-        train_tool.build_cfg(args)
+        run_checks(train_tool.build_cfg(args))
 
 
 # -------------------- --cfg-options
@@ -257,7 +261,7 @@ def test_cfg_option_value_of_the_wrong_type_names_key_and_value(tmp_path):
     args = train_tool.parse_args([SEG_CFG, '--cfg-options', 'train_cfg.max_iters=abc'])
     with pytest.raises(ConfigError, match=r"train_cfg\.max_iters='abc': expected a number "
                                           r"\(the config has train_cfg\.max_iters=\d+\)"):
-        train_tool.build_cfg(args)
+        run_checks(train_tool.build_cfg(args))
 
 
 def test_cfg_option_without_equals_is_named(capsys):
@@ -272,7 +276,7 @@ def test_cfg_option_typo_that_the_class_rejects_stops_before_work():
     config check, with the did-you-mean, instead of a TypeError once the runner builds it (the loop
     before training; the checkpoint hook's extra keys only at the first save, inside
     Runner.save_checkpoint)."""
-    from tools.workshop.apis import load_config
+    from mmlinattn.training.cli import load_config
     with pytest.raises(ConfigError, match=r'train_cfg\.max_itres: train_cfg builds '
                        r'IterBasedTrainLoop, '
                                           r'which takes no .max_itres.; '
@@ -298,7 +302,7 @@ def test_cfg_option_typo_that_the_class_rejects_stops_before_work():
 def test_cfg_option_typo_elsewhere_gets_a_suggestion():
     """Where the target takes ``**kwargs`` (mmdet's datasets), a key close to one the config has
     is added with a did-you-mean warning."""
-    from tools.workshop.apis import load_config
+    from mmlinattn.training.cli import load_config
     with pytest.warns(UserWarning, match=r'train_dataloader\.dataset\.filter_cfgg.*did you mean '
                                          r'train_dataloader\.dataset\.filter_cfg\?'):
         load_config(DET_CFG, {'train_dataloader.dataset.filter_cfgg': {}})

@@ -10,7 +10,7 @@ import os.path as osp
 import pytest
 import torch
 
-from tools.workshop.apis import load_config
+from mmlinattn.training.cli import load_config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -37,8 +37,8 @@ def test_a_backbone_that_does_not_build_on_meta_says_so_once(monkeypatch, capsys
     """Both model checks of the pre-flight (channels, checkpoint fit) share the one build, so the
     reason is given once; neither check runs, neither fails."""
     from mmlinattn.core.models.backbones import MAViT
-    from tools.workshop.apis.preflight import MetaBackbone, check_model_channels
-    from tools.workshop.apis.preflight.checkpoints import prepare_checkpoints
+    from mmlinattn.training.preflight import MetaBackbone, check_model_channels
+    from mmlinattn.training.preflight.checkpoints import prepare_checkpoints
     cfg = load_config(SEG_CFG)
     cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint='/nonexistent/mavit_t.pth')
     logger = fresh_logger('meta')
@@ -58,8 +58,8 @@ def test_a_bug_in_our_backbone_reaches_the_caller_of_the_preflight(monkeypatch):
     """An error of our own backbone code raised while the pre-flight builds it is raised to the
     caller, not taken for "cannot build on meta" and passed over."""
     from mmlinattn.core.models.backbones import MAViT
-    from tools.workshop.apis.preflight import check_model_channels
-    from tools.workshop.apis.preflight.checkpoints import prepare_checkpoints
+    from mmlinattn.training.preflight import check_model_channels
+    from mmlinattn.training.preflight.checkpoints import prepare_checkpoints
     cfg = load_config(SEG_CFG)
     monkeypatch.setattr(MAViT, '__init__', _raising(TypeError('a bug of ours')))
     with pytest.raises(TypeError, match='a bug of ours'):
@@ -71,7 +71,7 @@ def test_a_bug_in_our_backbone_reaches_the_caller_of_the_preflight(monkeypatch):
 
 # --------------------------------------------------------------------------- dataset classes
 def test_a_dataset_type_that_cannot_be_resolved_says_so(capsys):
-    from tools.workshop.apis import dataset_views
+    from mmlinattn.training.preflight import dataset_views
     cfg = load_config(SEG_CFG)
     cfg.train_dataloader.dataset.type = 'NoSuchSegDataset'
     fresh_logger('dataset-type')
@@ -93,7 +93,7 @@ def test_a_dataset_type_that_cannot_be_resolved_says_so(capsys):
 def test_a_failing_dataset_lookup_is_no_longer_swallowed(monkeypatch):
     from mmseg.registry import DATASETS
 
-    from tools.workshop.apis import dataset_views
+    from mmlinattn.training.preflight import dataset_views
     cfg = load_config(SEG_CFG)
     monkeypatch.setattr(DATASETS, 'get', _raising(TypeError('a bug in the lookup')))
     with pytest.raises(TypeError, match='a bug in the lookup'):
@@ -105,7 +105,7 @@ def test_a_segmentation_set_that_does_not_list_says_its_labels_are_not_checked(m
                                                                                caplog):
     from mmseg.datasets import BaseSegDataset
 
-    from tools.workshop.apis import check_seg_annotations, dataset_views
+    from mmlinattn.training.preflight import check_seg_annotations, dataset_views
     cfg = load_config(SEG_CFG)
     view = dataset_views(cfg, ('train_dataloader',))[0]
     logger = logging.getLogger('mmlinattn.test.seg')
@@ -127,7 +127,7 @@ def test_a_segmentation_set_that_does_not_list_says_its_labels_are_not_checked(m
 def test_a_cfg_option_whose_type_cannot_be_looked_up_says_so(monkeypatch, capsys):
     from mmseg.registry import MODELS
 
-    from tools.workshop.apis import check_cfg_options
+    from mmlinattn.training.preflight import check_cfg_options
     cfg = load_config(SEG_CFG)
     fresh_logger('cfg-options')
     monkeypatch.setattr(MODELS, 'get', _raising(ImportError('cannot import name ops from mmcv')))

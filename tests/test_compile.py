@@ -126,7 +126,7 @@ def test_toy_model_trains_with_mmengine_compile(tmp_path, config):
     CPU cores, most of it dynamo tracing mmdet/mmseg code)."""
     from os import path as osp
 
-    from tools.workshop.apis import read_metrics, run_script
+    from mmlinattn.training.runs import read_metrics, run_script
 
     from helpers import make_toy_sets
     root = osp.dirname(osp.dirname(osp.abspath(__file__)))

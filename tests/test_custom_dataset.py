@@ -24,14 +24,13 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
+from mmlinattn.training.cli import load_config
+from mmlinattn.training.config import ConfigError
+from mmlinattn.training.preflight import check_num_classes
+from mmlinattn.training.runs import read_metrics, run_script
 from tools import train as train_tool
-from tools.workshop.apis import (
-    ConfigError,
-    check_num_classes,
-    load_config,
-    read_metrics,
-    run_script,
-)
+
+from helpers import run_checks
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CUSTOM = osp.join(ROOT, 'configs', 'custom')
@@ -205,7 +204,7 @@ def _build(my_data, tmp_path, name, *options):
     args = train_tool.parse_args([_config(name), '--work-dir', str(tmp_path / 'w'), '--cfg-options',
                                   *_data_args(name, coco, seg), 'model.backbone.init_cfg=None',
                                   *options])
-    return train_tool.build_cfg(args)
+    return run_checks(train_tool.build_cfg(args))
 
 
 @pytest.mark.parametrize('name,option,expected', [

@@ -101,7 +101,7 @@ def test_other_pipeline_errors_pass_through_unchanged(toy):
     from mmengine.registry import init_default_scope
     from mmseg.registry import DATASETS, TRANSFORMS
 
-    from tools.workshop.apis.datafaults import DataFileError
+    from mmlinattn.training.datafaults import DataFileError
 
     @TRANSFORMS.register_module(name='_BrokenForTest', force=True)
     class Broken:
@@ -114,7 +114,7 @@ def test_other_pipeline_errors_pass_through_unchanged(toy):
                   img_suffix='.jpg', seg_map_suffix='.png',
                   pipeline=[dict(type='LoadImageFromFile'), dict(type='_BrokenForTest')])
     ds = DATASETS.build(copy.deepcopy(ds_cfg))
-    from tools.workshop.apis.datafaults import name_unreadable_files_in
+    from mmlinattn.training.datafaults import name_unreadable_files_in
     plain = DATASETS.build(copy.deepcopy(ds_cfg))
     assert name_unreadable_files_in(ds) == 1  # what the runner of our tools does to its datasets
     with pytest.raises(ValueError, match='a bug in a transform'):
@@ -129,10 +129,10 @@ def test_other_pipeline_errors_pass_through_unchanged(toy):
 
 
 def test_data_file_error_from_a_worker_reads_as_its_own_message():
-    from tools.workshop.apis.datafaults import DataFileError
+    from mmlinattn.training.datafaults import DataFileError
     text = ('Caught DataFileError in DataLoader worker process 0.\nOriginal Traceback (most recent '
             'call last):\n  File "x.py", line 1, in f\n'
-            'tools.workshop.apis.datafaults.DataFileError: '
+            'mmlinattn.training.datafaults.DataFileError: '
             'train_dataloader.dataset (X, sample 3): cannot read the image a.jpg: '
             'OSError: broken\n')
     assert str(DataFileError(text)) == ('train_dataloader.dataset (X, sample 3): cannot read the '

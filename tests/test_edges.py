@@ -113,12 +113,38 @@ def test_image_demo_refuses_images_whose_predictions_share_a_name(tmp_path, caps
     assert rc == 2 and 'checkpoint not found' in capsys.readouterr().err  # the next check
 
 
+@pytest.mark.parametrize('device, gpus, said', [
+    ('cuda', 0, 'torch sees no CUDA GPU here'),
+    ('cuda:0', 0, 'torch sees no CUDA GPU here'),
+    ('cuda:3', 1, 'torch sees 1 CUDA GPU(s), cuda:0 ... cuda:0'),
+    ('gpu', 0, 'not a device name torch knows'),
+])
+def test_image_demo_refuses_a_device_it_cannot_use_before_any_work(device, gpus, said, tmp_path,
+                                                                   monkeypatch, capsys):
+    """--device cuda on a machine where torch sees no GPU (or an index past the last GPU, or a
+    name torch does not know): one line naming the flag, its value and what to use, exit 2, before
+    the image, config or checkpoint is read (none of them exists here). Was: a traceback from the
+    inferencer after reading all of them."""
+    from tools import image_demo
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: gpus)
+    out = tmp_path / 'out'
+    rc = image_demo.main([str(tmp_path / 'none.jpg'), str(tmp_path / 'none.py'),
+                          str(tmp_path / 'none.pth'), '--device', device, '--out-dir', str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith(f'image_demo.py: error: --device {device}: {said}'), err
+    if gpus == 0 and device != 'gpu':
+        assert '--device cpu' in err[0]
+    assert not out.exists()
+
+
 @pytest.mark.parametrize('with_meta', [False, True])
 def test_det_inferencer_classes_from_the_config_when_the_checkpoint_has_none(tmp_path, with_meta):
     """DetInferencer with a checkpoint without dataset_meta: the toy COCO's three classes and
     palette (the config's metainfo), not COCO's 80; one warning. A checkpoint with dataset_meta
     keeps its own, with no warning."""
-    from tools.workshop.visualization import build_inferencer
+    from mmlinattn.apis.inference import build_inferencer
     cfg = Config.fromfile(DET_CFG)
     want = cfg.test_dataloader.dataset.metainfo
     ckpt = tmp_path / 'det.pth'
@@ -209,8 +235,8 @@ def test_work_dir_on_a_read_only_or_forbidden_folder(tmp_path, monkeypatch, code
     """A read-only file system / no permission (as root neither stops a write here, so the folder
     creation the check tries is made to fail with that errno): the message names the work dir, the
     folder tried and the reason."""
-    from tools.workshop.apis import ConfigError
-    from tools.workshop.apis.runs import check_work_dir
+    from mmlinattn.training.config import ConfigError
+    from mmlinattn.training.runs import check_work_dir
     work = tmp_path / 'new' / 'work'
 
     def mkdir(path, mode=0o777):
@@ -224,8 +250,8 @@ def test_work_dir_on_a_read_only_or_forbidden_folder(tmp_path, monkeypatch, code
 
 @pytest.mark.skipif(os.geteuid() == 0, reason='root writes into a chmod 0o500 folder')
 def test_work_dir_in_a_folder_without_write_permission(tmp_path):
-    from tools.workshop.apis import ConfigError
-    from tools.workshop.apis.runs import check_work_dir
+    from mmlinattn.training.config import ConfigError
+    from mmlinattn.training.runs import check_work_dir
     locked = tmp_path / 'locked'
     locked.mkdir()
     locked.chmod(0o500)
@@ -237,7 +263,7 @@ def test_work_dir_in_a_folder_without_write_permission(tmp_path):
 
 
 def test_writable_work_dir_passes_and_leaves_nothing(tmp_path):
-    from tools.workshop.apis.runs import check_work_dir
+    from mmlinattn.training.runs import check_work_dir
     check_work_dir(str(tmp_path / 'a' / 'b'))
     check_work_dir(str(tmp_path))
     assert os.listdir(tmp_path) == []
@@ -250,7 +276,7 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
     this test, so the iteration is certain): mmengine's rotation would keep iter_2 and iter_4, so
     the iter_5 of the preemption must replace iter_2. The resumed run starts at 5 and rotates on
     (iter_6, iter_8)."""
-    from mmengine.runner import Runner
+    from mmengine.registry import RUNNERS
 
     from mmlinattn.training.hooks import Preempted
     work = tmp_path / 'work'
@@ -261,7 +287,7 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
                                   'train_cfg.max_iters=20'])
     cfg = train_tool.build_cfg(args)
     cfg.experiment_name = 'edges_preempted'
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)
     runner.register_hook(signal_after_iter(5), priority='NORMAL')
     with pytest.raises(Preempted, match='SIGTERM received: finished iteration 5'):
         runner.train()
@@ -287,7 +313,7 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
     """Epoch-based loop, CheckpointHook by epoch keeping 1: SIGTERM in the first iteration of epoch
     2 writes iter_3.pth beside epoch_1.pth; the resumed run repeats epoch 2 and, once epoch_2.pth is
     written (epoch_1 rotated out by mmengine), removes iter_3.pth: one file again."""
-    from mmengine.runner import Runner
+    from mmengine.registry import RUNNERS
 
     from mmlinattn.training.hooks import Preempted
     work = tmp_path / 'work'
@@ -301,7 +327,7 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
         cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=2, val_interval=1000)
         cfg.train_dataloader.sampler = dict(type='DefaultSampler', shuffle=True)
         cfg.experiment_name = name
-        runner = Runner.from_cfg(cfg)
+        runner = RUNNERS.build(cfg)
         if hook:
             runner.register_hook(hook, priority='NORMAL')
         runner.train()
@@ -319,13 +345,13 @@ def test_second_run_in_one_process_gets_its_own_visualizer(toy_data, tmp_path):
     """mmengine hands back an existing visualizer when its name (``visualizer``) is taken, so a
     second run in the same process wrote its scalars and drawings into the first run's folder. Each
     Runner we build now has its own, saving under its own work dir."""
-    from tools.workshop.apis import build_runner
+    from mmengine.registry import RUNNERS
     dirs = []
     for name in ('first', 'second'):
         work = tmp_path / name
         args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--cfg-options',
                                       *toy_seg_options(toy_data), 'train_cfg.max_iters=1'])
-        runner = build_runner(train_tool.build_cfg(args))
+        runner = RUNNERS.build(train_tool.build_cfg(args))
         dirs.append(runner.visualizer._vis_backends['LocalVisBackend']._save_dir)
     assert dirs[0].startswith(str(tmp_path / 'first')), dirs
     assert dirs[1].startswith(str(tmp_path / 'second')), dirs

@@ -6,8 +6,8 @@ import os.path as osp
 
 import pytest
 
+from mmlinattn.training.runs import read_metrics, read_scalars, run_script
 from tools.misc import make_toy_datasets as toy
-from tools.workshop.apis import read_metrics, read_scalars, run_script
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')

@@ -153,7 +153,7 @@ FOURTH_FAMILY = textwrap.dedent('''
     import torch
     from mmengine.config import Config
     from mmlinattn.core.registry import model_registry
-    from tools.workshop.apis.preflight import check_model_channels
+    from mmlinattn.training.preflight import check_model_channels
     built = {}
     for rel, text in configs:
         path = osp.join(work, rel)

@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from mmlinattn.core.weights import CheckpointError, read_checkpoint
+from mmlinattn.training.config import ConfigError
+from mmlinattn.training.preflight import check_coco_annotations
+from mmlinattn.training.runs import ToolFailed, run_script
 from tools import test as test_tool
 from tools import train as train_tool
 from tools.misc import make_toy_datasets as toy
-from tools.workshop.apis import ConfigError, ToolFailed, check_coco_annotations, run_script
 
-from helpers import assert_resumed_from, train_resumed
+from helpers import assert_resumed_from, run_checks, train_resumed
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -43,7 +45,7 @@ def test_missing_annotation_file_is_named(toy_data, tmp_path):
                                  _det_overrides(toy_data) +
                                  ['train_dataloader.dataset.ann_file=annotations/nope.json'])
     with pytest.raises(ConfigError, match=r'train_dataloader\.dataset\.ann_file.*nope\.json'):
-        train_tool.build_cfg(args)
+        run_checks(train_tool.build_cfg(args))
 
 
 # -------------------- a tool that fails
@@ -137,14 +139,14 @@ def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
     ds_cfg = cfg.train_dataloader.dataset
     ds_cfg.data_root = str(root) + '/'
     ds = DATASETS.build(ds_cfg)
-    from tools.workshop.apis.datafaults import name_unreadable_files_in
+    from mmlinattn.training.datafaults import name_unreadable_files_in
     name_unreadable_files_in(ds)  # what the runner of our tools does to its datasets
     idx = next(i for i in range(len(ds))
                if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
     # mmcv's LoadImageFromFile raises FileNotFoundError for a missing file and "failed to load
     # image" otherwise; our tools' datasets turn both into one message with the dataset key and
     # the reason
-    from tools.workshop.apis.datafaults import DataFileError
+    from mmlinattn.training.datafaults import DataFileError
     with pytest.raises(DataFileError, match=r'train_dataloader\.dataset \(CocoDataset, sample '
                        r'\d+\): '
                                             r'cannot read the image .*train_00000\.jpg: '
@@ -273,7 +275,7 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
     truncated iter_4.pth may appear, and --resume must restore iter_2's weights, optimizer state,
     scheduler state and iteration exactly."""
     from mmengine.fileio.backends import LocalBackend
-    from mmengine.runner import Runner
+    from mmengine.registry import RUNNERS
 
     work = tmp_path / 'work'
     data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val',
@@ -301,7 +303,7 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
     cfg = cfg_for('interrupted')
     cfg.train_cfg.max_iters = 6
     with pytest.raises(OSError, match='half-way'):
-        Runner.from_cfg(cfg).train()
+        RUNNERS.build(cfg).train()
     monkeypatch.setattr(LocalBackend, 'put', real_put)
 
     files = os.listdir(work)

@@ -10,9 +10,9 @@ import re
 import pytest
 import torch
 
+from mmlinattn.training.resume import latest_intact_checkpoint
 from tools import test as test_tool
 from tools import train as train_tool
-from tools.workshop.apis.resume import latest_intact_checkpoint
 
 from helpers import (
     read_last_checkpoint,
@@ -59,7 +59,8 @@ def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(toy_data, t
     ckpt = torch.load(work / f'iter_{max(n - 1, 1)}.pth', map_location='cpu', weights_only=True) \
         if n > 1 else None
     if ckpt is None:
-        from tools.workshop.apis import load_config, model_registry
+        from mmlinattn.training.cli import load_config
+        from mmlinattn.training.config import model_registry
         cfg = load_config(SEG_CFG)
         state = model_registry(cfg).build(cfg.model).state_dict()
         ckpt = {'meta': {'iter': 1}, 'state_dict': state}
@@ -119,7 +120,8 @@ def test_disk_full_during_rotation_keeps_the_last_good_checkpoint(toy_data, tmp_
 def test_missing_base_file_is_named_with_both_paths(tmp_path, capsys):
     from mmengine.config import Config
 
-    from tools.workshop.apis import ConfigError, load_config
+    from mmlinattn.training.cli import load_config
+    from mmlinattn.training.config import ConfigError
     (tmp_path / 'inner.py').write_text("_base_ = ['./no_such_base.py']\nx = 1\n")
     outer = tmp_path / 'outer.py'
     outer.write_text("_base_ = ['./inner.py']\ndefault_scope = 'mmseg'\n")

@@ -40,9 +40,10 @@ def test_finetune_chain_quick(tmp_path):
     and Semantic FPN from the saved file. The fine-tuning configs it writes initialise the
     detector's and the segmentor's backbones to exactly the classifier's trained backbone
     weights."""
+    from mmlinattn.training.cli import load_config
+    from mmlinattn.training.config import model_registry
     from tools import finetune_chain
     from tools.misc import make_toy_datasets as toy
-    from tools.workshop.apis import load_config, model_registry
     data = make_toy_sets(tmp_path / 'data', seed=5, size=64)
     toy.make_toy_cls(str(data / 'toy_cls'), seed=5, train=12, val=6, size=64)
     work = tmp_path / 'work'

@@ -2,7 +2,7 @@
 our configs - every config type (Mask R-CNN, Cascade, RetinaNet, Semantic FPN, UperNet), every
 backbone family - on an image path, a numpy array and a folder, with no registry-scope warning, and
 give what the model's own forward gives on the toolbox's test pipeline. Then tools/image_demo.py and
-the demo's pictures (tools.workshop.visualization). Checkpoints are made here from freshly built
+the demo's pictures (mmlinattn.apis.inference). Checkpoints are made here from freshly built
 models (the smallest size of each config type); the test pipelines are resized to 128 px to keep it
 fast."""
 import copy
@@ -448,7 +448,7 @@ def test_draw_val_predictions(demo_checkpoints, tmp_path, monkeypatch):
     config's validation images (a two-image toy set made here), under a caption strip."""
     import mmcv
 
-    from tools.workshop.visualization import draw_val_predictions
+    from mmlinattn.apis.inference import draw_val_predictions
     write_toy_val_sets(tmp_path)
     monkeypatch.chdir(tmp_path)  # the toy configs' data roots are relative (data/toy_*)
     for task in ('det', 'seg'):
@@ -487,7 +487,7 @@ def test_draw_val_predictions_states_its_score_threshold(demo_checkpoints, tmp_p
 
     from mmdet.visualization import DetLocalVisualizer
 
-    from tools.workshop.visualization import draw_val_predictions
+    from mmlinattn.apis.inference import draw_val_predictions
     images = write_toy_val_sets(tmp_path)
     monkeypatch.chdir(tmp_path)
     config, cfg, model, ckpt = demo_checkpoints['det']

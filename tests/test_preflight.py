@@ -1,5 +1,5 @@
 """The pre-flight as one ordered pass: the config itself, then the paths of every loader, then the
-files' contents, then the model (the order ``tools.workshop.apis.preflight`` documents), over
+files' contents, then the model (the order ``mmlinattn.training.preflight`` documents), over
 one view of each dataset computed once; and the checkpoint pre-flight of a training run, which fits
 a backbone file through the same code as the backbone's ``load_pretrained`` and reads a
 ``load_from`` once.
@@ -16,7 +16,9 @@ import shutil
 import pytest
 import torch
 
-from tools.workshop.apis import ConfigError, load_config, model_registry, preflight
+from mmlinattn.training.cli import load_config
+from mmlinattn.training.config import ConfigError, model_registry
+from mmlinattn.training.preflight import preflight
 
 from helpers import authors_state, save_authors_file
 
@@ -57,7 +59,7 @@ def test_dataset_type_is_resolved_once_per_dataset_config(toy_data, monkeypatch)
 
 
 def test_the_view_holds_the_type_classes_and_paths(toy_data):
-    from tools.workshop.apis import dataset_views
+    from mmlinattn.training.preflight import dataset_views
     root = toy_data / 'toy_ade'
     cfg = _cfg(SEG_CFG, root, type='ADE20KDataset', metainfo=None)
     cfg.train_dataloader.dataset = dict(type='RepeatDataset', times=2,
@@ -139,7 +141,7 @@ def _seg_backbone(cfg):
 
 
 def test_backbone_only_load_from_is_read_once(tmp_path, monkeypatch):
-    from tools.workshop.apis.preflight.checkpoints import prepare_checkpoints
+    from mmlinattn.training.preflight.checkpoints import prepare_checkpoints
     cfg = load_config(SEG_CFG)
     path = str(tmp_path / 'backbone.pth')
     torch.save(_seg_backbone(cfg).state_dict(), path)
@@ -180,7 +182,7 @@ def test_the_check_and_the_load_give_one_report(tmp_path):
 def test_a_prefix_no_key_carries_is_one_message_in_both_callers(tmp_path):
     from mmlinattn.core.models.backbones import MAViT
     from mmlinattn.core.weights import CheckpointError
-    from tools.workshop.apis.preflight.checkpoints import prepare_checkpoints
+    from mmlinattn.training.preflight.checkpoints import prepare_checkpoints
     path = str(tmp_path / 'mala.pth')
     torch.save({'state_dict': authors_state('mavit', 'tiny')}, path)
     with pytest.raises(CheckpointError) as direct:
@@ -238,9 +240,9 @@ def test_a_schedule_that_ends_before_it_begins_is_named(case, tmp_path, capsys):
     begins after a 50-iteration warm-up: mmengine's 'end should be larger than begin' after the
     model was built, before. Here: one line naming the phase, begin, end and where the end came
     from."""
-    from tools.workshop.apis import ConfigError
-    from tools.workshop.apis.preflight import check_param_schedulers
-    from tools.workshop.apis.runner import load_config
+    from mmlinattn.training.cli import load_config
+    from mmlinattn.training.config import ConfigError
+    from mmlinattn.training.preflight import check_param_schedulers
     if case == 'cls-max-epochs':
         cfg = load_config(osp.join(ROOT, 'configs/classification/mavit-t_in1k.py'),
                           {'train_cfg.max_epochs': 1})
@@ -273,8 +275,8 @@ def test_which_training_inputs_change_size(config, why):
     """The oracle is each recipe's own pipeline: mmdet's keep-ratio and multi-scale resizes give
     another size per image; mmseg's preprocessor pads every crop to 512 x 512; mmpretrain's
     RandomResizedCrop gives 224 x 224. A fixed-size Pad after the resize fixes it."""
-    from tools.workshop.apis.preflight.compile import size_varies
-    from tools.workshop.apis.runner import load_config
+    from mmlinattn.training.cli import load_config
+    from mmlinattn.training.preflight.compile import size_varies
     cfg = load_config(osp.join(ROOT, config))
     got = size_varies(cfg)
     assert (got is None) if why is None else (why in got), got

@@ -23,6 +23,7 @@ from helpers import (
     assert_resumed_from,
     read_last_checkpoint,
     resume_capture,
+    run_checks,
     save_authors_file,
     toy_seg_options,
 )
@@ -80,16 +81,17 @@ def test_test_tool_reads_its_checkpoint_once_and_scores_the_same(toy_data, toy_c
 
 # --------------------------------------------------------------------------- tools/train.py
 def _capturing_runner(monkeypatch):
-    """tools/train.py's build_runner, with :func:`helpers.resume_capture`'s hook registered."""
+    """The Runner our configs name, with :func:`helpers.resume_capture`'s hook registered."""
+    from mmlinattn.training.runner import LinAttnRunner
     hook, captured = resume_capture()
-    real = train_tool.build_runner
+    real = LinAttnRunner.from_cfg.__func__
 
-    def build_runner(*args, **kwargs):
-        runner = real(*args, **kwargs)
+    def from_cfg(cls, cfg):
+        runner = real(cls, cfg)
         runner.register_hook(hook, priority='LOWEST')
         return runner
 
-    monkeypatch.setattr(train_tool, 'build_runner', build_runner)
+    monkeypatch.setattr(LinAttnRunner, 'from_cfg', classmethod(from_cfg))
     return captured
 
 
@@ -135,7 +137,7 @@ def test_contents_move_to_the_resume_device_as_torch_load_would(tmp_path):
     """mmengine's resume asks for its device (``map_location='cuda'`` on a GPU): the contents read
     on the CPU are moved there, storage shared as torch.load shares it ('meta' here, the device
     every machine has); a map_location that depends on the saved location is left to a new read."""
-    from tools.workshop.apis.runner import on_device
+    from mmlinattn.training.runner import on_device
     w = torch.arange(6.).reshape(2, 3)
     obj = {'state_dict': {'w': w, 'row': w[1], 'p': torch.nn.Parameter(torch.ones(2))},
            'optimizer': {'state': {0: {'step': torch.tensor(3.)}}}, 'meta': {'iter': 3}}
@@ -204,10 +206,10 @@ def test_preflight_builds_the_backbone_once(how, toy_data, tmp_path, monkeypatch
     args = train_tool.parse_args([str(cfg_file), '--work-dir', str(tmp_path / 'w'),
                                   '--cfg-options', *toy_seg_options(toy_data)])
     if how == 'init_cfg':
-        cfg = train_tool.build_cfg(args)
+        cfg = run_checks(train_tool.build_cfg(args))
         assert cfg.model.backbone.init_cfg['checkpoint'] == str(authors)
     else:
         from mmlinattn.core.weights import CheckpointError
         with pytest.raises(CheckpointError, match='holds backbone weights only'):
-            train_tool.build_cfg(args)
-    assert built == ['meta']
+            run_checks(train_tool.build_cfg(args))
+    assert built == ['meta', 'cpu']  # the checks' one, and the Runner's model

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tools.workshop.apis import seg_postprocess as sp
+from mmlinattn.apis import large_image as sp
 
 import compare
 

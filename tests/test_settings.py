@@ -36,8 +36,8 @@ def test_values_are_read_in_the_documented_units(name, value, read, monkeypatch)
 
 
 def test_the_readers_take_their_values_from_the_settings(monkeypatch):
-    from tools.workshop.apis.seg_postprocess import full_logits_budget
-    from tools.workshop.apis.workdir_lock import stale_after_s
+    from mmlinattn.apis.large_image import full_logits_budget
+    from mmlinattn.training.workdir_lock import stale_after_s
     monkeypatch.delenv('MMLINATTN_LOCK_STALE_S', raising=False)
     monkeypatch.delenv('MMLINATTN_FULL_LOGITS_BUDGET', raising=False)
     assert stale_after_s() == 600 and full_logits_budget() == 1 << 30  # the documented defaults

@@ -92,7 +92,8 @@ def test_mmengine_history_buffer_checkpoints_load_weights_only():
 def test_amp_on_cpu_is_refused_clearly():
     from mmengine.config import Config
 
-    from tools.workshop.apis import ConfigError, enable_amp
+    from mmlinattn.training.cli import enable_amp
+    from mmlinattn.training.config import ConfigError
     if torch.cuda.is_available():
         pytest.skip('a GPU is present: --amp is allowed')
     with pytest.raises(ConfigError, match='--amp needs a CUDA GPU'):

@@ -25,8 +25,8 @@ import time
 import pytest
 import torch
 
+from mmlinattn.training.resume import latest_intact_checkpoint
 from tools import train as train_tool
-from tools.workshop.apis.resume import latest_intact_checkpoint
 
 from helpers import assert_resumed_from, read_last_checkpoint, toy_seg_options, train_resumed
 

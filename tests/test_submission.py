@@ -20,8 +20,9 @@ import pytest
 from mmengine.config import Config
 from PIL import Image
 
+from mmlinattn.training.config import ConfigError
+from mmlinattn.training.preflight import check_coco_annotations
 from tools import test as test_tool
-from tools.workshop.apis import ConfigError, check_coco_annotations
 
 import compare
 from helpers import make_toy_sets

@@ -33,8 +33,8 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
+from mmlinattn.training.runs import read_metrics
 from tools import test as test_tool
-from tools.workshop.apis import read_metrics
 
 import compare
 from helpers import make_toy_sets

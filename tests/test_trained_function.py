@@ -49,7 +49,7 @@ def test_test_tool_refuses_another_function(trained, override, refused, tmp_path
     assert 'was trained as another attention function than the config builds' in err[0]
     assert '(checkpoint)' in err[0] and '(config)' in err[0]
     key = override.split('=')[0].split('.')[2]
-    assert f'--cfg-options model.backbone.{key}=None' in err[0]
+    assert f'set model.backbone.{key}=None (tools/train.py and test.py: --cfg-options' in err[0]
     assert 'allow_attention_change=True' in err[0]
 
 
@@ -97,3 +97,74 @@ def test_the_recorded_config_is_read_not_run(payload, trained, tmp_path, capsys)
     rc = test_tool.main([SEG, str(evil), '--work-dir', str(tmp_path / 'w'), *_opts(root)])
     capsys.readouterr()
     assert rc == 0 and not marker.exists()
+
+
+def _with_cfg(ckpt, tmp_path, cfg_text):
+    obj = torch.load(ckpt, weights_only=True)
+    if cfg_text is None:
+        del obj['meta']['cfg']
+    else:
+        obj['meta']['cfg'] = cfg_text
+    path = tmp_path / 'edited.pth'
+    torch.save(obj, path)
+    return str(path)
+
+
+def test_a_value_elsewhere_in_the_model_does_not_switch_the_check_off(trained, tmp_path,
+                                                                     capsys):
+    """Only the recorded backbone must read as data: a name anywhere else in ``model=dict(...)``
+    (here the neck's) leaves the check on."""
+    from tools import test as test_tool
+    root, ckpt = trained
+    text = torch.load(ckpt, weights_only=True)['meta']['cfg']
+    assert 'neck=dict(' in text
+    edited = _with_cfg(ckpt, tmp_path, text.replace('neck=dict(', 'neck=dict(extra=SOME_NAME, '))
+    rc = test_tool.main([SEG, edited, '--work-dir', str(tmp_path / 'w'),
+                         *_opts(root, 'model.backbone.attn_type=MMMM')])
+    err = capsys.readouterr().err
+    assert rc == 2 and 'was trained as another attention function' in err
+
+
+@pytest.mark.parametrize('cfg_text, why', [
+    (None, 'it records no config (meta.cfg)'),
+    ("model = dict(backbone=dict(type='MAViT', arch=ARCH))\n",
+     'its recorded model.backbone is not plain data'),
+])
+def test_a_check_that_cannot_run_says_so(cfg_text, why, trained, tmp_path, caplog):
+    import logging
+
+    from mmlinattn.core.weights import check_model_checkpoint
+    from mmlinattn.core.weights.reading import read_checkpoint
+    from mmlinattn.training.cli import load_config
+    from mmlinattn.training.config import model_registry
+    root, ckpt = trained
+    edited = _with_cfg(ckpt, tmp_path, cfg_text)
+    cfg = load_config(SEG)
+    model = model_registry(cfg).build(cfg.model)
+    logger = logging.getLogger('trained-as-not-checked')
+    check_model_checkpoint(model, edited, obj=read_checkpoint(edited), logger=logger,
+                           backbone_cfg=cfg.model.backbone)
+    said = [r.getMessage() for r in caplog.records if 'is not checked' in r.getMessage()]
+    assert len(said) == 1 and why in said[0] and edited in said[0], said
+
+
+def test_modules_are_compared_by_name(trained, monkeypatch):
+    """One side listing a module the other lacks: the modules are matched by name, so the one
+    difference is named and no module is compared with its neighbour."""
+    from mmlinattn.core.weights import CheckpointError, fitting
+    from mmlinattn.core.weights.reading import read_checkpoint
+    from mmlinattn.training.cli import load_config
+    from mmlinattn.training.config import model_registry
+    root, ckpt = trained
+    cfg = load_config(SEG)
+    model = model_registry(cfg).build(cfg.model)
+    lists = {'theirs': ['s0.attn: core=mala', 's1.attn: core=softmax'],
+             'own': ['s0.attn: core=mala', 's0.extra: inline_window=3', 's1.attn: core=softmax']}
+    monkeypatch.setattr(fitting, 'attention_functions',
+                        lambda m: lists['own'] if m is model.backbone else lists['theirs'])
+    with pytest.raises(CheckpointError) as e:
+        fitting.check_trained_function(model, ckpt, read_checkpoint(ckpt),
+                                       backbone_cfg=cfg.model.backbone)
+    msg = str(e.value)
+    assert 's0.extra: (none) (checkpoint) vs inline_window=3 (config)' in msg
+    assert 's1.attn' not in msg

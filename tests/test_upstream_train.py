@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
+from mmlinattn.training.runs import read_metrics
 from tools import test as test_tool
-from tools.workshop.apis import read_metrics
 
 from helpers import make_toy_sets
 

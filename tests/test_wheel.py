@@ -71,38 +71,36 @@ def test_the_wheel_carries_configs_tools_and_the_model_index(installed):
                      for f in fs if f.endswith(('.py', '.yml', '.md')))
     assert carried == checkout_configs()
     assert (mim / 'tools' / 'train.py').is_file() and (mim / 'tools' / 'test.py').is_file()
-    # the tools' workshop, a regular package under a regular tools package
-    assert (mim / 'tools' / '__init__.py').is_file()
-    assert (mim / 'tools' / 'workshop' / '__init__.py').is_file()
+    assert (mim / 'tools' / 'dist_train.sh').is_file()
+    # developer tooling stays in the repository (setup.py's DEV_ONLY)
+    for dev in ('workshop', 'analysis_tools', 'deployment', 'install.sh'):
+        assert not (mim / 'tools' / dev).exists(), dev
 
 
 def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(installed):
     site, _ = installed
     out = run_installed(installed, '''
-        import json, os.path as osp, sys
+        import json, os, os.path as osp
         import mmlinattn
         from mmengine.config import Config
         from mmengine.config.utils import _get_cfg_metainfo
         from mmengine.utils import get_installed_path
-        # the tools' workshop is not part of the package: it sits beside the shipped tools, as
-        # a tool script finds it
-        sys.path.insert(0, osp.join(get_installed_path('mmlinattn'), '.mim'))
-        from tools.workshop import benchmarking, flops
+        from mmlinattn.apis.inference import build_inferencer
         from mmlinattn.paths import config_path, resource_root
         pkg = get_installed_path('mmlinattn')
         meta = _get_cfg_metainfo(pkg, 'mavit/mask-rcnn_mavit-t_fpn_1x_coco.py')
         cfg = Config.fromfile(config_path('mavit/mask-rcnn_mavit-t_fpn_1x_coco.py'))
+        zoo = [f for d in ('inline_pvt', 'inline_swin', 'mavit')
+               for f in os.listdir(osp.join(resource_root(), 'configs', d)) if f.endswith('.py')]
         print(json.dumps(dict(module=mmlinattn.__file__, root=resource_root(), pkg=pkg,
-                              bench_root=benchmarking.ROOT, zoo=len(flops.zoo_configs()),
-                              workshop=flops.__file__,
+                              zoo=len(zoo), apis=build_inferencer.__module__,
                               meta=meta['Config'], backbone=cfg.model.backbone.type,
-                              imports=cfg.custom_imports['imports'])))
+                              runner=cfg.runner_type, imports=cfg.custom_imports['imports'])))
     ''')
     assert out['module'].startswith(str(site))
-    assert out['root'] == out['bench_root'] == str(site / 'mmlinattn' / '.mim')
+    assert out['root'] == str(site / 'mmlinattn' / '.mim')
     assert out['pkg'] == str(site / 'mmlinattn')
-    assert out['workshop'] == str(site / 'mmlinattn' / '.mim' / 'tools' / 'workshop' / 'flops.py')
-    assert not (site / 'mmlinattn' / 'workshop').exists()
+    assert out['apis'] == 'mmlinattn.apis.inference' and out['runner'] == 'LinAttnRunner'
     zoo = [c for c in checkout_configs() if c.endswith('.py') and c.split('/')[1] in
            ('inline_pvt', 'inline_swin', 'mavit')]
     assert out['zoo'] == len(zoo) > 40
@@ -112,8 +110,8 @@ def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(instal
 
 def test_the_shipped_train_and_test_tools_start_from_the_installed_package(installed):
     """``mim train`` / ``mim test`` run the wheel's ``.mim/tools/train.py`` and ``test.py``: they
-    find their run support (the pre-flight, the Runner set-up: ``tools/workshop/apis``) beside
-    them, not in the package, which holds none of it."""
+    start from an empty folder, and what a run needs (the Runner, its pre-flight) is the
+    package's."""
     site, empty = installed
     mim = site / 'mmlinattn' / '.mim'
     env = dict(os.environ, PYTHONPATH=str(site))
@@ -122,15 +120,14 @@ def test_the_shipped_train_and_test_tools_start_from_the_installed_package(insta
                            env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0 and '--cfg-options' in r.stdout, r.stdout[-2000:] + r.stderr
     out = run_installed(installed, '''
-        import json, os.path as osp, sys
-        from mmengine.utils import get_installed_path
-        sys.path.insert(0, osp.join(get_installed_path('mmlinattn'), '.mim'))
-        from tools.workshop.apis import preflight
-        print(json.dumps(dict(apis=sys.modules[preflight.__module__].__file__)))
+        import json, sys
+        from mmlinattn.training.preflight import preflight
+        from mmlinattn.training.runner import LinAttnRunner
+        print(json.dumps(dict(preflight=sys.modules[preflight.__module__].__file__,
+                              runner=sys.modules[LinAttnRunner.__module__].__file__)))
     ''')
-    assert out['apis'].startswith(str(mim / 'tools' / 'workshop' / 'apis'))
-    for gone in ('apis', 'resume.py', 'datafaults.py', 'seg_postprocess.py'):
-        assert not (site / 'mmlinattn' / 'training' / gone).exists(), gone
+    assert out['preflight'].startswith(str(site / 'mmlinattn' / 'training' / 'preflight'))
+    assert out['runner'] == str(site / 'mmlinattn' / 'training' / 'runner.py')
 
 
 @pytest.mark.skipif(MIM is None, reason='openmim (requirements/tests.txt) is not installed')

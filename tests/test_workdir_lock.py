@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tools.workshop.apis.workdir_lock import LOCK_NAME, WorkDirBusy, lock_work_dir
+from mmlinattn.training.workdir_lock import LOCK_NAME, WorkDirBusy, lock_work_dir
 
 from helpers import make_toy_sets, toy_seg_options
 
@@ -185,20 +185,37 @@ def test_a_resumed_run_finishes_the_rotation_a_killed_save_left_undone(tmp_path)
         hook.file_backend.remove(str(work / 'epoch_3.pth'))
         r.save_checkpoint(str(work), 'epoch_5.pth')
 
+    def stat_record(path):  # a file's name, size, mtime (ns) and inode, from os.stat
+        st = os.stat(path)
+        return [path.name, st.st_size, st.st_mtime_ns, st.st_ino]
+
+    held = stat_record(work / 'epoch_3.pth')
     hook._holding_deletions(rotation_then_save, runner)
-    assert saved_with == [['epoch_3.pth']] and hub.get_info(PENDING) == []
+    assert saved_with == [[held]] and hub.get_info(PENDING) == []
     assert not (work / 'epoch_3.pth').exists()
-    # killed between the save and the deletion: the resumed run's hub holds the saved record
+
+    def resume_with(record):
+        resumed = MessageHub.get_instance(f'rotation-resume-{len(records)}-{record[0][2]}')
+        resumed.update_info('keep_ckpt_ids', [4, 5])
+        resumed.update_info(PENDING, record)
+        hook = SafeCheckpointHook(interval=1, max_keep_ckpts=2)
+        hook.before_train(SimpleNamespace(work_dir=str(work), message_hub=resumed, logger=logger))
+        assert resumed.get_info(PENDING) == []
+
+    # killed between the save and the deletion: the resumed run's hub holds the saved record of
+    # the file that is still there
     (work / 'epoch_3.pth').write_bytes(b'x')
-    resumed = MessageHub.get_instance('rotation-resume')
-    resumed.update_info('keep_ckpt_ids', [4, 5])
-    resumed.update_info(PENDING, ['epoch_3.pth'])
-    hook = SafeCheckpointHook(interval=1, max_keep_ckpts=2)
-    hook.before_train(SimpleNamespace(work_dir=str(work), message_hub=resumed, logger=logger))
+    resume_with([stat_record(work / 'epoch_3.pth')])
     assert sorted(x.name for x in work.iterdir()) == sorted(
         ['epoch_1.pth', 'epoch_4.pth', 'epoch_5.pth', 'best_coco_bbox_mAP_epoch_3.pth'])
     said = [r for r in records if 'rotation' in r]
     assert len(said) == 1 and 'removed epoch_3.pth' in said[0], records
+    # a later resume from a checkpoint with that record, after the user put a file of that name
+    # back: another file (inode, mtime), kept, and said so
+    (work / 'epoch_3.pth').write_bytes(b'put back')
+    resume_with([held])
+    assert (work / 'epoch_3.pth').read_bytes() == b'put back'
+    assert any('kept epoch_3.pth' in r for r in records), records
 
 
 def test_an_empty_last_checkpoint_is_named_with_the_file_resumed(tmp_path):
@@ -206,7 +223,7 @@ def test_an_empty_last_checkpoint_is_named_with_the_file_resumed(tmp_path):
 
     import torch
 
-    from tools.workshop.apis.resume import latest_intact_contents
+    from mmlinattn.training.resume import latest_intact_contents
     work = tmp_path / 'w'
     work.mkdir()
     torch.save({'state_dict': {'w': torch.zeros(1)}, 'meta': {'epoch': 1}}, work / 'epoch_1.pth')
@@ -221,6 +238,39 @@ def test_an_empty_last_checkpoint_is_named_with_the_file_resumed(tmp_path):
     assert 'resuming from ' + str(work / 'epoch_1.pth') in records[0]
     (work / 'epoch_1.pth').unlink()
     assert latest_intact_contents(str(work), logger) is None  # nothing to resume: a fresh start
+
+
+def test_resume_in_a_copied_work_dir_takes_its_own_checkpoint(tmp_path):
+    """An experiment branched by copying its folder (and dropping the later checkpoints): its
+    last_checkpoint still names the original's newest file by absolute path (mmengine writes it
+    so); --resume continues from the copy's own newest checkpoint, and says why; a work dir with no
+    checkpoint of its own (CheckpointHook out_dir elsewhere) still follows the pointer."""
+    import logging
+    import shutil
+
+    import torch
+
+    from mmlinattn.training.resume import latest_intact_contents
+    orig = tmp_path / 'orig'
+    orig.mkdir()
+    for it in (4, 8):
+        torch.save({'state_dict': {'w': torch.full((1,), float(it))}, 'meta': {'iter': it}},
+                   orig / f'iter_{it}.pth')
+    (orig / 'last_checkpoint').write_text(str(orig / 'iter_8.pth'))
+    copy = tmp_path / 'branch'
+    shutil.copytree(orig, copy)
+    (copy / 'iter_8.pth').unlink()  # the branch starts from iteration 4
+    records = []
+    logger = logging.getLogger('copied-work-dir-test')
+    logger.addHandler(type('H', (logging.Handler,), {'emit': lambda s, r: records.append(
+        r.getMessage())})())
+    got = latest_intact_contents(str(copy), logger)
+    assert got.path == str(copy / 'iter_4.pth') and got.obj['meta']['iter'] == 4
+    assert len(records) == 1 and 'outside this work dir' in records[0], records
+    elsewhere = tmp_path / 'pointer_only'
+    elsewhere.mkdir()
+    (elsewhere / 'last_checkpoint').write_text(str(orig / 'iter_8.pth'))
+    assert latest_intact_contents(str(elsewhere), logger).path == str(orig / 'iter_8.pth')
 
 
 def test_resuming_a_finished_run_says_so(tmp_path, capsys):

@@ -23,10 +23,9 @@ import os.path as osp
 import sys
 import time
 
+from mmlinattn.training.config import model_registry
 from mmlinattn.training.fileio import last_checkpoint
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))  # for tools.workshop
-from tools.workshop.apis import model_registry, read_metrics, run_script
+from mmlinattn.training.runs import read_metrics, run_script
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py'
@@ -75,8 +74,8 @@ def job(config, work_dir, extra, score_thr=SCORE_THR):
     run('tools/test.py', config, last, '--work-dir', work_dir + '/trained',
         log=osp.join(work_dir, 'test_trained.log'))
     # the pictures, through the OpenMMLab inferencer as a user would call it
-    # (tools.workshop.visualization)
-    run('-m', 'tools.workshop.visualization', config, last,
+    # (mmlinattn.apis.inference)
+    run('-m', 'mmlinattn.apis.inference', config, last,
         '--out-dir', work_dir + '/predictions', '--num-images', 4, '--score-thr', score_thr,
         log=osp.join(work_dir, 'predictions.log'))
     return (read_metrics(osp.join(ROOT, work_dir, 'untrained')),

@@ -33,9 +33,7 @@ import sys
 import time
 
 from mmlinattn.training.fileio import last_checkpoint
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))  # for tools.workshop
-from tools.workshop.apis import read_metrics, run_script
+from mmlinattn.training.runs import read_metrics, run_script
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 

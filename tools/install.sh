@@ -41,8 +41,19 @@ check_wheels() {
   "$VENV/bin/python" "$ROOT/tools/analysis_tools/gpu_check.py" fetch --quiet >&2
 }
 
+# The checkout on this environment's path (a .pth file, as an editable install has its package):
+# the developer tools import their shared code as tools.workshop from any folder
+checkout_on_path() {
+  "$VENV/bin/python" - "$ROOT" <<'PY'
+import os, sys, sysconfig
+with open(os.path.join(sysconfig.get_paths()['purelib'], 'mmlinattn-checkout.pth'), 'w') as f:
+    f.write(sys.argv[1] + '\n')
+PY
+}
+
 if stamp_up_to_date; then
   torch_sees_the_gpu
+  checkout_on_path
   check_wheels || log "WARNING: the GPU check's wheels could not be fetched (output above); \
 tests/test_gpu_check.py needs them: rerun make install with network"
   log "up to date: $VENV"
@@ -74,6 +85,7 @@ pipi -q -r "$ROOT/requirements/deploy.txt"
 check_wheels || die "downloading the GPU check's wheels failed (output above)"
 log "mmlinattn (editable)"
 pipi -q --no-deps --no-build-isolation -e "$ROOT"
+checkout_on_path
 
 mmcv_ok || die "mmcv ops do not load after install (mmcv._ext); remove $(mmcv_wheel_dir) and rerun"
 "$VPY" -c 'import mmdet, mmseg, mmpretrain, mmlinattn' || die "an OpenMMLab package does not import"

@@ -1,6 +1,14 @@
-# mmdet's runtime + our registration and mmengine's fixes for torch >= 2.6 (custom_imports:
-# mmlinattn.upstream_fixes) for every detection config.
+# mmdet's runtime + what makes a run of ours safe and clear under any tool that runs the config
+# (ours, mmdet's own tools/train.py and test.py, mim train / mim test): docs/design.md, "One run".
 _base_ = 'mmdet::_base_/default_runtime.py'
 custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], allow_failed_imports=False)
+# mmlinattn.training.runner.LinAttnRunner: the pre-flight before any data is read, the work-dir
+# lock, --resume from the newest intact checkpoint, the checkpoint checked against the model
+# (fit, trained-as attention), the hooks below, one-line errors
+runner_type = 'LinAttnRunner'
+# the Runner's hooks: NonFiniteLossHook (a NaN/inf loss stops the run, no bad checkpoint) and
+# PreemptionHook (these signals and Ctrl-C save a checkpoint, then stop: --resume goes on)
+check_non_finite = True
+preemption_signals = ['SIGTERM', 'SIGUSR1']
 # SafeCheckpointHook: mmengine's CheckpointHook with atomic writes and rotation after the save
 default_hooks = dict(checkpoint=dict(type='SafeCheckpointHook', interval=1, max_keep_ckpts=3))

@@ -1,4 +1,13 @@
-# mmseg's runtime + our registration and mmengine's fixes for torch >= 2.6 (custom_imports:
-# mmlinattn.upstream_fixes) for every segmentation config.
+# mmseg's runtime + what makes a run of ours safe and clear under any tool that runs the config
+# (ours, mmseg's own tools/train.py and test.py, mim train / mim test): docs/design.md, "One run".
 _base_ = 'mmseg::_base_/default_runtime.py'
 custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], allow_failed_imports=False)
+# mmlinattn.training.runner.LinAttnRunner: the pre-flight before any data is read, the work-dir
+# lock, --resume from the newest intact checkpoint, the checkpoint checked against the model
+# (fit, trained-as attention), the hooks below, one-line errors
+runner_type = 'LinAttnRunner'
+# the Runner's hooks: NonFiniteLossHook (a NaN/inf loss stops the run, no bad checkpoint) and
+# PreemptionHook (these signals and Ctrl-C save a checkpoint, then stop: --resume goes on)
+check_non_finite = True
+preemption_signals = ['SIGTERM', 'SIGUSR1']
+# (the schedules' CheckpointHook is written by SafeCheckpointHook: atomic, rotation after the save)

@@ -5,9 +5,5 @@
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
-    'mmpretrain::_base_/default_runtime.py',
+    '../_base_/default_runtime_cls.py',
 ]
-custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], allow_failed_imports=False)
-# mmpretrain's CheckpointHook settings, written by SafeCheckpointHook (atomic, rotation after
-# the save)
-default_hooks = dict(checkpoint=dict(type='SafeCheckpointHook'))

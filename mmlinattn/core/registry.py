@@ -7,7 +7,7 @@ any of their configs once ``mmlinattn`` is imported
 
 Importing this module loads no toolbox (mmdet, mmseg, mmpretrain) and changes nothing outside
 our own modules: no import hook, no registry of theirs touched. Where we build an inferencer
-(:func:`tools.workshop.visualization.build_inferencer`, ``tools/image_demo.py``) its scope is
+(:func:`mmlinattn.apis.inference.build_inferencer`, ``tools/image_demo.py``) its scope is
 resolved explicitly: :func:`add_function_registries` gives mmdet / mmseg the ``function`` registry
 they lack, which silences the registry-scope warning their inferencers log for every config (theirs
 too). A user building ``DetInferencer`` / ``MMSegInferencer`` directly may call it the same way.

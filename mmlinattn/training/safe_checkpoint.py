@@ -11,11 +11,12 @@ the oldest kept checkpoint *before* writing the new one (so does the previous be
 * holds the deletions back until the new file and ``last_checkpoint`` are written;
 * turns a failed write into :class:`mmlinattn.training.fileio.CheckpointWriteError`, one line naming
   the work dir, the bytes the checkpoint needs and the bytes free (the previous checkpoint is kept);
-* records the deletions it holds back in the message hub (``mmlinattn_pending_removals``), which
-  is saved with the new checkpoint, and clears the record once they are done: a run resumed from a
-  checkpoint whose save was killed before its deletions removes exactly those files (mmengine had
-  already taken them off its rotation list, so they would otherwise stay for ever; one log line
-  names them).
+* records the deletions it holds back in the message hub (``mmlinattn_pending_removals``: each
+  file's name, size, mtime and inode), which is saved with the new checkpoint, and clears the
+  record once they are done: a run resumed from a checkpoint whose save was killed before its
+  deletions removes exactly those files (mmengine had already taken them off its rotation list,
+  so they would otherwise stay for ever; one log line names them). A file of that name that is
+  not the recorded one (a copy put back, a later run's) is kept.
 
 Other storage (``backend_args`` or a path prefix selecting another backend) keeps mmengine's own
 behaviour, one request per file. It takes every argument of ``CheckpointHook``; our configs name it
@@ -33,6 +34,17 @@ from .fileio import checkpoint_write_error, write_atomic
 
 #: message-hub key: the files whose deletion waits for the checkpoint being saved
 PENDING = 'mmlinattn_pending_removals'
+
+
+def _identity(path: str) -> list:
+    """What names one file on disk for a held deletion: its name, size, mtime (ns) and inode. A
+    resumed run removes a file only while it is still that file, not another one of the same name
+    (a copy put back, a later run's)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [osp.basename(path), -1, -1, -1]
+    return [osp.basename(path), st.st_size, st.st_mtime_ns, st.st_ino]
 
 
 class _HeldDeletions:
@@ -93,7 +105,7 @@ class SafeCheckpointHook(CheckpointHook):
             return runner.save_checkpoint(out_dir, filename, *args, **kwargs)
         self._saving = True
         if isinstance(self.file_backend, _HeldDeletions):  # saved with it, cleared after them
-            runner.message_hub.update_info(PENDING, [osp.basename(p)
+            runner.message_hub.update_info(PENDING, [_identity(p)
                                                      for _, p in self.file_backend.held])
         try:
             write_atomic(path, lambda tmp: runner.save_checkpoint(
@@ -109,12 +121,21 @@ class SafeCheckpointHook(CheckpointHook):
         pending = runner.message_hub.runtime_info.get(PENDING) or []
         if not (pending and self._is_local() and is_main_process()):
             return
-        removed = []
-        for name in pending:  # names only, inside this run's checkpoint folder
+        removed, kept = [], []
+        for entry in pending:  # names only, inside this run's checkpoint folder
+            name = entry[0] if isinstance(entry, (list, tuple)) and entry else entry
             path = osp.join(self.out_dir, osp.basename(str(name)))
-            if osp.isfile(path):
+            if not osp.isfile(path):
+                continue
+            if isinstance(entry, (list, tuple)) and list(entry) == _identity(path):
                 os.remove(path)
                 removed.append(osp.basename(path))
+            else:  # another file of that name (put back, or written since): not ours to remove
+                kept.append(osp.basename(path))
+        if kept:
+            runner.logger.warning(
+                f'kept {", ".join(kept)} in {self.out_dir}: the checkpoint names it in a rotation '
+                'it held back, but the file there now is another one (put back or written since)')
         runner.message_hub.update_info(PENDING, [])
         if removed:
             runner.logger.warning(

@@ -14,15 +14,12 @@ is used.
 import argparse
 import os
 import os.path as osp
-import sys
 
 import numpy as np
 import torch
 
 import mmlinattn  # noqa: F401
 from mmlinattn.core.families import backbone_classes
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
 from tools.workshop.analysis import (
     attention_map,
     collect_attention,

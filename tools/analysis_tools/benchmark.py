@@ -17,7 +17,6 @@ import json
 import os
 import os.path as osp
 import platform
-import sys
 
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chatter
 
@@ -25,8 +24,6 @@ import torch  # noqa: E402
 
 import mmlinattn  # noqa: E402,F401
 from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
 from tools.workshop.benchmarking import build_reference, peak_memory, timeit  # noqa: E402
 
 

@@ -43,7 +43,6 @@ import time
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
 from tools.workshop.benchmarking import cpu_name, peak_rss_kb
 
 

@@ -21,7 +21,6 @@ Prints a table with the CPU named; timings are one run.
 """
 import argparse
 import os
-import os.path as osp
 import statistics
 import sys
 import time
@@ -29,7 +28,6 @@ import types
 
 import torch
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
 from tools.workshop.benchmarking import cpu_name
 
 

@@ -33,7 +33,6 @@ import time
 
 import torch
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
 from tools.workshop.benchmarking import swap_backbone
 from tools.workshop.deploy import Exportable, build_model, example_input, export, ort_session
 
@@ -83,7 +82,7 @@ def parse_hw(s: str):
 
 
 def build(name: str, part: str) -> Exportable:
-    from tools.workshop.apis import load_config
+    from mmlinattn.training.cli import load_config
     config, ref = MODELS[name]
     cfg = load_config(osp.join(ROOT, config))
     if ref:

@@ -52,7 +52,6 @@ import os.path as osp
 import sys
 import time
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
 from tools.workshop.benchmarking import (
     REFERENCES,
     ROOT,
@@ -66,7 +65,7 @@ from tools.workshop.profiling import profile_step, summary_table
 
 def run_job(config, ref, args, size=None):
     """One config at one size in a fresh process (clean peak memory); returns its result dict."""
-    from tools.workshop.apis import run_script
+    from mmlinattn.training.runs import run_script
     cmd = ['--one', config, '--device', args.device, '--warmup', str(args.warmup)]
     if ref:
         cmd += ['--reference', ref]

@@ -26,9 +26,9 @@ import sys
 import time
 
 from mmlinattn.core.models import out_channels
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
-from tools.workshop.apis import load_config, model_registry, read_metrics, run_script
+from mmlinattn.training.cli import load_config
+from mmlinattn.training.config import model_registry
+from mmlinattn.training.runs import read_metrics, run_script
 from tools.workshop.benchmarking import REFERENCE_BACKBONES, reference_cfg
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))

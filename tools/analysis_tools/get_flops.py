@@ -24,10 +24,10 @@ import sys
 from mmengine.logging import MMLogger
 
 import mmlinattn  # noqa: F401
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
+from mmlinattn.training.cli import load_config
+from mmlinattn.training.config import ConfigError
+from mmlinattn.training.preflight import CfgOptionsAction, preflight
 from tools.workshop import flops as F
-from tools.workshop.apis import CfgOptionsAction, ConfigError, load_config, preflight
 
 
 def _pct(x):

@@ -5,12 +5,13 @@
 
 Every ``import`` / ``from ... import`` of every module of ``mmlinattn/`` is read with ``ast`` (those
 inside functions too, relative ones resolved), nothing is imported. The modules are grouped into the
-package's parts: ``core`` (the product), ``training`` (what runs beside a Runner) and ``top``
-(the package's own ``__init__``, ``version``, ``paths``, ``upstream_fixes``). The text output
+package's parts: ``core`` (the product), ``training`` (what a run of a config needs: the Runner,
+its checks and hooks), ``apis`` (what a user calls around a trained model) and ``top`` (the
+package's own ``__init__``, ``version``, ``paths``, ``upstream_fixes``). The text output
 lists each part with its modules and the modules of other parts they import; the last block counts
 the arrows between parts. tests/test_structure.py reads the same graph and asserts the rules: the
 core imports nothing outside itself; it also reads every file of the package for imports of the
-tools (the tools' workshop, ``tools/workshop``, is outside the package) and finds none.
+tools (the developer tooling, ``tools/workshop``, is outside the package) and finds none.
 """
 import argparse
 import ast
@@ -19,7 +20,7 @@ import os
 import os.path as osp
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-PARTS = ('core', 'training')
+PARTS = ('core', 'training', 'apis')
 
 
 def module_files(package='mmlinattn', root=ROOT):
@@ -69,7 +70,7 @@ def module_graph(package='mmlinattn', root=ROOT):
 
 
 def part_of(module, package='mmlinattn'):
-    """'core', 'training', or 'top' for the package's own top-level modules."""
+    """'core', 'training', 'apis', or 'top' for the package's own top-level modules."""
     rest = module[len(package) + 1:].split('.')[0] if module != package else ''
     return rest if rest in PARTS else 'top'
 

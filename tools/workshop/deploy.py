@@ -38,7 +38,7 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
     from mmengine.model import revert_sync_batchnorm
 
     from mmlinattn.core.weights import check_model_checkpoint, extract_state_dict, read_checkpoint
-    from tools.workshop.apis import model_registry
+    from mmlinattn.training.config import model_registry
     backbone = cfg.model.get('backbone')
     if isinstance(backbone, dict):
         backbone['init_cfg'] = None

@@ -191,7 +191,7 @@ def build_model(config):
     from mmengine.config import Config
     from mmengine.model import revert_sync_batchnorm
 
-    from tools.workshop.apis import model_registry
+    from mmlinattn.training.config import model_registry
     if isinstance(config, str):
         import os.path as osp
 

@@ -1,8 +1,7 @@
 # The generated toy classification set (tools/misc/make_toy_datasets.py --only cls): 3 shape
 # classes, 64x64 images in mmpretrain's CustomDataset folder layout, and a short AdamW schedule for
 # pretraining a backbone as a classifier on the CPU (tools/finetune_chain.py).
-_base_ = ['mmpretrain::_base_/default_runtime.py']
-custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], allow_failed_imports=False)
+_base_ = ['../../_base_/default_runtime_cls.py']
 
 data_root = 'data/toy_cls/'
 data_preprocessor = dict(num_classes=3, mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],

@@ -13,7 +13,6 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from mmlinattn.core.models.layers import LayerNorm2d
 from mmlinattn.core.ops.cores import CORES, parse_attn_type
 from mmlinattn.core.weights import AuthorsLayout
-from mmlinattn.core.weights.allowlist import check_runner_can_load
 from mmlinattn.core.weights.fitting import fit_backbone_checkpoint
 
 
@@ -36,7 +35,6 @@ class LinAttnBackbone(BaseModule):
 
     def __init__(self, init_cfg=None):
         super().__init__(init_cfg=copy.deepcopy(init_cfg))
-        check_runner_can_load(type(self).__name__)
 
     @property
     def _new_prefixes(self) -> Sequence[str]:

@@ -11,7 +11,7 @@
   its trained models). A caption strip above each picture says what is drawn: for a detector the
   detections with score >= ``--score-thr``, "K of M detections", and the scores of those left out.
 
-    python -m tools.workshop.visualization CONFIG CHECKPOINT --out-dir DIR [--num-images 4]
+    python -m mmlinattn.apis.inference CONFIG CHECKPOINT --out-dir DIR [--num-images 4]
         [--score-thr 0.3]
 """
 import argparse
@@ -43,7 +43,7 @@ def load_config(config: Union[str, Config]) -> Config:
     """A private copy of the config (the inferencers edit the one they are given)."""
     if isinstance(config, Config):
         return copy.deepcopy(config)
-    from tools.workshop.apis.config import read_config_file
+    from mmlinattn.training.config import read_config_file
     return read_config_file(config)
 
 
@@ -125,9 +125,9 @@ def build_inferencer(config: Union[str, Config], checkpoint: str = None, device:
         warnings.simplefilter('always')
         inferencer = getattr(importlib.import_module(module), name)(
             model=cfg, weights=checkpoint, device=device)
-    # large images: no full-resolution logits (tools.workshop.apis.seg_postprocess)
+    # large images: no full-resolution logits (mmlinattn.apis.large_image)
     if scope == 'mmseg':
-        from tools.workshop.apis.seg_postprocess import lean_postprocess
+        from mmlinattn.apis.large_image import lean_postprocess
         lean_postprocess(inferencer.model)
     fell_back = [w for w in caught if str(w.message).startswith(_DEFAULT_CLASSES_WARNINGS)]
     meta = config_dataset_meta(cfg, scope) if fell_back else None

@@ -21,6 +21,8 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
                            ) -> Optional[CheckpointContents]:
     """The checkpoint ``--resume`` (auto) should use: the one ``last_checkpoint`` names if it reads,
     else the newest readable ``*.pth`` of ``work_dir`` (with a warning naming each skipped file).
+    A ``last_checkpoint`` that names a file outside ``work_dir`` while ``work_dir`` holds
+    checkpoints of its own (a work dir copied from another) is passed over, with a warning.
     A file "reads" when it loads the way our tools' runner will load it
     (:func:`~mmlinattn.core.weights.reading.read_contents`), so what this lets through resumes;
     the chosen file's contents are returned, for the Runner to resume from without reading it again.
@@ -37,12 +39,21 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
     except (OSError, UnicodeDecodeError) as e:
         named = None
         skipped.append(f'{osp.join(work_dir, POINTER)} (unreadable: {e})')
+    files = [osp.join(work_dir, f) for f in os.listdir(work_dir) if f.endswith('.pth')]
+    copied = bool(named and files and
+                  osp.dirname(osp.realpath(named)) != osp.realpath(work_dir))
+    if copied:
+        # a work dir copied from another (an experiment branched by copying its folder): its
+        # last_checkpoint still names the original's file; this folder's own checkpoints go first
+        logger.warning(f'--resume: {osp.join(work_dir, POINTER)} names {named}, outside this work '
+                       f'dir (copied from another?): resuming from {work_dir}\'s own newest '
+                       'intact checkpoint instead (--resume PATH resumes from that file)')
+        named = None
     if named:
         candidates.append(named)
-    elif osp.isfile(osp.join(work_dir, POINTER)) and not skipped:
+    elif osp.isfile(osp.join(work_dir, POINTER)) and not skipped and not copied:
         # mmengine writes it after each save: empty when a run was killed while writing it
         skipped.append(f'{osp.join(work_dir, POINTER)} (empty)')
-    files = [osp.join(work_dir, f) for f in os.listdir(work_dir) if f.endswith('.pth')]
     for f in sorted(files, key=lambda p: (osp.getmtime(p), p), reverse=True):
         if not any(osp.realpath(f) == osp.realpath(c) for c in candidates):
             candidates.append(f)

@@ -1,6 +1,6 @@
 """The config's backbone built once on the ``meta`` device (no memory, no init) for the pre-flight's
 model checks: the neck's / heads' channels (:mod:`.channels`) and the checkpoint fits
-(:mod:`.checkpoints`). :func:`~tools.workshop.apis.preflight.preflight` makes one
+(:mod:`.checkpoints`). :func:`~mmlinattn.training.preflight.preflight` makes one
 :class:`MetaBackbone` per run and hands it on, so the backbone is built once before the Runner
 builds the model."""
 import copy

@@ -1,5 +1,5 @@
 """The checks that run before any model is built or any step is taken, each failing with a
-:class:`~tools.workshop.apis.ConfigError` that names the config key to change.
+:class:`~mmlinattn.training.ConfigError` that names the config key to change.
 
 :func:`preflight` is the one entry point (tools/train.py and tools/test.py call it). It builds one
 :class:`~.datasets.DatasetView` per dataset of the loaders it is given - the dataset's class and
@@ -25,7 +25,7 @@ Beside it: :mod:`.cfg_options` checks ``--cfg-options`` when the config is loade
 :mod:`.checkpoints` the files a training run will load (tools/train.py, after :func:`preflight`).
 """
 import os.path as osp
-from typing import List, NamedTuple, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 from mmengine.config import Config
 from mmengine.logging import MMLogger
@@ -57,11 +57,12 @@ class Preflight(NamedTuple):
     backbone: MetaBackbone
 
 
-def preflight(cfg: Config, loaders: Sequence[str] = ALL_LOADERS) -> Preflight:
+def preflight(cfg: Config, loaders: Sequence[str] = ALL_LOADERS,
+              backbone: Optional[MetaBackbone] = None) -> Preflight:
     """Check ``cfg`` for a run that reads the dataloaders ``loaders``, in the order of the module's
     docstring (config, paths, contents, model); the first stage that fails raises
-    :class:`ConfigError`."""
-    backbone = MetaBackbone(cfg)
+    :class:`ConfigError`. ``backbone``: the config's, built already (else built here)."""
+    backbone = backbone or MetaBackbone(cfg)
     views = dataset_views(cfg, tuple(loaders))
     check_dataset_args(views)
     if 'train_dataloader' in loaders:

@@ -1,0 +1,154 @@
+"""One config, one run, whichever tool runs it: ours (``tools/train.py``, ``tools/test.py``),
+mmseg's own ``tools/train.py`` and ``test.py`` (from its installed package, as a user copies
+them), and ``mim train`` / ``mim test``. Every behaviour is one test parametrized over the tools,
+with the same expected line for all: our runtimes name ``LinAttnRunner``, which every tool builds.
+
+Where our Runner refuses a config, mmseg's own tool with mmengine's plain Runner
+(``--cfg-options runner_type=Runner``: what the run would be without us) is the oracle: it must
+fail too, or our check is wrong. Where upstream runs, ours runs.
+"""
+import os
+import os.path as osp
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from mmlinattn.training.workdir_lock import lock_work_dir
+
+from helpers import toy_seg_options
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+MIM = shutil.which('mim', path=osp.dirname(sys.executable))
+TOOLS = ('ours', 'mmseg', 'mim')
+
+
+def _upstream(script):
+    from mmengine.utils import get_installed_path
+    return osp.join(get_installed_path('mmseg'), '.mim', 'tools', script)
+
+
+def command(tool, script, config, *args, checkpoint=None):
+    """The command line that runs ``script`` ('train.py' / 'test.py') on ``config`` with
+    ``tool``."""
+    if tool == 'mim':
+        if MIM is None:
+            pytest.skip('openmim (requirements/tests.txt) is not installed')
+        verb = script[:-3]
+        return [MIM, verb, 'mmlinattn', config] + (
+            ['--checkpoint', checkpoint] if checkpoint else []) + list(args)
+    path = osp.join(ROOT, 'tools', script) if tool == 'ours' else _upstream(script)
+    return [sys.executable, path, config] + ([checkpoint] if checkpoint else []) + list(args)
+
+
+def run(cmd, cwd, timeout=600):
+    return subprocess.run(cmd, cwd=str(cwd), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def error_lines(r):
+    return [line for line in r.stderr.splitlines() if ': error: ' in line]
+
+
+@pytest.mark.slow  # one tool process each, to the refusal: 5-10 s on the 2-core machine
+@pytest.mark.parametrize('tool', TOOLS)
+def test_a_missing_data_folder_is_one_line_before_any_work(tool, toy_data, tmp_path):
+    """From mmseg's root or an empty folder (no checkout there): one line naming the key, exit 2,
+    and the work dir is left as it was (no config dump, no log folder)."""
+    work = tmp_path / 'work'
+    cmd = command(tool, 'train.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
+                  *toy_seg_options(toy_data),
+                  f'train_dataloader.dataset.data_root={tmp_path / "nowhere"}')
+    r = run(cmd, tmp_path)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    (line,) = error_lines(r)
+    prog, message = line.split(': error: ', 1)
+    assert prog.endswith('train.py') and message.startswith('dataset paths do not exist'), line
+    assert 'train_dataloader.dataset.data_root' in r.stderr and 'Traceback' not in r.stderr
+    assert not work.exists() or not os.listdir(work), os.listdir(work)
+
+
+@pytest.mark.slow  # one tool process each, to the refusal: 5-10 s on the 2-core machine
+@pytest.mark.parametrize('tool', TOOLS)
+def test_a_busy_work_dir_is_refused_naming_the_run_in_it(tool, toy_data, tmp_path):
+    work = tmp_path / 'work'
+    lock = lock_work_dir(str(work))  # a live run: this test's process
+    try:
+        r = run(command(tool, 'train.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
+                        *toy_seg_options(toy_data)), tmp_path)
+    finally:
+        lock.release()
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    (line,) = error_lines(r)
+    prog, message = line.split(': error: ', 1)
+    assert prog.endswith('train.py') and message.startswith(
+        f'work dir {work} is in use by another run (pid {os.getpid()}'), line
+    assert not [f for f in os.listdir(work) if f != '.mmlinattn-run.lock'], os.listdir(work)
+
+
+def _short_schedule_config(tmp_path):
+    """A user's short config: 2 iterations, a 50-iteration warm-up, then PolyLR to the end of the
+    run (its ``end`` left to mmengine: max_iters, before its begin). A training cannot run it."""
+    cfg = tmp_path / 'short.py'
+    cfg.write_text(f'_base_ = [{SEG_CFG!r}]\ntrain_cfg = dict(max_iters=2)\n'
+                   'param_scheduler = [dict(type="LinearLR", start_factor=0.1, by_epoch=False, '
+                   'begin=0, end=50), dict(type="PolyLR", power=1.0, begin=50, eta_min=0.0, '
+                   'by_epoch=False)]\n')
+    return str(cfg)
+
+
+@pytest.mark.slow  # a test of 2 toy images per tool with pictures: 10-20 s each on 2 cores
+@pytest.mark.parametrize('tool', TOOLS + ('upstream-runner',))
+def test_testing_checks_what_a_test_builds(tool, toy_data, toy_checkpoints, tmp_path):
+    """A test builds no optimizer and no scheduler: a schedule that a training could not run is
+    no reason to refuse it (mmseg's own tool with mmengine's Runner, the oracle, runs it). The
+    pictures land where mmseg's visualizer saves them: DIR/vis_data/vis_image."""
+    config = _short_schedule_config(tmp_path)
+    show = tmp_path / 'show'
+    opts = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val',
+                                                                            'test')]
+    if tool == 'upstream-runner':
+        tool, opts = 'mmseg', opts + ['runner_type=Runner']
+    r = run(command(tool, 'test.py', config, '--work-dir', str(tmp_path / 'w'), '--show-dir',
+                    str(show), '--cfg-options', *opts, checkpoint=toy_checkpoints.seg), tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    drawn = sorted(os.listdir(show / 'vis_data' / 'vis_image'))
+    tested = sorted(os.listdir(toy_data / 'toy_ade' / 'images' / 'validation'))
+    assert [osp.splitext(f)[0].rsplit('_', 1)[0] for f in drawn] == \
+        [osp.splitext(f)[0] for f in tested], drawn
+
+
+@pytest.mark.slow  # the oracle's training until it fails: 10-20 s on 2 cores
+def test_a_schedule_that_cannot_run_fails_upstream_too(toy_data, tmp_path):
+    """Our Runner refuses to train the short config before any data is read; mmengine's plain
+    Runner (mmseg's own tool, runner_type=Runner) fails on it too, later."""
+    config = _short_schedule_config(tmp_path)
+    base = ['--cfg-options', *toy_seg_options(toy_data)]
+    ours = run(command('ours', 'train.py', config, '--work-dir', str(tmp_path / 'a'), *base),
+               tmp_path)
+    assert ours.returncode == 2 and 'param_scheduler' in ' '.join(error_lines(ours)), \
+        ours.stdout[-2000:] + ours.stderr[-2000:]
+    upstream = run(command('mmseg', 'train.py', config, '--work-dir', str(tmp_path / 'b'), *base,
+                           'runner_type=Runner'), tmp_path)
+    assert upstream.returncode != 0, upstream.stdout[-2000:]
+    assert not (tmp_path / 'b' / 'iter_2.pth').exists()
+
+
+@pytest.mark.slow  # two toy iterations and a test, in mim's processes: 30-60 s on 2 cores
+def test_mim_trains_and_tests_a_toy_config(toy_data, tmp_path):
+    """``mim train mmlinattn CFG`` and ``mim test mmlinattn CFG --checkpoint ...`` (docs/
+    user_guide.md): the package's tools, from a folder that is not the checkout."""
+    if MIM is None:
+        pytest.skip('openmim (requirements/tests.txt) is not installed')
+    work = tmp_path / 'work'
+    opts = toy_seg_options(toy_data, 'train_cfg.max_iters=2',
+                           'default_hooks.checkpoint.interval=2')
+    r = run([MIM, 'train', 'mmlinattn', SEG_CFG, '--work-dir', str(work), '--cfg-options',
+             *opts], tmp_path)
+    assert r.returncode == 0 and (work / 'iter_2.pth').is_file(), r.stdout[-3000:] + r.stderr
+    r = run([MIM, 'test', 'mmlinattn', SEG_CFG, '--checkpoint', str(work / 'iter_2.pth'),
+             '--work-dir', str(work), '--cfg-options', *opts], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert 'mIoU' in r.stdout, r.stdout[-2000:]
