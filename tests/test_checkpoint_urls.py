@@ -12,6 +12,7 @@ import http.server
 import os.path as osp
 import re
 import shutil
+import sys
 import threading
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from mmlinattn.core.families import AUTHORS_CHECKPOINTS
 from mmlinattn.core.models import InLinePVT, MAViT
 from mmlinattn.core.weights import CheckpointError
 
-from helpers import save_authors_file
+from helpers import save_authors_file, save_mala_style
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_MAVIT = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -40,6 +41,7 @@ class _Server:
     def __init__(self, root):
         self.requests = []
         self.heads = []
+        self.hub_headers = True  # False: a static file server (no X-Repo-Commit, no ETag)
         outer = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
@@ -53,8 +55,10 @@ class _Server:
 
             def end_headers(self):
                 # what the Hugging Face Hub sends with a file (huggingface_hub needs both)
-                self.send_header('X-Repo-Commit', 'c' * 40)
-                self.send_header('ETag', '"%s"' % hashlib.sha1(self.path.encode()).hexdigest())
+                if outer.hub_headers:
+                    self.send_header('X-Repo-Commit', 'c' * 40)
+                    self.send_header('ETag',
+                                     '"%s"' % hashlib.sha1(self.path.encode()).hexdigest())
                 super().end_headers()
 
             def log_message(self, *args):
@@ -393,9 +397,224 @@ def test_base_url_mirrors_config_urls_and_the_download_tool(served, tmp_path, mo
 def test_a_failed_download_leaves_no_folder(served, tmp_path):
     from mmlinattn.core.weights import local_checkpoint
     server, _ = served
-    with pytest.raises(CheckpointError, match='download to .* failed'):
+    with pytest.raises(CheckpointError, match='missing.pth: not found at that URL'):
         local_checkpoint(f'{server.url}/missing.pth')
     assert not list((tmp_path / 'hub' / 'checkpoints' / 'mmlinattn-urls').iterdir())
+
+
+def _without_hub(monkeypatch):
+    """As if huggingface_hub were not installed: its import fails."""
+    monkeypatch.setitem(sys.modules, 'huggingface_hub', None)
+
+
+def _hub_or_not(hub, monkeypatch, tmp_path):
+    if hub == 'huggingface_hub':
+        pytest.importorskip('huggingface_hub')
+        _hub_here(monkeypatch, tmp_path)
+    else:
+        _without_hub(monkeypatch)
+
+
+@pytest.mark.parametrize('hub', ['huggingface_hub', 'without huggingface_hub'])
+def test_a_static_hf_endpoint_mirror_serves_with_and_without_the_hub(served, tmp_path,
+                                                                       monkeypatch, hub):
+    """HF_ENDPOINT on a plain static file server (none of the Hub's X-Repo-Commit / ETag headers):
+    the file loads, once, whether huggingface_hub is installed or not. Was: with huggingface_hub
+    installed its metadata check refused the mirror that worked without it."""
+    server, root = served
+    server.hub_headers = False
+    folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / 'main'
+    folder.mkdir(parents=True)
+    want = _tiny_mavit_file(folder / 'MAViT_T.pth')
+    monkeypatch.setenv('HF_ENDPOINT', server.url)
+    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
+    _hub_or_not(hub, monkeypatch, tmp_path)
+    for _ in range(2):
+        _loads(MAVIT_HF.format('main'), want)
+    assert server.count('aldjalkdf/MAViT/resolve/main/MAViT_T.pth') == 1
+
+
+@pytest.mark.parametrize('hub', ['huggingface_hub', 'without huggingface_hub'])
+def test_a_404_says_not_found_at_the_url(served, tmp_path, monkeypatch, hub):
+    """A file the mirror does not have: 'not found at that URL' naming the URL requested (was:
+    huggingface_hub's 'check your connection')."""
+    server, root = served
+    monkeypatch.setenv('HF_ENDPOINT', server.url)
+    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
+    _hub_or_not(hub, monkeypatch, tmp_path)
+    from mmlinattn.core.weights import local_checkpoint
+    with pytest.raises(CheckpointError) as e:
+        local_checkpoint(MAVIT_HF.format('main'))
+    msg = str(e.value)
+    requested = f'{server.url}/aldjalkdf/MAViT/resolve/main/MAViT_T.pth'
+    assert msg.startswith(f'{requested} (mirror of {MAVIT_HF.format("main")}): not found at that '
+                          'URL (HTTP 404'), msg
+    assert 'connection' not in msg and '\n' not in msg
+
+
+@pytest.mark.parametrize('hub', ['huggingface_hub', 'without huggingface_hub'])
+def test_hf_hub_offline_is_named_and_reads_the_cache(served, tmp_path, monkeypatch, hub):
+    """HF_HUB_OFFLINE=1: a Hugging Face file not cached is an error saying offline mode is set and
+    what to do, without a request; one cached before (by either route) loads without a request."""
+    server, root = served
+    folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / 'main'
+    folder.mkdir(parents=True)
+    want = _tiny_mavit_file(folder / 'MAViT_T.pth')
+    monkeypatch.setenv('HF_ENDPOINT', server.url)
+    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    _hub_or_not(hub, monkeypatch, tmp_path)
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    with pytest.raises(CheckpointError) as e:
+        _loads(MAVIT_HF.format('main'), want)
+    msg = str(e.value)
+    assert 'HF_HUB_OFFLINE=1 is set (Hugging Face offline mode)' in msg, msg
+    assert 'Unset HF_HUB_OFFLINE to download it' in msg and 'connection' not in msg
+    assert server.requests == [] and server.heads == []
+    monkeypatch.delenv('HF_HUB_OFFLINE')
+    _loads(MAVIT_HF.format('main'), want)  # online: fetched once
+    heads = len(server.heads)
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    _loads(MAVIT_HF.format('main'), want)  # offline: from the cache
+    assert server.count('aldjalkdf/MAViT/resolve/main/MAViT_T.pth') == 1
+    assert len(server.heads) == heads
+
+
+def test_an_hf_endpoint_without_a_scheme_is_refused_before_any_work(served, tmp_path,
+                                                                      monkeypatch, capsys):
+    """HF_ENDPOINT=mirror.local: one error naming the variable and its value, before a request
+    (was: a download error saying the link may have expired); the tools say it in one line before
+    any work."""
+    server, root = served
+    monkeypatch.setenv('HF_ENDPOINT', 'mirror.local')
+    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    from mmlinattn.core.weights import local_checkpoint
+    with pytest.raises(CheckpointError, match='^HF_ENDPOINT=mirror.local: expected an http:// or '
+                                              'https:// URL'):
+        local_checkpoint(MAVIT_HF.format('main'))
+    from tools import image_demo
+    out = tmp_path / 'out'
+    rc = image_demo.main([str(tmp_path / 'none.jpg'), str(tmp_path / 'none.py'),
+                          str(tmp_path / 'none.pth'), '--out-dir', str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith('image_demo.py: error: HF_ENDPOINT=mirror.local: expected an '
+                             'http:// or https:// URL'), err
+    assert not out.exists() and server.requests == []
+
+
+# --------------------------------------------------------------------------- checkpoints/<name>
+def _tiny_mala_file(path, seed=1):
+    """A tiny MAViT saved in the MALA release's layout (model, model_ema, training state, an
+    argparse Namespace); returns its weights as torch.load reads them back."""
+    torch.manual_seed(seed)
+    m = MAViT(arch=TINY, out_norm=False)
+    m.init_weights()
+    save_mala_style(path, m.state_dict())
+    return torch.load(path, weights_only=False)['model']
+
+
+def _zoo_backbone():
+    """A tiny MAViT whose init_cfg names the file as the zoo's MAViT-T configs do."""
+    return MAViT(arch=TINY, out_norm=False,
+                 init_cfg=dict(type='Pretrained', checkpoint='checkpoints/MAViT_T.pth'))
+
+
+def _fresh_mmlogger(name):
+    """A new current MMLogger, writing to this test's captured stdout."""
+    from mmengine.logging import MMLogger
+    return MMLogger.get_instance(f'checkpoint-urls-fallback-{name}', log_level='INFO')
+
+
+def test_a_missing_checkpoints_file_is_fetched_from_the_authors_url(served, tmp_path, monkeypatch,
+                                                                      capsys):
+    """A zoo config's checkpoints/MAViT_T.pth run from a directory without it (mmdet's root, mim
+    train): the authors' file of that name (its URL in the family table, here served through
+    HF_ENDPOINT) loads instead, downloaded once; one log line names the missing path and the URL.
+    The pre-flight's check (check_only) takes the same route. A checkpoints/MAViT_T.pth that exists
+    is read as before, without a request."""
+    from mmlinattn.core.weights import fit_backbone_checkpoint
+    server, root = served
+    authors = AUTHORS_CHECKPOINTS['MAViT_T'].url
+    assert authors.startswith('https://huggingface.co/')
+    served_file = root / authors[len('https://huggingface.co/'):]
+    served_file.parent.mkdir(parents=True)
+    want = _tiny_mala_file(served_file, seed=1)
+    monkeypatch.setenv('HF_ENDPOINT', server.url)
+    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
+    _without_hub(monkeypatch)
+    run_dir = tmp_path / 'mmdet_root'
+    run_dir.mkdir()
+    monkeypatch.chdir(run_dir)
+    _fresh_mmlogger(tmp_path.name)
+    capsys.readouterr()
+    for _ in range(2):
+        m = _zoo_backbone()
+        m.init_weights()
+        got = m.state_dict()
+        assert all(torch.equal(got[k], v) for k, v in want.items())
+    fit_backbone_checkpoint(_zoo_backbone(), 'checkpoints/MAViT_T.pth', check_only=True)
+    assert server.count(authors[len('https://huggingface.co/'):]) == 1
+    assert not (run_dir / 'checkpoints').exists()
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if 'does not exist' in ln]
+    assert len(lines) == 1, lines
+    assert f'checkpoints/MAViT_T.pth does not exist in the working directory {run_dir}' in lines[0]
+    assert authors in lines[0]
+    # a file that is there is the one read
+    (run_dir / 'checkpoints').mkdir()
+    local = _tiny_mala_file(run_dir / 'checkpoints' / 'MAViT_T.pth', seed=2)
+    m = _zoo_backbone()
+    m.init_weights()
+    assert all(torch.equal(m.state_dict()[k], v) for k, v in local.items())
+    assert server.count(authors[len('https://huggingface.co/'):]) == 1
+
+
+def test_a_missing_checkpoints_file_without_network_says_how_to_get_it(tmp_path, monkeypatch):
+    """The authors' URL unreachable (HF_ENDPOINT on a closed 127.0.0.1 port): one line that says
+    the path is missing, why the download failed, the download tool's command (a name it takes)
+    and the --cfg-options line that points the config at a local file."""
+    import socket
+
+    from tools.misc import download_checkpoints as dl
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]  # closed once the socket is: nothing listens there
+    monkeypatch.setattr(torch.hub, '_hub_dir', str(tmp_path / 'hub'))
+    monkeypatch.setenv('HF_ENDPOINT', f'http://127.0.0.1:{port}')
+    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
+    _without_hub(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError) as e:
+        _zoo_backbone().init_weights()
+    msg = str(e.value)
+    assert '\n' not in msg
+    assert msg.startswith(f'checkpoints/MAViT_T.pth does not exist in the working directory '
+                          f'{tmp_path}'), msg
+    assert f'cannot connect to 127.0.0.1:{port}' in msg
+    only = re.search(r'`python tools/misc/download_checkpoints.py --only (\S+)`', msg).group(1)
+    assert dl.select([only]) == ['MAViT_T']
+    assert msg.endswith('--cfg-options model.backbone.init_cfg.checkpoint=/path/to/MAViT_T.pth')
+
+
+def test_a_missing_file_of_another_name_keeps_the_error_with_the_hint(served, tmp_path,
+                                                                        monkeypatch):
+    """checkpoints/<a name the table does not have>: 'checkpoint file not found', the working
+    directory and the --cfg-options line; nothing is requested."""
+    server, _ = served
+    monkeypatch.setenv('MMLINATTN_CHECKPOINT_BASE_URL', server.url)
+    monkeypatch.chdir(tmp_path)
+    m = MAViT(arch=TINY, out_norm=False,
+              init_cfg=dict(type='Pretrained', checkpoint='checkpoints/my_mavit.pth'))
+    with pytest.raises(CheckpointError) as e:
+        m.init_weights()
+    assert str(e.value) == (
+        f'checkpoint file not found: checkpoints/my_mavit.pth (looked in the working directory '
+        f'{tmp_path}); give its path: --cfg-options '
+        'model.backbone.init_cfg.checkpoint=/path/to/my_mavit.pth')
+    assert server.requests == []
 
 
 # --------------------------------------------------------------------------- train.py edges

@@ -11,6 +11,9 @@
                                    host's work-dir lock has expired
 ``MMLINATTN_CHECKPOINT_BASE_URL``  an http(s) URL (default: unset): the mirror of checkpoint URLs
                                    (:mod:`mmlinattn.core.weights.urls`)
+``HF_ENDPOINT``                    an http(s) URL (default: unset, huggingface.co): the Hugging
+                                   Face libraries' variable, read by mmlinattn for huggingface.co
+                                   checkpoint URLs (:mod:`mmlinattn.core.weights.urls`)
 =================================  ==========================================================
 
 :func:`get` reads one (a bad value raises :class:`SettingError`, whose message is
@@ -83,6 +86,9 @@ SETTINGS: Dict[str, Setting] = {s.name: s for s in (
             'unit s, m or h, e.g. 600 or 10m'),
     Setting('MMLINATTN_CHECKPOINT_BASE_URL', None, _url,
             'an http:// or https:// URL (the mirror that serves the checkpoints)'),
+    Setting('HF_ENDPOINT', None, _url,
+            'an http:// or https:// URL (the Hugging Face Hub or its mirror, e.g. '
+            'https://hf-mirror.example.org)'),
 )}
 
 

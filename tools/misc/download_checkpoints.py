@@ -34,6 +34,7 @@ from mmlinattn.core.weights import (
     read_checkpoint,
     source_url,
 )
+from mmlinattn.core.weights.urls import download_failure
 from mmlinattn.training.fileio import write_atomic
 
 SUMS = 'SHA256SUMS'
@@ -127,8 +128,9 @@ def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
         torch.hub.download_url_to_file(url, dst, progress=progress)
     except (OSError, http.client.HTTPException, ValueError) as e:
         # HTTP errors and refused connections (OSError), short reads (IncompleteRead), bad URLs
-        raise CheckpointError(f'{name}: download of {url} to {dst} failed ({type(e).__name__}: '
-                              f'{str(e).strip()[:200]})') from None
+        reason, hint = download_failure(e, url, entry.url)
+        raise CheckpointError(f'{name}: {url}: {reason}; nothing was saved to {dst}.{hint}') \
+            from None
     check_readable(url, dst)
     digest = sha256(dst)
     if recorded is not None and recorded != digest and not force:

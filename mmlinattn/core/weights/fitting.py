@@ -8,6 +8,7 @@ import torch
 
 from .errors import CheckpointError
 from .reading import extract_state_dict, read_checkpoint
+from .urls import DownloadError, authors_download_error, backbone_checkpoint
 
 Tensor = torch.Tensor
 
@@ -87,16 +88,26 @@ def fit_backbone_checkpoint(backbone: torch.nn.Module, checkpoint: str, *, obj=N
 
     ``obj`` is the checkpoint as already read (the pre-flight reads ``load_from`` once, on the
     ``meta`` device); without it ``checkpoint`` is read here (on the CPU, or on ``meta`` with
-    ``check_only``). A whole detector/segmentor file is recognised by its ``backbone.`` keys and
-    read under that ``prefix``; an explicit ``prefix`` that no key carries is an error. The state
-    goes through the family's ``backbone.authors_layout`` filter (classification keys dropped,
-    recomputed buffers ignored) and :func:`fit_state_dict`. Raises :class:`CheckpointError` on a
+    ``check_only``): a zoo config's ``checkpoints/<name>`` that does not exist relative to the
+    working directory is the authors' file of that name, fetched from its URL
+    (:func:`~mmlinattn.core.weights.urls.backbone_checkpoint`). A whole detector/segmentor file is
+    recognised by its ``backbone.`` keys and read under that ``prefix``; an explicit ``prefix``
+    that no key carries is an error. The state goes through the family's
+    ``backbone.authors_layout`` filter (classification keys dropped, recomputed buffers ignored)
+    and :func:`fit_state_dict`. Raises :class:`CheckpointError` on a
     misfit; returns the report (``loaded``, ``dropped``, ``ignored``, ``new`` key lists).
     """
     logger = logger or logging.getLogger('mmlinattn')
     if obj is None:
-        obj = read_checkpoint(checkpoint, map_location='meta' if check_only else 'cpu',
-                              allow_unsafe=allow_unsafe, logger=logger)
+        # a zoo config's checkpoints/<name> missing here: the authors' URL for that file
+        source = backbone_checkpoint(checkpoint, logger)
+        try:
+            obj = read_checkpoint(source, map_location='meta' if check_only else 'cpu',
+                                  allow_unsafe=allow_unsafe, logger=logger)
+        except DownloadError as e:
+            if source == checkpoint:
+                raise
+            raise authors_download_error(checkpoint, source, e) from None
     state = extract_state_dict(obj, use_ema=use_ema, path=checkpoint)
     if not prefix and any(k.startswith('backbone.') for k in state):
         prefix = 'backbone.'  # a whole detector/segmentor checkpoint

@@ -9,10 +9,18 @@ Mirrors, for machines that cannot reach the hosts a config names:
   ``tools/misc/download_checkpoints.py`` saves it as, and reads from the same mirror) or else the
   URL's host and path (:func:`mirror_name`). The cache stays keyed by the URL the config names.
 * ``HF_ENDPOINT=URL`` (the Hugging Face libraries' variable): a ``https://huggingface.co/...`` URL
-  is fetched from ``URL/...``.
+  is fetched from ``URL/...``. A value that is no http(s) URL is refused (with its value) before
+  any request, as the tools refuse it before any work (:mod:`mmlinattn.core.settings`).
 * With ``huggingface_hub`` installed, a ``huggingface.co/<repo>/resolve/<revision>/<file>`` URL is
   fetched by its ``hf_hub_download`` (its cache, ``HF_ENDPOINT``, ``HF_TOKEN``, the revision,
-  resumed downloads) unless ``MMLINATTN_CHECKPOINT_BASE_URL`` is set.
+  resumed downloads) unless ``MMLINATTN_CHECKPOINT_BASE_URL`` is set. Where that fails (a static
+  file server as ``HF_ENDPOINT`` sends none of the Hub's headers), the file is fetched from the
+  same URL directly, as without ``huggingface_hub``: one mirror serves both.
+* ``HF_HUB_OFFLINE=1`` (Hugging Face's offline mode): a Hugging Face URL is read from a cache only
+  (torch's, or huggingface_hub's); one that is not cached is an error saying so, without a request.
+
+A download that fails says why: not found at the URL it names (HTTP 404), another HTTP status, no
+connection to the host, a cut-off transfer.
 """
 import hashlib
 import http.client
@@ -183,14 +191,35 @@ def mirror_name(url: str) -> str:
     return '/'.join(parts)
 
 
+HF_ENDPOINT_ENV = 'HF_ENDPOINT'
+HF_OFFLINE_ENV = 'HF_HUB_OFFLINE'
+
+
+def hf_endpoint_setting() -> Optional[str]:
+    """``HF_ENDPOINT`` without its trailing ``/`` when set, else None; a value that is no http(s)
+    URL (``mirror.local``) raises :class:`CheckpointError` naming the variable and its value."""
+    from .. import settings
+    try:
+        return settings.get(HF_ENDPOINT_ENV)
+    except settings.SettingError as e:
+        raise CheckpointError(str(e)) from None
+
+
+def hf_offline() -> Optional[str]:
+    """The value of ``HF_HUB_OFFLINE`` when it turns Hugging Face's offline mode on (``1``, ``on``,
+    ``yes``, ``true``, as huggingface_hub reads it), else None."""
+    value = os.environ.get(HF_OFFLINE_ENV, '').strip()
+    return value if value.lower() in ('1', 'on', 'yes', 'true') else None
+
+
 def source_url(url: str, base_url: Optional[str] = None) -> str:
     """Where ``url``'s file is fetched from: ``base_url`` (or ``MMLINATTN_CHECKPOINT_BASE_URL``)
     + ``/`` + :func:`mirror_name`; a huggingface.co URL under ``HF_ENDPOINT``; else ``url``."""
     base = base_url.rstrip('/') if base_url else base_url_setting()
     if base:
         return f'{base}/{mirror_name(url)}'
-    endpoint = os.environ.get('HF_ENDPOINT', '').strip().rstrip('/')
-    if endpoint and url.startswith(_HF + '/'):
+    endpoint = hf_endpoint_setting() if url.startswith(_HF + '/') else None
+    if endpoint:
         return endpoint + url[len(_HF):]
     return url
 
@@ -228,9 +257,17 @@ def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
     logger = logger or logging.getLogger('mmlinattn')
     source = source_url(path)
     cached = url_cache_path(path)
-    hub = None if base_url_setting() or osp.isfile(cached) else _hf_hub_download()
-    if hub is not None and hf_file(path):  # (a file torch's route cached already is used as is)
-        return _hub_checkpoint(path, hub, logger)
+    # a Hugging Face file, fetched from huggingface.co or HF_ENDPOINT (not a base-URL mirror); a
+    # file torch's route cached already is used as is
+    from_hf = bool(hf_file(path)) and not base_url_setting() and not osp.isfile(cached)
+    hub = _hf_hub_download() if from_hf else None
+    if from_hf and hf_offline():
+        _offline_error(path, hub, cached)
+    if hub is not None:
+        try:
+            return _hub_checkpoint(path, hub, logger)
+        except _HubFailed as e:  # e.g. a static mirror: none of the Hub's headers
+            logger.info(f'{e}; fetching {source} directly instead')
     _rank0_first(lambda: osp.isfile(cached) or _download(source, cached, logger, progress, path))
     if not osp.isfile(cached):  # another node's rank 0 fetched it; this node's failed to
         raise CheckpointError(f'{path}: not downloaded (expected at {cached})')
@@ -257,23 +294,44 @@ def _rank0_first(fetch: Callable) -> None:
         raise failed
 
 
+class _HubFailed(CheckpointError):
+    """``hf_hub_download`` raised: :func:`local_checkpoint` fetches the file directly instead."""
+
+
+def _offline_error(url: str, hub: Optional[Callable], cached: str) -> None:
+    """Under ``HF_HUB_OFFLINE``: return if huggingface_hub has ``url``'s file in its cache (then
+    :func:`_hub_checkpoint` reads it without a request), else raise the offline-mode error."""
+    if hub is not None:
+        repo, kind, revision, filename = hf_file(url)
+        try:
+            hub(repo_id=repo, filename=filename, revision=revision, repo_type=kind,
+                local_files_only=True)
+            return
+        except Exception:  # not in its cache (its errors have no common base beyond Exception)
+            pass
+    where = f"torch's ({cached})" + (" nor huggingface_hub's" if hub is not None else '')
+    reason = (f'{HF_OFFLINE_ENV}={os.environ.get(HF_OFFLINE_ENV, "").strip()} is set (Hugging Face '
+              f'offline mode), so nothing is downloaded, and the file is not in {where} cache')
+    raise DownloadError(f'{url}: {reason}. Unset {HF_OFFLINE_ENV} to download it once, or point '
+                        'the config at a local copy of the file', url=url, reason=reason)
+
+
 def _hub_checkpoint(url: str, hf_hub_download: Callable, logger: logging.Logger) -> str:
     """``url``'s file through ``huggingface_hub.hf_hub_download`` (local rank 0 first): the path in
     the Hugging Face cache. A file that is no checkpoint is removed from that cache (link and
-    blob) and named."""
+    blob) and named. ``hf_hub_download`` failing raises :class:`_HubFailed`."""
     repo, kind, revision, filename = hf_file(url)
-    endpoint = os.environ.get('HF_ENDPOINT', '').strip().rstrip('/') or _HF
+    endpoint = hf_endpoint_setting() or _HF
 
     def fetch(local_only=False):
         try:  # the endpoint read now: huggingface_hub reads HF_ENDPOINT once, when imported
             return hf_hub_download(repo_id=repo, filename=filename, revision=revision,
                                    repo_type=kind, endpoint=endpoint,
-                                   local_files_only=local_only)
+                                   local_files_only=local_only or bool(hf_offline()))
         except Exception as e:  # huggingface_hub's errors have no common base beyond Exception
-            raise CheckpointError(
-                f'{url}: download through huggingface_hub from {endpoint} failed '
-                f'({type(e).__name__}: {" ".join(str(e).split())[:300]}).{_url_hint(url)}'
-            ) from None
+            raise _HubFailed(
+                f'{url}: huggingface_hub could not fetch it from {endpoint} '
+                f'({type(e).__name__}: {" ".join(str(e).split())[:200]})') from None
 
     logger.info(f'fetching {url} through huggingface_hub ({endpoint})')
     got = []
@@ -321,5 +379,109 @@ def _download(url: str, dst: str, logger: logging.Logger, progress: bool = True,
                 os.rmdir(folder)
             except OSError:  # not empty, or another process removed it
                 pass
-        raise CheckpointError(f'{url}{mirror}: download to {dst} failed ({type(e).__name__}: '
-                              f'{str(e).strip()[:200]}).{_url_hint(named or url)}') from None
+        reason, hint = download_failure(e, url, named)
+        raise DownloadError(f'{url}{mirror}: {reason}; nothing was saved to {dst}.{hint}',
+                            url=url, reason=reason) from None
+
+
+class DownloadError(CheckpointError):
+    """A download that failed: ``url`` (what was requested) and ``reason`` (why, in words)."""
+
+    def __init__(self, message: str, url: str = '', reason: str = ''):
+        super().__init__(message)
+        self.url, self.reason = url, reason
+
+
+def download_failure(err: Exception, url: str, named: Optional[str] = None) -> Tuple[str, str]:
+    """Why fetching ``url`` raised ``err``, and what to do (a sentence with a leading space, or
+    ''): not found at that URL (HTTP 404; ``named`` is the URL the config names when ``url`` is its
+    mirror), another HTTP status, no connection to the host, a cut-off transfer."""
+    import socket
+    import urllib.error
+    from urllib.parse import urlparse
+    mirrored = bool(named) and named != url
+    if isinstance(err, urllib.error.HTTPError):
+        status = f'HTTP {err.code} {err.reason}'.strip()
+        if err.code == 404:
+            hint = (' The mirror does not serve this file under that path: put the file there.'
+                    if mirrored else _url_hint(named or url))
+            return f'not found at that URL ({status})', hint
+        return f'the server answered {status}', _url_hint(named or url)
+    reason = getattr(err, 'reason', None) if isinstance(err, urllib.error.URLError) else err
+    if isinstance(reason, (ConnectionError, TimeoutError, socket.timeout, socket.gaierror)) or \
+            isinstance(err, urllib.error.URLError):
+        host = urlparse(url).netloc or url
+        return (f'cannot connect to {host} ({" ".join(str(reason).split())[:150]})',
+                ' Check the network (or the proxy); on a machine without one, copy the file here '
+                'and point the config at it, or serve it from a mirror '
+                f'({BASE_URL_ENV} or {HF_ENDPOINT_ENV}).')
+    if isinstance(err, http.client.HTTPException):
+        return (f'the transfer broke off ({type(err).__name__}: {str(err).strip()[:150]})',
+                ' Try again.')
+    # an OSError here is this machine's (the cache's disk full or not writable): no link hint
+    return (f'{type(err).__name__}: {str(err).strip()[:200]}',
+            '' if isinstance(err, OSError) else _url_hint(named or url))
+
+
+#: the folder the zoo configs' ``init_cfg`` name the authors' files in, relative to the working
+#: directory (``checkpoints/MAViT_T.pth``: where ``tools/misc/download_checkpoints.py`` saves them)
+CHECKPOINTS_DIR = 'checkpoints'
+#: (missing path, working directory) pairs whose replacement URL was logged in this process
+_FALLBACK_LOGGED = set()
+
+
+def authors_url(path: str) -> Optional[str]:
+    """The URL of the authors' file that a relative ``checkpoints/<name>`` names (``<name>`` being
+    a local name of the family table, :data:`AUTHORS_NAMES`), else None."""
+    if not isinstance(path, str) or osp.isabs(path) or \
+            osp.normpath(osp.dirname(path)) != CHECKPOINTS_DIR:
+        return None
+    name = osp.basename(path)
+    found = [url for url, local in AUTHORS_NAMES.items() if local == name]
+    return found[0] if found else None
+
+
+def _use_line(name: str) -> str:
+    return f'--cfg-options model.backbone.init_cfg.checkpoint=/path/to/{name}'
+
+
+def backbone_checkpoint(path, logger: Optional[logging.Logger] = None) -> str:
+    """Where a backbone's ``init_cfg`` file is read from: ``path`` itself when it is a URL or an
+    existing file; for a relative ``checkpoints/<name>`` of an authors' file that does not exist
+    relative to the working directory (a zoo config run from mmdet's root, under ``mim train``),
+    that file's URL in the family table (downloaded once into the cache by :func:`local_checkpoint`;
+    one log line says which URL replaced which path); else :class:`CheckpointError`
+    ``checkpoint file not found`` naming the path, the working directory and the option that points
+    the config at the file."""
+    if not isinstance(path, (str, os.PathLike)):
+        return path  # the reader names the type
+    path = os.fspath(path)
+    if is_url(path) or osp.isfile(path):
+        return path
+    url = authors_url(path)
+    if url is None:
+        raise CheckpointError(
+            f'checkpoint file not found: {path} (looked in the working directory {os.getcwd()}); '
+            f'give its path: {_use_line(osp.basename(path) or "FILE")}')
+    key = (path, os.getcwd())
+    if key not in _FALLBACK_LOGGED:
+        _FALLBACK_LOGGED.add(key)
+        (logger or logging.getLogger('mmlinattn')).info(
+            f'{path} does not exist in the working directory {os.getcwd()}: loading the authors\' '
+            f'file {url} instead (downloaded once, then read from the cache)')
+    return url
+
+
+def authors_download_error(path: str, url: str, err: 'DownloadError') -> CheckpointError:
+    """The error for a missing ``checkpoints/<name>`` whose authors' URL could not be fetched: the
+    reason, and the two ways to a local file (the download tool; the config option)."""
+    from ..families import AUTHORS_CHECKPOINTS  # (imported with the models: no cycle at run time)
+    name = osp.basename(path)
+    keys = [k for k, e in AUTHORS_CHECKPOINTS.items() if e.url == url]
+    return CheckpointError(
+        f'{path} does not exist in the working directory {os.getcwd()}, and the authors\' file it '
+        f'names could not be fetched from {err.url or url}: {err.reason or err}. Download it where '
+        f'there is a network with `python tools/misc/download_checkpoints.py --only '
+        f'{keys[0] if keys else osp.splitext(name)[0]}` (it writes {CHECKPOINTS_DIR}/{name}; run '
+        f'it in this directory or copy the file here), or point the config at a copy: '
+        f'{_use_line(name)}')
