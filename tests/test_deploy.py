@@ -7,6 +7,7 @@ Parity criterion (the tool's): ``|onnx - eager| <= rtol * (|eager| + max|eager|)
 rtol 1e-4, i.e. relative to each value and to the output's scale. Skipped if onnx / onnxruntime are
 not installed (``pip install -r requirements/deploy.txt``).
 """
+import os
 import os.path as osp
 
 import pytest
@@ -201,6 +202,71 @@ def test_cli_refusals(tmp_path, capsys):
                              '--out', out]) == 2
     assert 'largest feature stride (64)' in capsys.readouterr().err
     assert not osp.exists(out)
+
+
+def _no_model(monkeypatch):
+    """export_onnx's model building replaced by a recorder that fails: a check that passes it came
+    too late."""
+    built = []
+
+    def build_model(*args, **kwargs):
+        built.append(args)
+        raise RuntimeError('the model was built')
+    monkeypatch.setattr(export_onnx, 'build_model', build_model)
+    return built
+
+
+@pytest.mark.parametrize('args, said', [
+    (['--shape', '0', '0'], '--shape 0 0: height and width must be positive'),
+    (['--shape', '-64', '64'], '--shape -64 64: height and width must be positive'),
+    (['--shape', '64', '64', '--dynamic', '--check-shape', '96', '0'],
+     '--check-shape 96 0: height and width must be positive'),
+    (['--shape', '64', '64', '--batch', '0'], '--batch 0: the batch size must be at least 1'),
+], ids=['zero', 'negative', 'check-shape', 'batch'])
+def test_cli_refuses_a_size_that_is_not_positive_before_any_work(args, said, tmp_path, capsys,
+                                                                 monkeypatch):
+    """One line naming the flag and its values, exit 2, before the config is read (it does not
+    exist here) or a model built. Was: a traceback from the model or the exporter."""
+    built = _no_model(monkeypatch)
+    out = tmp_path / 'x.onnx'
+    rc = export_onnx.main([str(tmp_path / 'none.py'), *args, '--out', str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith(f'export_onnx: error: {said}'), err
+    assert not built and not out.exists()
+
+
+def test_cli_refuses_an_out_it_cannot_write_before_the_export(tmp_path, capsys, monkeypatch):
+    """--out under a regular file (its folder cannot be created, also as root), on a read-only
+    file system (the probe write made to fail with EROFS: root writes anywhere else), or naming a
+    folder: one line naming --out and why, exit 2, before the model is built. Was: a traceback
+    after the whole export."""
+    import errno
+    import tempfile
+    det = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
+    built = _no_model(monkeypatch)
+    blocker = tmp_path / 'file'
+    blocker.write_text('a file, not a folder')
+
+    def run(out):
+        rc = export_onnx.main([det, '--shape', '64', '64', '--out', str(out)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1, err
+        return err[0]
+    said = run(blocker / 'sub' / 'x.onnx')
+    assert said == (f'export_onnx: error: --out {blocker / "sub" / "x.onnx"}: its folder cannot be '
+                    f'created, {blocker} is a file; give --out a path in a folder you can write')
+    assert run(tmp_path).startswith(f'export_onnx: error: --out {tmp_path} is a folder; give the '
+                                    'ONNX file to write')
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+    monkeypatch.setattr(tempfile, 'mkstemp', read_only)
+    said = run(tmp_path / 'new' / 'x.onnx')
+    assert said == (f'export_onnx: error: --out {tmp_path / "new" / "x.onnx"}: cannot write in '
+                    f'{tmp_path} ({os.strerror(errno.EROFS)}); give --out a path in a folder you '
+                    'can write')
+    assert not built and not (tmp_path / 'new').exists()
 
 
 @pytest.mark.parametrize('config, what', [

@@ -22,11 +22,12 @@ mmdet's ``DetInferencer`` for detection configs (Mask R-CNN, Cascade, RetinaNet)
   file ``OUT/preds/<image stem>.png`` that holds the class index of every pixel.
 
 Bad input (an image path that does not exist, a file that is not a readable image, a folder with no
-image, a config of another toolbox, a checkpoint that is missing, unreadable or of another model)
-stops with one message naming it, exit code 2, before anything is written; the results are moved
-into OUT only once every image has been processed. ``--no-save-vis`` / ``--no-save-pred`` leave out
-vis/ / preds/, ``--print-result`` prints the predictions, ``--out-file`` (one image) also writes its
-picture to FILE, ``--show`` opens each picture in a window (needs a display).
+image, a config of another toolbox, a checkpoint that is missing, unreadable or of another model,
+a ``--device`` torch cannot use here) stops with one message naming it, exit code 2, before
+anything is written; the results are moved into OUT only once every image has been processed.
+``--no-save-vis`` / ``--no-save-pred`` leave out vis/ / preds/, ``--print-result`` prints the
+predictions, ``--out-file`` (one image) also writes its picture to FILE, ``--show`` opens each
+picture in a window (needs a display).
 """
 import argparse
 import json
@@ -84,6 +85,31 @@ def image_list(path):
         raise InputError('cannot read as an image (not an image file, or corrupt): '
                          + ', '.join(unreadable))
     return sizes
+
+
+def check_device(device):
+    """:class:`InputError` for a ``--device`` this machine cannot run: a name torch does not know,
+    CUDA where torch sees no GPU, or a GPU index past the last one (checked before any work; the
+    inferencer would fail with a traceback after reading the images and the checkpoint)."""
+    if device is None:
+        return
+    import torch
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise InputError(f'--device {device}: not a device name torch knows; give cpu, cuda or '
+                         'cuda:N, or leave --device out') from None
+    if dev.type != 'cuda':
+        return
+    if not torch.cuda.is_available():
+        why = ('this torch is built without CUDA' if torch.version.cuda is None else
+               f'this torch (CUDA {torch.version.cuda}) finds no usable GPU or driver')
+        raise InputError(f'--device {device}: torch sees no CUDA GPU here ({why}); use --device '
+                         'cpu, or leave --device out (cuda:0 where torch sees a GPU, else cpu)')
+    count = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= count:
+        raise InputError(f'--device {device}: torch sees {count} CUDA GPU(s), cuda:0 ... '
+                         f'cuda:{count - 1}')
 
 
 def check_unique_stems(files):
@@ -204,6 +230,7 @@ def main(argv=None):
         p.error('--batch-size must be at least 1')
     try:
         settings.check_all()  # a bad MMLINATTN_* value: one line, before any work
+        check_device(args.device)
         sizes = image_list(args.image)
         files = list(sizes)
         if args.out_file and len(files) != 1:

@@ -101,9 +101,49 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def check_args(args) -> None:
+    """:class:`ExportError` for arguments no export can take, before any work: a size that is not
+    positive (``--shape``, ``--check-shape``, ``--batch``), and an ``--out`` that is a folder or
+    whose folder cannot be written (else found only after the export)."""
+    for flag, shape in [('--shape', args.shape)] + [('--check-shape', s)
+                                                    for s in args.check_shape or []]:
+        if min(shape) < 1:
+            raise ExportError(f'{flag} {shape[0]} {shape[1]}: height and width must be positive '
+                              '(pixels), e.g. --shape 512 512')
+    if args.batch < 1:
+        raise ExportError(f'--batch {args.batch}: the batch size must be at least 1')
+    check_out(args.out)
+
+
+def check_out(out: str) -> None:
+    """:class:`ExportError` unless a file can be written at ``out``: ``out`` is no folder, the
+    nearest existing folder on its path is a folder (not a file) and a file can be created in it
+    (a probe file, removed at once; root passes permission bits, not a read-only file system)."""
+    import os
+    import tempfile
+    path = osp.abspath(out)
+    if osp.isdir(path):
+        raise ExportError(f'--out {out} is a folder; give the ONNX file to write, e.g. '
+                          f'{osp.join(out, "model.onnx")}')
+    existing = osp.dirname(path)
+    while not osp.exists(existing) and osp.dirname(existing) != existing:
+        existing = osp.dirname(existing)
+    if not osp.isdir(existing):
+        raise ExportError(f'--out {out}: its folder cannot be created, {existing} is a file; give '
+                          '--out a path in a folder you can write')
+    try:
+        fd, probe = tempfile.mkstemp(prefix='.export_onnx-write-test-', dir=existing)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise ExportError(f'--out {out}: cannot write in {existing} ({e.strerror or e}); give '
+                          '--out a path in a folder you can write') from None
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
+        check_args(args)  # before any work: a bad size or an unwritable --out is one line
         settings.check_all()  # a bad MMLINATTN_* value: one line, before any work
         cfg = load_config(args.config, args.cfg_options)
         wrapper = Exportable(build_model(cfg, args.checkpoint), args.part)
