@@ -557,3 +557,29 @@ def test_mala_rotation_builds_no_interleaved_copy():
     assert not names & {'aten::cat', 'aten::stack', 'aten::neg'}, names
     torch.testing.assert_close(out, mala_attention_reference(q, k, v, rope=rope), rtol=0,
                                atol=1e-10)
+
+
+@pytest.mark.parametrize('chunk', [7, None])
+def test_mala_in_mavits_layout_equals_reference(chunk_settings, chunk):
+    """q, k, v as MAViT's module hands them - per-head views of one channels-first projection,
+    the tokens as the unit-stride dim - take the path that keeps phi, its rotation and the RoPE
+    tables in that layout (and z as w^T phi(q)^T): output and gradients are the float64
+    reference's, chunked and whole, with RoPE and without."""
+    from mmlinattn.core.ops import set_chunk_tokens
+    from mmlinattn.core.ops.grad import _tokens_inner
+    set_chunk_tokens('cpu', chunk)
+    hw, d = (5, 6), 8
+    qkv = rand((2, 3, 2, d, 30)).transpose(-2, -1).unbind(1)  # (B, 3, h, d, N) -> 3 x (B, h, N, d)
+    assert _tokens_inner(qkv[0]) and not qkv[0].is_contiguous()
+    g = rand((2, 2, 30, d))
+    for rope in (None, rope_sin_cos(hw, rope_angles(d, dtype=torch.float64))):
+        with torch.inference_mode():
+            out = mala_attention(*qkv, rope=rope)
+        want = mala_attention_reference(*qkv, rope=rope)
+        torch.testing.assert_close(out, want, rtol=0, atol=1e-10)
+        xs = [t.detach().requires_grad_(True) for t in qkv]
+        ys = [t.detach().clone().requires_grad_(True) for t in qkv]
+        got = torch.autograd.grad(mala_attention(*xs, rope=rope), xs, g)
+        exp = torch.autograd.grad(mala_attention_reference(*ys, rope=rope), ys, g)
+        for a, b in zip(got, exp):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)

@@ -136,6 +136,11 @@ def inline_forward(q: Tensor, k: Tensor, v: Tensor, phi, s: float, step: int):
     return query_pass(q, step, v.shape[-1], chunk), state, mean_v, sum_k
 
 
+def _tokens_inner(x: Tensor) -> bool:
+    """(..., N, d) ``x`` laid out with the tokens as its unit-stride dim (channels first)."""
+    return x.stride(-2) == 1 and x.stride(-1) != 1 and x.shape[-1] > 1
+
+
 def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, eps: float,
                  beta: bool, gamma: bool, step: int, keep_z: bool = False):
     """MALA's output, its states (kv, w = s mean(phi(K))^T, mean(V)) and, if ``keep_z``, z.
@@ -145,7 +150,13 @@ def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, ep
     # eager calls without autograd write phi into two scratch buffers reused for every chunk of
     # keys and queries (its exp as exp2, kernels.exp_); traced ones keep the plain expression
     longest = max(n, q.shape[-2])
-    phi = elu_plus_one_scratch(q, min(step, longest)) if inplace and eager() else elu_plus_one
+    scratch = inplace and eager()
+    phi = elu_plus_one_scratch(q, min(step, longest)) if scratch else elu_plus_one
+    if scratch and rope is not None and _tokens_inner(q):
+        # the scratch holds phi with the tokens inner, as q comes (MAViT's layout): the tables
+        # in that layout too (a 2-D transposing copy, torch's fast blocked one), so that the
+        # rotation runs within one layout
+        rope = tuple(t.t().contiguous().t() if t.dim() == 2 else t for t in rope)
     kv, sum_k, sum_v = key_pass(k, v, phi, step, rope)
     mean_v = sum_v / n
     kv = kv * (s / n)
@@ -155,8 +166,13 @@ def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, ep
     def chunk(qc, i):
         phq = phi(qc)
         # z from the un-rotated phi(q), in its own (d x 1) product: measured faster than one
-        # GEMM over the concatenated [kv | zvec] (d+1 columns), eager and compiled
-        z = torch.matmul(phq, zvec)
+        # GEMM over the concatenated [kv | zvec] (d+1 columns), eager and compiled. With the
+        # tokens inner (MAViT's layout) as z^T = w^T phi(q)^T: a product with a row-major
+        # matrix (1 x d times d x N), where phi(q) w on that layout took 10x as long
+        if _tokens_inner(phq):
+            z = torch.matmul(zvec.transpose(-2, -1), phq.transpose(-2, -1)).transpose(-2, -1)
+        else:
+            z = torch.matmul(phq, zvec)
         if keep_z:
             zs.append(z)
         if rope is not None:
