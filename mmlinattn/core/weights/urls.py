@@ -263,6 +263,8 @@ def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
     hub = _hf_hub_download() if from_hf else None
     if from_hf and hf_offline():
         _offline_error(path, hub, cached)
+    if hub is not None and not _accepts_connections(source, logger):
+        hub = None  # huggingface_hub would retry for half a minute: the direct route says why now
     if hub is not None:
         try:
             return _hub_checkpoint(path, hub, logger)
@@ -292,6 +294,28 @@ def _rank0_first(fetch: Callable) -> None:
         dist.barrier()
     if failed is not None:
         raise failed
+
+
+def _accepts_connections(url: str, logger: logging.Logger, timeout: float = 5.0) -> bool:
+    """Whether ``url``'s host takes a TCP connection (True where a proxy serves it: the proxy
+    decides). Asked before huggingface_hub, which retries a refused or unresolvable host with
+    backoff for about half a minute before it fails."""
+    import socket
+    import urllib.request
+    from urllib.parse import urlparse
+    parsed = urlparse(url)
+    host = parsed.hostname
+    if not host or (urllib.request.getproxies().get(parsed.scheme)
+                    and not urllib.request.proxy_bypass(host)):
+        return True
+    port = parsed.port or (443 if parsed.scheme == 'https' else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        logger.info(f'{host}:{port} takes no connection ({e}): fetching {url} without '
+                    'huggingface_hub')
+        return False
+    return True
 
 
 class _HubFailed(CheckpointError):
