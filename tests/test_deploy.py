@@ -19,9 +19,9 @@ pytest.importorskip('onnxruntime')
 
 from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
 from mmlinattn.core.ops.cores import CORES  # noqa: E402
+from mmlinattn.training.cli import load_config  # noqa: E402
 from tools.deployment import export_onnx  # noqa: E402
 from tools.workshop import deploy as E  # noqa: E402
-from tools.workshop.apis import load_config  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 # ONNX Runtime's kernels block and split the sums otherwise than torch's: measured up to 3.5e-6 of

@@ -105,3 +105,22 @@ def test_the_real_machine_passes_or_says_why():
     else:
         with pytest.raises(ValueError, match='nvidia-smi lists a GPU'):
             gpu_guard.check_gpu_visible_to_torch({})
+
+
+def test_every_tool_that_trains_a_config_of_ours_refuses(toy_data, tmp_path, monkeypatch):
+    """The check is the Runner's (LinAttnRunner, named by our runtimes), before any data is read:
+    under our tools, mmdet's / mmseg's own and mim alike; allow_cpu=True lets the run go on."""
+    from mmlinattn.training.config import ConfigError
+    from tools import train as train_tool
+
+    from helpers import run_checks, toy_seg_options
+    seg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       'configs/toy/fpn_mavit-t_toy-ade.py')
+    cfg = train_tool.build_cfg(train_tool.parse_args(
+        [seg, '--work-dir', str(tmp_path / 'w'), '--cfg-options', *toy_seg_options(toy_data)]))
+    _path_with(tmp_path, monkeypatch, '535.104.05')
+    _torch(monkeypatch)
+    with pytest.raises(ConfigError, match=r'allow_cpu=True'):
+        run_checks(cfg)
+    cfg.allow_cpu = True
+    run_checks(cfg)

@@ -39,6 +39,7 @@ import tempfile
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
+from mmlinattn.apis.inference import ScopeError, build_inferencer, config_scope, load_config
 from mmlinattn.core import settings
 from mmlinattn.core.weights import (
     CheckpointError,
@@ -46,9 +47,6 @@ from mmlinattn.core.weights import (
     local_checkpoint,
     read_checkpoint,
 )
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))  # for tools.workshop
-from tools.workshop.visualization import ScopeError, build_inferencer, config_scope, load_config
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
 

@@ -111,12 +111,13 @@ def authors_checkpoints(families=None) -> 'OrderedDict[str, AuthorsCheckpoint]':
     """The authors' ImageNet files of every family, by download key (``InLine_PVT_T``); their
     local names are also what a checkpoint mirror serves them under
     (:data:`mmlinattn.core.weights.urls.AUTHORS_NAMES`)."""
-    from .weights.urls import AUTHORS_NAMES
+    from .weights.urls import AUTHORS_KEYS, AUTHORS_NAMES
     out = OrderedDict()
     for fam in (FAMILIES if families is None else families).values():
         for arch, (url, filename) in fam.checkpoints.items():
             out[fam.checkpoint_key(arch)] = AuthorsCheckpoint(url, filename, fam.name, arch)
             AUTHORS_NAMES[url] = filename
+            AUTHORS_KEYS[url] = fam.checkpoint_key(arch)
     return out
 
 

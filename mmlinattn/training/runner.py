@@ -9,7 +9,9 @@ the Runner a config names (mmdet's, mmseg's and mmpretrain's ``tools/train.py`` 
   :class:`~mmlinattn.training.distributed.CPUDistributedDataParallel`), the safety hooks where a
   config's own ``custom_hooks`` list replaced ours (:func:`add_safety_hooks`);
 * before a run reads its datasets (:meth:`~LinAttnRunner.train`, :meth:`~LinAttnRunner.val`,
-  :meth:`~LinAttnRunner.test`): the work dir's run lock (training), the pre-flight over the
+  :meth:`~LinAttnRunner.test`): a training on a machine whose ``nvidia-smi`` lists a GPU that torch
+  cannot see (:mod:`.gpu_guard`; ``allow_cpu=True`` to train there on the CPU), the work dir's run
+  lock (training), the pre-flight over the
   loaders that run will read (:mod:`mmlinattn.training.preflight`: a training run's schedule
   included, a test's not), the ``--resume`` choice (the newest intact checkpoint of this work dir),
   the checkpoint read once and checked against the model (fit, trained-as attention, finite
@@ -333,11 +335,16 @@ class LinAttnRunner(Runner):
                 pass
 
     def _before_train(self) -> None:
+        from .gpu_guard import check_gpu_visible_to_torch
         from .preflight import preflight
         from .preflight.checkpoints import prepare_checkpoints
         from .preflight.compile import check_compile
         from .workdir_lock import lock_work_dir
         cfg = self.cfg
+        try:  # nvidia-smi lists a GPU torch cannot see: no silent CPU training
+            check_gpu_visible_to_torch(cfg)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self._lock = lock_work_dir(self.work_dir, self.logger)
         check_compile(cfg)
         checked = preflight(cfg, ('train_dataloader',) + (

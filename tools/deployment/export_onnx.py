@@ -56,9 +56,9 @@ import time
 import mmlinattn  # noqa: F401  (registers the backbones)
 from mmlinattn.core import settings
 from mmlinattn.core.weights import CheckpointError
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
-from tools.workshop.apis import CfgOptionsAction, ConfigError, load_config
+from mmlinattn.training.cli import load_config
+from mmlinattn.training.config import ConfigError
+from mmlinattn.training.preflight import CfgOptionsAction
 from tools.workshop.deploy import (
     DEFAULT_OPSET,
     DEFAULT_RTOL,

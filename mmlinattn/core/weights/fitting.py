@@ -226,28 +226,46 @@ def _literal(node):
     return ast.literal_eval(node)  # constants; raises ValueError for names, calls, ...
 
 
-def _recorded_backbone(obj) -> Optional[dict]:
-    """``model.backbone`` of the config a Runner checkpoint records (``meta.cfg``, mmengine's
-    dump of it), or None where it records none that reads. The dump is parsed, never run: a
-    checkpoint is data, and the weights-only reading must not execute what a file carries."""
+def _recorded_backbone(obj):
+    """``(backbone, why)``: ``model.backbone`` of the config a Runner checkpoint records
+    (``meta.cfg``, mmengine's dump of it) and None, or None and why there is none that reads. Only
+    the backbone's own expression must be literal (a value elsewhere in ``model`` does not matter).
+    The dump is parsed, never run: a checkpoint is data, and the weights-only reading must not
+    execute what a file carries."""
     import ast
     meta = obj.get('meta') if isinstance(obj, dict) else None
     text = meta.get('cfg') if isinstance(meta, dict) else None
     if not isinstance(text, str):
-        return None
+        return None, 'it records no config (meta.cfg)'
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
+    except (SyntaxError, ValueError) as e:
+        return None, f'its recorded config does not parse ({type(e).__name__})'
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and [getattr(t, 'id', None) for t in stmt.targets] == \
                 ['model']:
+            node = _keyword(stmt.value, 'backbone')
+            if node is None:
+                return None, 'its recorded config has no model.backbone'
             try:
-                model = _literal(stmt.value)
+                backbone = _literal(node)
             except (ValueError, TypeError, SyntaxError):
-                return None
-            backbone = model.get('backbone') if isinstance(model, dict) else None
-            return backbone if isinstance(backbone, dict) else None
+                return None, "its recorded model.backbone is not plain data (mmengine's dump)"
+            if isinstance(backbone, dict):
+                return backbone, ''
+            return None, 'its recorded model.backbone is not a dict'
+    return None, 'its recorded config has no model'
+
+
+def _keyword(node, key: str):
+    """The expression of ``key`` in a ``dict(key=...)`` call or ``{'key': ...}`` literal, or
+    None."""
+    import ast
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == 'dict':
+        return next((k.value for k in node.keywords if k.arg == key), None)
+    if isinstance(node, ast.Dict):
+        return next((v for k, v in zip(node.keys, node.values)
+                     if isinstance(k, ast.Constant) and k.value == key), None)
     return None
 
 
@@ -273,22 +291,31 @@ def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=
     warning instead."""
     logger = logger or logging.getLogger('mmlinattn')
     own = getattr(_unwrap(model), 'backbone', None)
-    recorded = _recorded_backbone(obj)
-    if own is None or not isinstance(recorded, dict) or 'type' not in recorded:
+    if own is None or not attention_functions(own):
+        return  # no backbone of ours: nothing this check knows
+    recorded, why = _recorded_backbone(obj)
+    if recorded is not None and 'type' not in recorded:
+        recorded, why = None, 'its recorded model.backbone has no type'
+    if recorded is None:
+        logger.warning(f'{what} {path}: the attention function it was trained as is not checked: '
+                       f'{why}')
         return
     from mmengine.registry import MODELS  # the root registry, where ours are registered
     try:
         with torch.device('meta'):
             theirs = MODELS.build(dict(recorded, init_cfg=None))
-    except Exception:  # not one of ours, or not buildable here (any error): nothing to compare
+    except Exception as e:  # not one of ours, or not buildable here (any error)
+        logger.warning(f'{what} {path}: the attention function it was trained as is not checked: '
+                       f'its recorded model.backbone does not build here ({type(e).__name__}: '
+                       f'{str(e)[:120]})')
         return
     if type(theirs) is not type(own):
         return  # another class: the key check names it
-    a, b = attention_functions(theirs), attention_functions(own)
+    a, b = _by_module(attention_functions(theirs)), _by_module(attention_functions(own))
     if a == b:
         return
-    diff = [f'{x} (checkpoint) vs {y.split(": ", 1)[1]} (config)'
-            for x, y in zip(a, b) if x != y][:2]
+    diff = [f'{name}: {a.get(name, "(none)")} (checkpoint) vs {b.get(name, "(none)")} (config)'
+            for name in list(a) + [n for n in b if n not in a] if a.get(name) != b.get(name)][:2]
     current = dict(backbone_cfg or {})
     settings = [k for k in FUNCTION_KEYS if recorded.get(k) != current.get(k)]
     fix = ' '.join(_overrides(f'model.backbone.{k}', recorded.get(k)) for k in settings)
@@ -302,6 +329,12 @@ def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=
         logger.warning(msg + ' - loaded anyway (allow_attention_change=True)')
         return
     raise CheckpointError(
-        msg + f'. To run it as trained: --cfg-options {fix or "(the checkpoint config settings)"}; '
-        'to run these weights with the other function on purpose, add allow_attention_change=True '
-        'to the config.')
+        msg + f'. To run it as trained, set {fix or "the checkpoint config settings"} (tools/'
+        'train.py and test.py: --cfg-options; elsewhere in the config file); to run these weights '
+        'with the other function on purpose, add allow_attention_change=True to the config.')
+
+
+def _by_module(lines):
+    """:func:`attention_functions` lines as ``{module name: its settings}``, so that two models
+    are compared module by module (one side may have modules the other lacks)."""
+    return dict(line.split(': ', 1) if ': ' in line else (line, '') for line in lines)

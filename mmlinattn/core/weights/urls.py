@@ -174,6 +174,8 @@ def base_url_setting() -> Optional[str]:
 #: URL -> local name of the authors' files (:func:`mmlinattn.core.families.authors_checkpoints`
 #: fills it for every family row; the family table is imported with the models)
 AUTHORS_NAMES: Dict[str, str] = {}
+#: URL -> download key of the authors' files (``InLine_PVT_T``; filled with :data:`AUTHORS_NAMES`)
+AUTHORS_KEYS: Dict[str, str] = {}
 
 
 def mirror_name(url: str) -> str:
@@ -499,9 +501,8 @@ def backbone_checkpoint(path, logger: Optional[logging.Logger] = None) -> str:
 def authors_download_error(path: str, url: str, err: 'DownloadError') -> CheckpointError:
     """The error for a missing ``checkpoints/<name>`` whose authors' URL could not be fetched: the
     reason, and the two ways to a local file (the download tool; the config option)."""
-    from ..families import AUTHORS_CHECKPOINTS  # (imported with the models: no cycle at run time)
     name = osp.basename(path)
-    keys = [k for k, e in AUTHORS_CHECKPOINTS.items() if e.url == url]
+    keys = [AUTHORS_KEYS[url]] if url in AUTHORS_KEYS else []
     return CheckpointError(
         f'{path} does not exist in the working directory {os.getcwd()}, and the authors\' file it '
         f'names could not be fetched from {err.url or url}: {err.reason or err}. Download it where '
