@@ -237,3 +237,26 @@ def test_windowing_is_its_own_flag(cosine_core):
         assert blk.windowed and not isinstance(blk.attn, TokenAttention)
     finally:
         unregister_core('globalsoftmax')
+
+
+def test_benchmark_records_the_shapes_the_backbones_give_their_cores():
+    """benchmark_attention.py --stages times the cores at the shapes the models hand them, read
+    from a forward on the meta device: MAViT-T at 64x64 runs MALA on 16x16 = 256 tokens with 1 head
+    of 64 channels, then 8x8 = 64 tokens with 2 heads of 64 (docs/design.md 2.3: dims 64, 128,
+    heads 1, 2, stride 4 then 8), each head a strided view of one channels-first projection (the
+    tokens are the unit-stride dim), with RoPE tables; then softmax."""
+    import importlib.util
+    import os.path as osp
+    path = osp.join(osp.dirname(__file__), '..', 'tools', 'analysis_tools',
+                    'benchmark_attention.py')
+    spec = importlib.util.spec_from_file_location('benchmark_attention', path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    calls = bench.stage_calls('mavit', 't', (64, 64), 2)
+    mala = [c for c in calls if c['core'] == 'mala']
+    assert [c['q'][0] for c in mala] == [(2, 1, 256, 64), (2, 2, 64, 64)]
+    assert all(c['q'][1][-2] == 1 and c['rope'] == (c['q'][0][2], 64) for c in mala)
+    assert {c['core'] for c in calls} == {'mala', 'softmax'}
+    assert bench.parse_model('inline-swin-t@512x512x2') == ('inline_swin', 't', (512, 512), 2)
+    with pytest.raises(SystemExit, match='family-arch@HxWxB'):
+        bench.parse_model('mavit-q@512x512x2')
