@@ -78,15 +78,16 @@ bench: install
 	$(PY) tools/analysis_tools/benchmark.py --out docs/benchmarks
 	$(PY) tools/analysis_tools/get_flops.py --all-backbones
 
-# The GPU check (tools/analysis_tools/gpu_check.py): on a GPU node it needs only python and torch,
-# plus the wheels that gpu-check-wheels downloads into wheels/gpu_check/ (git-ignored; `make install`
-# fetches them too). Copy the checkout there and run, with the node's python:
+# The GPU check (tools/analysis_tools/gpu_check.py): on a GPU node it needs python, torch, numpy,
+# PyYAML, opencv and pillow, plus the pure-Python wheels (a few MB) that gpu-check-wheels downloads into
+# wheels/gpu_check/ (git-ignored; `make install` fetches them too). Copy the checkout there and run,
+# with the node's python (a lent GPU: the one call in docs/development.md):
 #   python3 tools/analysis_tools/gpu_check.py run --out docs/benchmarks/gpu_check/report
 # `make gpu-check` runs exactly that, with $(GPU_CHECK_PYTHON) (the system python3 and its torch),
 # and installs nothing first (exits 2 without CUDA).
 GPU_CHECK_PYTHON ?= python3
 gpu-check-wheels: install
-	$(PY) tools/analysis_tools/gpu_check.py fetch $(if $(NODE_PYTHON),--python-version $(NODE_PYTHON))
+	$(PY) tools/analysis_tools/gpu_check.py fetch
 
 gpu-check:
 	$(GPU_CHECK_PYTHON) tools/analysis_tools/gpu_check.py run --out docs/benchmarks/gpu_check/report
