@@ -503,3 +503,23 @@ def test_the_lease_command_in_the_docs_fits_the_device_tool():
     assert len(call['command']) <= 2000 and len(call['carry']) <= 8
     assert 'wheels/gpu_check' in call['carry'] and call['timeout_s'] <= 600
     assert 'gpu_check.py run' in call['command'] and '$OUT' in call['command']
+
+
+def test_the_no_autograd_path_is_timed_chunked_and_in_one_piece():
+    """Above CHUNK_TOKENS tokens part c times the cores' no-autograd path both ways (through
+    set_chunk_tokens), names the device's default, and leaves the chunk length as it was."""
+    from mmlinattn.core.ops import attention
+    if not hasattr(attention, 'set_chunk_tokens'):
+        pytest.skip('no chunk length by device in this checkout')
+    before = attention.chunk_tokens('cpu')
+    n = attention.CHUNK_TOKENS + 100
+    core = CORES['inline']
+    call = dict(q=[1, 1, n, 8], k=[1, 1, n, 8], v=[1, 1, n, 8], heads=1, head_dim=8, tokens=n,
+                kv_tokens=n, bound=core.bind(scale=8 ** -0.5), rope=None, attn_bias=None)
+    rows, acc = gpu_check.bench_core(torch.device('cpu'), dict(source='sweep', input='x'),
+                                     'inline', 1, call, only={'bf16', 'core'})
+    bf16, = rows
+    assert bf16['fwd_chunked_ms'] > 0 and bf16['fwd_unchunked_ms'] > 0
+    assert bf16['chunk_tokens'] == attention.CHUNK_TOKENS and bf16['chunk_default'] == before
+    assert attention.chunk_tokens('cpu') == before
+    assert all(a['ok'] for a in acc)

@@ -26,7 +26,8 @@ c. each core at the shapes the tiny backbones hand it (every stage, found by run
    x 224 at batch 64 and 1333 x 800, padded to 1344 x 800, at batch 2) and over a 1k-64k token
    sweep, forward + backward in fp32 (TF32 off), fp32 with TF32 and bf16, beside the two-GEMM
    floor Q (K^T V) and SDPA at the same shapes; each core's fp32 and bf16 output against float64
-   at every shape; the no-autograd path chunked (``CHUNK_TOKENS``) and unchunked;
+   at every shape; the no-autograd path in chunks of ``CHUNK_TOKENS`` and in one piece
+   (``set_chunk_tokens``), with the device's default named;
 d. each tiny backbone's last stage (no output norm) forward + backward beside the authors'
    ``forward_features`` (``--inline-repo``, ``--mala-repo``: clones of their repositories, whose
    files import timm and einops; fvcore, which has no wheel, is stood in for) and timm's Swin-T,
@@ -713,13 +714,30 @@ def _cast(obj, dtype):
     return obj.to(dtype) if hasattr(obj, 'to') and obj.is_floating_point() else obj
 
 
-@contextlib.contextmanager
-def chunk_tokens(n):
-    """The cores' no-autograd chunk length set to ``n`` inside (``CHUNK_TOKENS`` of
-    ``mmlinattn.core.ops.attention``, read at each call)."""
+def chunk_api():
+    """(chunk_tokens(device) or None, set_chunk_tokens or None, CHUNK_TOKENS) of the cores'
+    no-autograd path (``mmlinattn.core.ops.attention``; the functions came with the chunk length
+    by device)."""
     from mmlinattn.core.ops import attention
+    return (getattr(attention, 'chunk_tokens', None), getattr(attention, 'set_chunk_tokens', None),
+            getattr(attention, 'CHUNK_TOKENS', None))
+
+
+@contextlib.contextmanager
+def chunk_tokens(device, n):
+    """The cores' no-autograd chunk length on ``device`` set to ``n`` inside (None: one piece),
+    through ``set_chunk_tokens``; before it existed, ``CHUNK_TOKENS`` itself (every device)."""
+    from mmlinattn.core.ops import attention
+    _, setter, _ = chunk_api()
+    if setter is not None:
+        old = setter(device.type, n)
+        try:
+            yield
+        finally:
+            setter(device.type, old)
+        return
     saved = attention.CHUNK_TOKENS
-    attention.CHUNK_TOKENS = n
+    attention.CHUNK_TOKENS = 1 << 40 if n is None else n
     try:
         yield
     finally:
@@ -731,14 +749,14 @@ def precisions(device):
     return ('fp32', 'tf32', 'bf16') if device.type == 'cuda' else ('fp32', 'bf16')
 
 
-def bench_core(device, label, name, batch, call, deadline=None):
+def bench_core(device, label, name, batch, call, deadline=None, only=None):
     """One core at one shape (``call``: as :func:`core_calls` gives, the batch set to ``batch``):
     forward + backward time of the core, the two-GEMM floor and SDPA in each precision, and the
-    core's output against float64. Returns (speed rows, accuracy rows)."""
+    core's output against float64 (``only``: these precisions and cases alone, e.g.
+    ``{'bf16', 'core'}``). Returns (speed rows, accuracy rows)."""
     import torch
 
     from mmlinattn.core.ops import CORES
-    from mmlinattn.core.ops import attention as ops_attention
     core = CORES[name]
     shapes = [[batch] + list(call[x][1:]) for x in ('q', 'k', 'v')]
     n = max(call['tokens'], call['kv_tokens'])
@@ -761,10 +779,13 @@ def bench_core(device, label, name, batch, call, deadline=None):
 
     over = False
     for prec in precisions(device):
+        if only and prec not in only:
+            continue
         dtype = torch.bfloat16 if prec == 'bf16' else torch.float32
         xs = [t.to(dtype) for t in base]
         row = dict(shape, precision=prec)
         cases = {'core': run_core(dtype), 'floor': floor, 'sdpa': sdpa_fn(device, dtype)}
+        cases = {k: v for k, v in cases.items() if not only or k in only}
         with tf32(prec == 'tf32'):
             for case, fn in cases.items():
                 if deadline is not None and time.perf_counter() > deadline:
@@ -787,16 +808,20 @@ def bench_core(device, label, name, batch, call, deadline=None):
             for case in ('floor', 'sdpa'):
                 if 'core_ms' in row and f'{case}_ms' in row:
                     row[f'vs_{case}'] = row['core_ms'] / row[f'{case}_ms']
-            # the no-autograd path in chunks of CHUNK_TOKENS and in one piece
-            chunk = getattr(ops_attention, 'CHUNK_TOKENS', None)
+            # the no-autograd path in chunks of CHUNK_TOKENS and in one piece (and which of the
+            # two this device runs by default)
+            getter, _, chunk = chunk_api()
             if prec == 'bf16' and chunk and n > chunk and name != 'softmax' and not over:
                 fwd = run_core(dtype)
                 try:
                     with torch.no_grad():
-                        row['fwd_chunked_ms'] = timed(lambda: fwd(*xs), device)['ms']
-                        with chunk_tokens(1 << 40):
+                        with chunk_tokens(device, chunk):
+                            row['fwd_chunked_ms'] = timed(lambda: fwd(*xs), device)['ms']
+                        with chunk_tokens(device, None):
                             row['fwd_unchunked_ms'] = timed(lambda: fwd(*xs), device)['ms']
                     row['chunk_tokens'] = chunk
+                    default = getter(device) if getter else chunk
+                    row['chunk_default'] = 'one piece' if default is None else default
                 except Exception as err:
                     row['chunk_error'] = _why(err, 160)
             # accuracy: the core's output against the same core in float64 on the same inputs
@@ -1305,7 +1330,8 @@ def markdown(report) -> str:
               '|---|---|---|---|---|---|---|---|---|---|---|---|']
     for r in c.get('rows', []):
         chunk = (f"{r['fwd_chunked_ms']:.3g} / {r['fwd_unchunked_ms']:.3g} (chunk "
-                 f"{r['chunk_tokens']})" if 'fwd_unchunked_ms' in r else r.get('chunk_error', '-'))
+                 f"{r['chunk_tokens']}; default here: {r['chunk_default']})"
+                 if 'fwd_unchunked_ms' in r else r.get('chunk_error', '-'))
         lines.append(f"| {r['source']} | {r['input']} | {_f(r.get('stage'))} | {r['core']} | "
                      f"{r['batch']}x{r['heads']}x{r['tokens']}x{r['head_dim']} "
                      f"({r['kv_tokens']}) | {r['precision']} | {_ms(r, 'core')} | "
