@@ -384,7 +384,7 @@ class LinAttnRunner(Runner):
                 cfg.get('train_dataloader'):
             loaders += ('train_dataloader',)
         try:
-            preflight(cfg, loaders, backbone=self._meta_backbone)
+            preflight(cfg, loaders, backbone=self._meta_backbone, training=False)
         except ConfigError as e:
             if 'train_dataloader' in loaders and 'train_dataloader' in str(e):
                 raise ConfigError(f"{e} (drawing: mmseg's SegVisualizationHook builds the "

@@ -58,14 +58,17 @@ class Preflight(NamedTuple):
 
 
 def preflight(cfg: Config, loaders: Sequence[str] = ALL_LOADERS,
-              backbone: Optional[MetaBackbone] = None) -> Preflight:
+              backbone: Optional[MetaBackbone] = None,
+              training: Optional[bool] = None) -> Preflight:
     """Check ``cfg`` for a run that reads the dataloaders ``loaders``, in the order of the module's
     docstring (config, paths, contents, model); the first stage that fails raises
-    :class:`ConfigError`. ``backbone``: the config's, built already (else built here)."""
+    :class:`ConfigError`. ``backbone``: the config's, built already (else built here).
+    ``training``: whether the run builds the optimizer and schedule (default: it reads
+    ``train_dataloader``); a test that reads the training set (mmseg's drawing hook) does not."""
     backbone = backbone or MetaBackbone(cfg)
     views = dataset_views(cfg, tuple(loaders))
     check_dataset_args(views)
-    if 'train_dataloader' in loaders:
+    if training if training is not None else 'train_dataloader' in loaders:
         check_param_schedulers(cfg, MMLogger.get_current_instance())
     check_format_only(views)
     check_num_classes(cfg, views=views)
