@@ -302,8 +302,10 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
     monkeypatch.setattr(LocalBackend, 'put', put_fails_half_way)
     cfg = cfg_for('interrupted')
     cfg.train_cfg.max_iters = 6
-    with pytest.raises(OSError, match='half-way'):
+    from mmlinattn.training.runner import RunRefused
+    with pytest.raises(RunRefused, match='half-way') as stopped:  # one line, exit 2
         RUNNERS.build(cfg).train()
+    assert stopped.value.code == 2
     monkeypatch.setattr(LocalBackend, 'put', real_put)
 
     files = os.listdir(work)

@@ -557,7 +557,7 @@ def test_demo_draws_at_its_stated_threshold(monkeypatch, capsys):
     for thr in (demo.SCORE_THR, 0):
         calls.clear()
         demo.job(demo.DET, 'work_dirs/x', [], thr)
-        (args,) = [a for s, a in calls if s == '-m' and a[0].endswith('.visualization')]
+        (args,) = [a for s, a in calls if s == '-m' and a[0].endswith('.inference')]
         assert args[args.index('--score-thr') + 1] == thr
     assert 0 < demo.SCORE_THR < 1
     jobs = []

@@ -75,7 +75,7 @@ def test_test_tool_reads_its_checkpoint_once_and_scores_the_same(toy_data, toy_c
 
     monkeypatch.setattr(CheckpointContents, 'matches', lambda self, path: False)
     assert test_tool.main(argv + ['--work-dir', str(tmp_path / 'each')]) == 0
-    assert reads[ckpt] == 1 + 3  # the old way: pre-check, fit check, the Runner's own read
+    assert reads[ckpt] == 1 + 2  # the checks' read and the Runner's own read, each its own
     assert _metrics(capsys.readouterr().out) == handed_on
 
 

@@ -31,7 +31,7 @@ STAMP_SCRIPT=${BASH_SOURCE[0]}
 source "$ROOT/tools/install_lib.sh"
 
 # The wheels tools/analysis_tools/gpu_check.py takes to a GPU node (and its test runs from):
-# pure-Python ones and this python's numpy / pyyaml / opencv / pillow, into wheels/gpu_check/,
+# pure-Python ones only (the node's own numpy / pyyaml / opencv / pillow are used), into wheels/gpu_check/,
 # fetched again when requirements/gpu_check.txt changes (fetch writes its sha256 into .complete).
 check_wheels() {
   local want

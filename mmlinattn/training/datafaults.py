@@ -3,8 +3,9 @@
 mmcv's image loader fails on a truncated or corrupt image with ``AssertionError: failed to load
 image`` and mmseg's label loader with PIL's ``OSError: image file is truncated``, both deep in a
 traceback from inside the data loader (the second without the file's name). ``import mmlinattn``
-changes none of that. Our ``tools/train.py`` and ``tools/test.py`` build their Runner's data
-loaders through :func:`naming_unreadable_files`: each dataset's ``prepare_data`` (mmengine's
+changes none of that. :class:`~mmlinattn.training.runner.LinAttnRunner` (our configs' Runner,
+under any tool) builds its data loaders through :func:`naming_unreadable_files`: each dataset's
+``prepare_data`` (mmengine's
 ``BaseDataset`` method, which every mmdet, mmseg and mmpretrain dataset uses to load one sample) is
 wrapped on that dataset object only, and turns such a failure into a :class:`DataFileError` naming
 the file, whether it is the image or the label map, the reason, the sample and the dataset's config

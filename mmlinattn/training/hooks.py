@@ -20,7 +20,7 @@ class PlainParamGroupsHook(Hook):
     torch 2.14's dynamo stops there with ``AttributeError: 'UserDefinedDictVariable' object has no
     attribute 'items'``, because it can only trace plain dict param groups. This hook replaces each
     group with a plain dict of the same entries. Learning rates, schedules and the optimizer state
-    are unchanged. ``tools/train.py`` adds the hook whenever the config sets ``compile``. With
+    are unchanged. ``LinAttnRunner`` adds the hook whenever the config sets ``compile``. With
     upstream tools, add ``custom_hooks = [dict(type='PlainParamGroupsHook')]`` to the config.
     """
 
@@ -44,14 +44,15 @@ class PlainParamGroupsHook(Hook):
 # Training that stops: a non-finite loss, a preempted job
 # --------------------------------------------------------------------------------------------------
 
-#: exit code of tools/train.py after a preemption signal was honoured (checkpoint written): 75 is
+#: exit code of a training (LinAttnRunner, under any tool) after a preemption signal was honoured
+#: (checkpoint written): 75 is
 #: ``EX_TEMPFAIL`` ("temporary failure; try again") - requeue the job with ``--resume``.
 PREEMPTED_EXIT_CODE = 75
 
 
 class TrainingStopped(RuntimeError):
-    """Training stopped on purpose by one of our hooks; ``exit_code`` is what tools/train.py returns
-    after printing the message."""
+    """Training stopped on purpose by one of our hooks; ``exit_code`` is the run's exit status after
+    the message (``LinAttnRunner``)."""
     exit_code = 2
 
 
@@ -65,8 +66,8 @@ class Preempted(TrainingStopped):
     exit_code = PREEMPTED_EXIT_CODE
 
 
-#: exit code of tools/train.py after Ctrl-C (SIGINT) was honoured (checkpoint written): 128 +
-#: SIGINT, what a shell reports for a program stopped by Ctrl-C.
+#: exit code of a training (LinAttnRunner) after Ctrl-C (SIGINT) was honoured (checkpoint
+#: written): 128 + SIGINT, what a shell reports for a program stopped by Ctrl-C.
 INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT
 
 
@@ -181,7 +182,8 @@ class NonFiniteLossHook(Hook):
     such an update stops training at most one iteration later, or at the checkpoint, whichever
     comes first, and never leaves a broken checkpoint.
 
-    ``tools/train.py`` adds it to every run; ``check_non_finite=False`` in the config turns it off.
+    ``LinAttnRunner`` (our runtimes' Runner) adds it to every run; ``check_non_finite=False`` in the
+    config turns it off.
     """
 
     priority = 'ABOVE_NORMAL'
@@ -317,7 +319,7 @@ class PreemptionHook(Hook):
     """Preemption-safe training: on SIGTERM or SIGUSR1 (``signals``; slurm sends SIGUSR1 ahead of a
     time limit when asked, see tools/slurm_train.sh, and SIGTERM when it preempts or cancels a job)
     the current iteration is finished, a checkpoint is written and training stops with
-    :class:`Preempted` (tools/train.py exits with :data:`PREEMPTED_EXIT_CODE`, 75).
+    :class:`Preempted` (the run exits with :data:`PREEMPTED_EXIT_CODE`, 75).
     ``--resume`` continues from that checkpoint with the same iteration, learning rate, optimizer
     and scheduler state.
 
@@ -339,7 +341,7 @@ class PreemptionHook(Hook):
     checkpoint. With an epoch-based loop, a resumed run starts the interrupted epoch again from its
     first batch (mmengine's resume), keeping the iteration count.
 
-    ``tools/train.py`` adds it to every run; ``preemption_signals=[]`` in the config turns it off
+    ``LinAttnRunner`` adds it to every run; ``preemption_signals=[]`` in the config turns it off
     (Ctrl-C is then Python's ``KeyboardInterrupt`` again).
 
     Data loader workers started before ``before_train`` (an iteration-based loop starts them when

@@ -23,8 +23,8 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
     else the newest readable ``*.pth`` of ``work_dir`` (with a warning naming each skipped file).
     A ``last_checkpoint`` that names a file outside ``work_dir`` while ``work_dir`` holds
     checkpoints of its own (a work dir copied from another) is passed over, with a warning.
-    A file "reads" when it loads the way our tools' runner will load it
-    (:func:`~mmlinattn.core.weights.reading.read_contents`), so what this lets through resumes;
+    A file "reads" when it loads the way :class:`~mmlinattn.training.runner.LinAttnRunner` will load
+    it (:func:`~mmlinattn.core.weights.reading.read_contents`), so what this lets through resumes;
     the chosen file's contents are returned, for the Runner to resume from without reading it again.
 
     Returns ``None`` when the work dir holds no checkpoint (a fresh start); raises

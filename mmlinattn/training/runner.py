@@ -53,7 +53,8 @@ class RunRefused(SystemExit):
     """A run that stopped with one line on stderr (``message``, also its ``str``); ``code``: the
     exit status. Raised as a subclass of the error it reports as well (:func:`refuse`), so that
     ``except ConfigError`` / ``except Preempted`` in a script or notebook catch it as before, while
-    a command-line tool ends with the code and no traceback."""
+    a command-line tool ends with the code and no traceback (an ``OSError``, such as a checkpoint
+    that could not be written, is a plain ``RunRefused``)."""
 
     def __init__(self, message: str, code: int = 2):
         super().__init__(code)
@@ -67,10 +68,14 @@ _REFUSALS = {}
 
 
 def _refusal_class(error_type: type) -> type:
-    """``RunRefused`` that is also an ``error_type`` (one class per type)."""
+    """``RunRefused`` that is also an ``error_type`` (one class per type); plain ``RunRefused``
+    for a type whose instances cannot also be a ``SystemExit`` (``OSError``'s layout)."""
     if error_type not in _REFUSALS:
-        _REFUSALS[error_type] = type(error_type.__name__, (RunRefused, error_type),
-                                     {'__module__': error_type.__module__})
+        try:
+            _REFUSALS[error_type] = type(error_type.__name__, (RunRefused, error_type),
+                                         {'__module__': error_type.__module__})
+        except TypeError:
+            _REFUSALS[error_type] = RunRefused
     return _REFUSALS[error_type]
 
 
@@ -383,6 +388,10 @@ class LinAttnRunner(Runner):
         if cfg.get('default_scope') == 'mmseg' and vis.get('draw') and \
                 cfg.get('train_dataloader'):
             loaders += ('train_dataloader',)
+        if self._load_from:  # a missing checkpoint first: the one thing a test must be given
+            self._load_from = local_checkpoint(self._load_from, logger=self.logger)
+            if not osp.isfile(self._load_from):
+                raise ConfigError(f'checkpoint file not found: {self._load_from}')
         try:
             preflight(cfg, loaders, backbone=self._meta_backbone, training=False)
         except ConfigError as e:
@@ -393,9 +402,6 @@ class LinAttnRunner(Runner):
             raise
         if not self._load_from:
             return
-        self._load_from = local_checkpoint(self._load_from, logger=self.logger)
-        if not osp.isfile(self._load_from):
-            raise ConfigError(f'checkpoint file not found: {self._load_from}')
         contents = read_contents(self._load_from)
         check_finite_checkpoint(self._load_from, contents.obj)  # a diverged run's weights
         self._check_fit(contents, 'checkpoint')

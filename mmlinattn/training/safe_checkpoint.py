@@ -20,7 +20,7 @@ the oldest kept checkpoint *before* writing the new one (so does the previous be
 
 Other storage (``backend_args`` or a path prefix selecting another backend) keeps mmengine's own
 behaviour, one request per file. It takes every argument of ``CheckpointHook``; our configs name it
-(``default_hooks.checkpoint.type``), ``tools/train.py`` uses it in place of a plain
+(``default_hooks.checkpoint.type``), ``LinAttnRunner`` uses it in place of a plain
 ``CheckpointHook``, and any config can opt in by naming it. Nothing of mmengine is patched.
 """
 import os

@@ -18,7 +18,7 @@ exists.
 ``load_from`` (or the ``--resume`` file) is read once, on the CPU, the way the Runner reads it
 (:func:`mmlinattn.core.weights.reading.read_contents`): the backbone-only test, the fit, the
 whole-model check against the Runner's model and the Runner's own load all take those contents
-(:func:`~mmlinattn.training.build_runner`). The backbone is the run's one
+(:class:`~mmlinattn.training.runner.LinAttnRunner`). The backbone is the run's one
 :class:`~.backbone.MetaBackbone`, shared with the channels check.
 
 The fit is :func:`mmlinattn.core.weights.fitting.fit_backbone_checkpoint`, the code the backbone's
@@ -55,8 +55,8 @@ def prepare_checkpoints(cfg: Config, resume: bool = False,
     ``backbone``: the run's :class:`MetaBackbone` (the pre-flight's, so the backbone is built once;
     else one is made here). ``contents``: ``load_from`` as the caller has read it already (the
     ``--resume`` file). Returns the contents of the ``load_from`` the Runner will load - read here
-    once, on the CPU, unless given - for :func:`~mmlinattn.training.build_runner` to hand on
-    (None when the Runner loads no file)."""
+    once, on the CPU, unless given - for :class:`~mmlinattn.training.runner.LinAttnRunner` to hand
+    on (None when the Runner loads no file)."""
     if logger is None:
         from mmengine.logging import MMLogger
         logger = MMLogger.get_current_instance()
