@@ -36,7 +36,6 @@ from mmengine.config import ConfigDict
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
-from mmlinattn.core.weights import local_checkpoint
 from mmlinattn.training import runner
 from mmlinattn.training.cli import (
     add_common_args,
@@ -82,7 +81,7 @@ def build_cfg(args):
     cfg = config_from_args(args)
     if args.tta:
         check_tta(cfg, args.config)
-    cfg.load_from = local_checkpoint(args.checkpoint)  # a URL: fetched once into torch's cache
+    cfg.load_from = args.checkpoint  # a URL: the Runner fetches it once, into torch's cache
     if args.tta and (args.show or args.show_dir) and cfg.get('default_scope') == 'mmpretrain':
         raise ConfigError("--tta with --show / --show-dir: mmpretrain's VisualizationHook cannot "
                           'draw test-time-augmented batches (its own test.py stops there too); '

@@ -204,7 +204,7 @@ class LinAttnRunner(Runner):
         return runner
 
     def __init__(self, *args, **kwargs):
-        self._dump_pending = False
+        self._dump_pending = False  # the config to dump once a run passed its checks
         self._made_work_dir = False
         self._contents: Optional[CheckpointContents] = None
         self._lock = None
@@ -219,8 +219,9 @@ class LinAttnRunner(Runner):
     # ---- what mmengine calls, changed --------------------------------------------------------
 
     def dump_config(self) -> None:
-        """Deferred until a run has passed its checks (a refused run leaves no config dump)."""
-        self._dump_pending = True
+        """Deferred until a run has passed its checks (a refused run leaves no config dump); what
+        is dumped is the config as given, before the checks chose ``load_from``."""
+        self._dump_pending = copy.deepcopy(self.cfg)
 
     @staticmethod
     def build_dataloader(dataloader, seed=None, diff_rank_seed=False):
@@ -312,9 +313,13 @@ class LinAttnRunner(Runner):
         except (ConfigError, CheckpointError, DataFileError) as e:
             self._clean_up()
             raise refuse(e) from None
-        if self._dump_pending:
-            self._dump_pending = False
-            super().dump_config()
+        except BaseException:  # anything else (Ctrl-C, a bug): no lock or log folder left either
+            self._clean_up()
+            raise
+        if self._dump_pending is not False:
+            given, self._dump_pending = self._dump_pending, False
+            name = osp.basename(given.filename) if given.filename else f'{self.timestamp}.py'
+            given.dump(osp.join(self.work_dir, name))
 
     def _running(self, run):
         """``run()``, its data-file and checkpoint errors and our hooks' stops as one line."""
@@ -365,7 +370,9 @@ class LinAttnRunner(Runner):
             cfg.load_from = contents.path if contents is not None else None
         if self._resume and cfg.load_from:
             if contents is None:
+                from mmlinattn.core.weights import local_checkpoint
                 from mmlinattn.core.weights.reading import read_contents
+                cfg.load_from = local_checkpoint(cfg.load_from, logger=self.logger)  # a URL
                 contents = read_contents(cfg.load_from)
             self._something_left(contents)
         contents = prepare_checkpoints(cfg, resume=self._resume, contents=contents,
@@ -388,9 +395,11 @@ class LinAttnRunner(Runner):
         if cfg.get('default_scope') == 'mmseg' and vis.get('draw') and \
                 cfg.get('train_dataloader'):
             loaders += ('train_dataloader',)
+        if self._has_loaded:  # train() then test() on one runner: the trained weights are tested
+            self._load_from = None
         if self._load_from:  # a missing checkpoint first: the one thing a test must be given
             self._load_from = local_checkpoint(self._load_from, logger=self.logger)
-            if not osp.isfile(self._load_from):
+            if '://' not in self._load_from and not osp.isfile(self._load_from):
                 raise ConfigError(f'checkpoint file not found: {self._load_from}')
         try:
             preflight(cfg, loaders, backbone=self._meta_backbone, training=False)
@@ -400,7 +409,7 @@ class LinAttnRunner(Runner):
                                   'training loop, which builds train_dataloader; point it at '
                                   'existing folders with --cfg-options)') from None
             raise
-        if not self._load_from:
+        if not self._load_from or '://' in self._load_from:  # s3://, open-mmlab://: mmengine's
             return
         contents = read_contents(self._load_from)
         check_finite_checkpoint(self._load_from, contents.obj)  # a diverged run's weights
@@ -411,10 +420,12 @@ class LinAttnRunner(Runner):
         """The whole-model checkpoint the run loads checked against the model (keys, shapes, the
         attention it was trained as); its contents handed to :meth:`load_checkpoint`."""
         from mmlinattn.core.weights import check_model_checkpoint
+
+        from .preflight.backbone import model_cfg
         if not self._load_from or contents is None:
             return
         check_model_checkpoint(self.model, self._load_from, logger=self.logger, obj=contents.obj,
-                               backbone_cfg=(self.cfg.get('model') or {}).get('backbone'),
+                               backbone_cfg=(model_cfg(self.cfg) or {}).get('backbone'),
                                allow_attention_change=bool(self.cfg.get('allow_attention_change')),
                                what=what, partial=partial)
         if contents.runner_readable and type(self).load_checkpoint is LinAttnRunner.load_checkpoint:
