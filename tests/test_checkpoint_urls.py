@@ -307,6 +307,16 @@ def _loads(url, want):
     assert all(torch.equal(got[k], v) for k, v in want.items())
 
 
+def _hf_mirror_file(server, root, monkeypatch, revision):
+    """A tiny MAViT-T file served as the Hugging Face Hub serves MAViT_T.pth at ``revision``, with
+    HF_ENDPOINT pointing at the test's server (and no checkpoint mirror set); its state dict."""
+    folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / revision
+    folder.mkdir(parents=True)
+    monkeypatch.setenv('HF_ENDPOINT', server.url)
+    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    return _tiny_mavit_file(folder / 'MAViT_T.pth')
+
+
 def _hub_here(monkeypatch, tmp_path):
     """huggingface_hub on this test's server only: its cache in tmp_path, online, no token sent
     (it reads these settings once, when imported)."""
@@ -324,11 +334,7 @@ def test_hf_endpoint_is_honoured(served, tmp_path, monkeypatch, hub):
     Face cache), else by torch.hub into the cache of the URL the config names."""
     from mmlinattn.core.weights import urls
     server, root = served
-    folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / 'v1.0'
-    folder.mkdir(parents=True)
-    want = _tiny_mavit_file(folder / 'MAViT_T.pth')
-    monkeypatch.setenv('HF_ENDPOINT', server.url)
-    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    want = _hf_mirror_file(server, root, monkeypatch, 'v1.0')
     if hub == 'huggingface_hub':
         _hub_here(monkeypatch, tmp_path)
     else:
@@ -423,11 +429,7 @@ def test_a_static_hf_endpoint_mirror_serves_with_and_without_the_hub(served, tmp
     installed its metadata check refused the mirror that worked without it."""
     server, root = served
     server.hub_headers = False
-    folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / 'main'
-    folder.mkdir(parents=True)
-    want = _tiny_mavit_file(folder / 'MAViT_T.pth')
-    monkeypatch.setenv('HF_ENDPOINT', server.url)
-    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    want = _hf_mirror_file(server, root, monkeypatch, 'main')
     monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
     _hub_or_not(hub, monkeypatch, tmp_path)
     for _ in range(2):
@@ -459,11 +461,7 @@ def test_hf_hub_offline_is_named_and_reads_the_cache(served, tmp_path, monkeypat
     """HF_HUB_OFFLINE=1: a Hugging Face file not cached is an error saying offline mode is set and
     what to do, without a request; one cached before (by either route) loads without a request."""
     server, root = served
-    folder = root / 'aldjalkdf' / 'MAViT' / 'resolve' / 'main'
-    folder.mkdir(parents=True)
-    want = _tiny_mavit_file(folder / 'MAViT_T.pth')
-    monkeypatch.setenv('HF_ENDPOINT', server.url)
-    monkeypatch.delenv('MMLINATTN_CHECKPOINT_BASE_URL', raising=False)
+    want = _hf_mirror_file(server, root, monkeypatch, 'main')
     _hub_or_not(hub, monkeypatch, tmp_path)
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
     with pytest.raises(CheckpointError) as e:
