@@ -118,6 +118,21 @@ def test_truncated_latest_checkpoint_no_longer_blocks_resume(tmp_path, caplog):
     with pytest.raises(CheckpointError, match=r'no intact checkpoint.*iter_4\.pth.*iter_2\.pth'):
         latest_intact_checkpoint(str(work))
 
+    # weights put in the work dir by hand (no 'meta': nothing a Runner saved), the newest file and
+    # no last_checkpoint: not resumed from; with no Runner checkpoint, a fresh start, said
+    for f in work.iterdir():
+        f.unlink()
+    _write_ckpt(work / 'iter_2.pth', 2)
+    os.utime(work / 'iter_2.pth', (1, 1))
+    torch.save({'state_dict': {'w': torch.zeros(64)}}, work / 'backbone.pth')
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger='mmlinattn'):
+        assert latest_intact_checkpoint(str(work), logging.getLogger('mmlinattn')) == \
+            str(work / 'iter_2.pth')
+    assert 'backbone.pth (no training state' in caplog.text
+    (work / 'iter_2.pth').unlink()
+    assert latest_intact_checkpoint(str(work)) is None
+
 
 def test_resume_picks_the_intact_checkpoint_in_the_tool(toy_data, tmp_path):
     work = tmp_path / 'work'

@@ -167,14 +167,57 @@ def test_every_refusal_fails_upstream_too(case, toy_data, tmp_path):
     assert not list((tmp_path / 'up').glob('iter_*.pth'))
 
 
-@pytest.mark.slow  # one tool process each: 5-10 s on the 2-core machine
-@pytest.mark.parametrize('tool', [
-    'ours', pytest.param('mmseg', marks=pytest.mark.xfail(
-        strict=True, reason="mmseg 1.2.2's tools/test.py builds Runner.from_cfg whatever the "
-        "config's runner_type (its train.py, and mmdet's and mmpretrain's test.py, honour it)"))])
-def test_a_refused_test_leaves_no_work_dir(tool, toy_data, toy_checkpoints, tmp_path):
+def _diverged(checkpoint, path):
+    """``checkpoint`` with one weight set to NaN, saved at ``path`` (a run that diverged)."""
+    import torch
+    obj = torch.load(checkpoint, map_location='cpu', weights_only=False)
+    key = next(k for k, v in obj['state_dict'].items() if v.is_floating_point())
+    obj['state_dict'][key] = obj['state_dict'][key].clone()
+    obj['state_dict'][key].view(-1)[0] = float('nan')
+    torch.save(obj, path)
+    return str(path), key
+
+
+@pytest.mark.slow  # two tool processes per case: 10-20 s on the 2-core machine
+@pytest.mark.parametrize('case', ['diverged weights', 'trained as another attention'])
+def test_a_test_checks_its_checkpoint_under_every_tool(case, toy_data, toy_checkpoints, tmp_path):
+    """The same one line and exit 2 from our test.py and mmseg's own (which builds mmengine's
+    plain Runner whatever the config's runner_type: the runtime's RunChecksHook checks there,
+    after the datasets and before the weights); no log folder left. Ours, which checks before it
+    reads any data, leaves no work dir either."""
+    opts = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('val', 'test')]
+    checkpoint = toy_checkpoints.seg
+    if case == 'diverged weights':
+        checkpoint, key = _diverged(checkpoint, tmp_path / 'nan.pth')
+        said = f'checkpoint {checkpoint}: 1 of '
+        also = (key, 'NaN/inf')
+    else:  # MAViT's default MMSS loads key for key into MMMM (the paper's two functions)
+        opts.append('model.backbone.attn_type=MMMM')
+        said = f'checkpoint {checkpoint} was trained as another attention function'
+        also = ('(checkpoint)', '(config)')
+    messages = {}
+    for tool in TOOLS:
+        work = tmp_path / tool
+        r = run(command(tool, 'test.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
+                        *opts, checkpoint=checkpoint), tmp_path)
+        assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout[-2000:] + r.stderr[-2000:]
+        messages[tool] = error_lines(r)[0].split(': error: ', 1)[1]
+        assert messages[tool].startswith(said), messages[tool]
+        assert all(a in messages[tool] for a in also), messages[tool]
+        assert 'Traceback' not in r.stderr and 'aAcc' not in r.stdout  # nothing scored
+        left = sorted(os.listdir(work)) if work.exists() else []
+        # mmengine's plain Runner dumps the config at its construction, before any hook runs
+        assert left == ([] if tool == 'ours' else [osp.basename(SEG_CFG)]), left
+    assert messages['ours'] == messages['mmseg']
+
+
+@pytest.mark.slow  # one tool process: 5-10 s on the 2-core machine
+def test_a_refused_test_leaves_no_work_dir(toy_data, toy_checkpoints, tmp_path):
+    """Our test.py checks the data before it reads any: nothing made. (mmseg 1.2.2's test.py
+    builds mmengine's plain Runner, which reads the datasets first: a missing folder is the
+    dataset's own traceback there.)"""
     work = tmp_path / 'never'
-    r = run(command(tool, 'test.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
+    r = run(command('ours', 'test.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
                     f'test_dataloader.dataset.data_root={tmp_path / "nowhere"}',
                     checkpoint=toy_checkpoints.seg), tmp_path)
     assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout[-2000:] + r.stderr[-2000:]

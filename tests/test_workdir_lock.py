@@ -90,6 +90,59 @@ def test_only_rank_0_of_a_ddp_run_takes_the_lock(tmp_path, monkeypatch):
     assert not (tmp_path / 'w' / LOCK_NAME).exists()
 
 
+def _ranks_agree(rank, world, port, codes, out):
+    import torch.distributed as dist
+
+    from mmlinattn.training.runner import _any_rank_code
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+                            world_size=world)
+    try:
+        out[rank] = _any_rank_code(codes[rank])
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('codes, agreed', [
+    ((2, None), 2),  # rank 0 alone refused (the busy work dir: rank 0 alone takes the lock)
+    ((None, 0), 0),  # nothing left to train: exit 0, on every rank
+    ((None, None), None),
+])
+def test_a_refusal_on_one_rank_stops_every_rank(codes, agreed):
+    """Two gloo ranks: where one refuses the run before any work, both end with its exit code
+    (no rank goes on into the run to wait for the other in a collective)."""
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    out = mp.Manager().dict()
+    mp.spawn(_ranks_agree, args=(2, port, codes, out), nprocs=2, join=True)
+    assert dict(out) == {0: agreed, 1: agreed}
+
+
+def test_a_refusal_keeps_the_log_folder_of_a_run_started_in_the_same_second(tmp_path,
+                                                                           monkeypatch):
+    """Two runs started in one second into one work dir share mmengine's timestamped log folder:
+    the one refused removes its own things, not the running one's log."""
+    import mmengine.runner.runner as mmengine_runner
+    from mmengine.config import Config
+
+    from mmlinattn.training.config import ConfigError
+
+    from helpers import run_checks
+    fixed = time.mktime((2026, 1, 2, 3, 4, 5, 0, 0, -1))
+    monkeypatch.setattr(mmengine_runner.time, 'time', lambda: fixed)
+    work = tmp_path / 'w'
+    running = work / '20260102_030405'  # the other run's log folder, its log in it
+    running.mkdir(parents=True)
+    (running / '20260102_030405.log').write_text('the first run logs here\n')
+    cfg = Config.fromfile(SEG_CFG)
+    cfg.work_dir = str(work)
+    with pytest.raises(ConfigError, match='dataset paths do not exist'):  # any refusal
+        run_checks(cfg)
+    assert not any(p.name.endswith('.py') for p in work.iterdir())  # its own things: gone
+    assert (running / '20260102_030405.log').read_text().startswith('the first run logs here')
+
+
 @pytest.mark.slow  # two short toy trainings side by side, ~40 s on 2 cores
 def test_two_train_runs_in_one_work_dir(tmp_path):
     """Two tools/train.py started into one work dir: the second stops in one line (exit 2) while

@@ -1,16 +1,17 @@
 """Train a detector, segmentor or classifier from a config (OpenMMLab style).
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--auto-scale-lr]
-                          [--no-validate] [--partial-load]
+                          [--no-validate] [--partial-load] [--no-pin-memory]
+                          [--no-persistent-workers]
                           [--cfg-options key=value ...] [--launcher none|pytorch|slurm|mpi]
 
 mmdet's, mmseg's and mmpretrain's flags, for their configs and ours. The run itself is the
 config's Runner: ours (``runner_type = 'LinAttnRunner'`` in our runtimes, and for any config that
 names none) checks the config, data and checkpoints before any work, stops on a non-finite loss,
 saves on SIGTERM / Ctrl-C and locks the work dir, under this tool as under mmdet's or mmseg's own
-``tools/train.py`` and ``mim train``. Ours only: ``--no-validate`` (mmpretrain's) and
-``--partial-load``. Multi-GPU / multi-node: tools/dist_train.sh and tools/slurm_train.sh (torchrun
-/ srun; mmengine does the distribution).
+``tools/train.py`` and ``mim train``. Not in mmdet's: ``--no-validate``, ``--no-pin-memory``,
+``--no-persistent-workers`` (mmpretrain's) and ``--partial-load`` (ours). Multi-GPU / multi-node:
+tools/dist_train.sh and tools/slurm_train.sh (torchrun / srun; mmengine does the distribution).
 """
 import argparse
 import sys
@@ -44,6 +45,10 @@ def parse_args(argv=None):
     p.add_argument('--auto-scale-lr', action='store_true',
                    help='scale the lr by (GPUs x batch size) / auto_scale_lr.base_batch_size, as '
                         "mmdet's tool (already on in our configs: auto_scale_lr.enable=True)")
+    p.add_argument('--no-pin-memory', action='store_true',
+                   help="the dataloaders' pin_memory off (mmpretrain's flag)")
+    p.add_argument('--no-persistent-workers', action='store_true',
+                   help="the dataloaders' persistent_workers off (mmpretrain's flag)")
     add_common_args(p)
     return parse_with_common_args(p, argv)
 
@@ -61,6 +66,12 @@ def build_cfg(args):
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     if args.partial_load:
         cfg.partial_load = True
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        if cfg.get(loader):
+            if args.no_pin_memory:
+                cfg[loader].pin_memory = False
+            if args.no_persistent_workers:
+                cfg[loader].persistent_workers = False
     if args.auto_scale_lr:
         if not isinstance(cfg.get('auto_scale_lr'), dict) or \
                 'base_batch_size' not in cfg.auto_scale_lr:

@@ -10,3 +10,6 @@ preemption_signals = ['SIGTERM', 'SIGUSR1']
 # mmpretrain's CheckpointHook settings, written by SafeCheckpointHook (atomic, rotation after
 # the save)
 default_hooks = dict(checkpoint=dict(type='SafeCheckpointHook'))
+# a tool that builds mmengine's plain Runner whatever runner_type says (mmseg 1.2.2's test.py):
+# the checkpoint's checks before its weights are loaded, one line
+custom_hooks = [dict(type='RunChecksHook')]

@@ -20,7 +20,8 @@ def latest_intact_checkpoint(work_dir: str, logger: Optional[logging.Logger] = N
 def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = None
                            ) -> Optional[CheckpointContents]:
     """The checkpoint ``--resume`` (auto) should use: the one ``last_checkpoint`` names if it reads,
-    else the newest readable ``*.pth`` of ``work_dir`` (with a warning naming each skipped file).
+    else the newest readable ``*.pth`` of ``work_dir`` that a Runner saved (weights
+    without a training state are passed over), with a warning naming each skipped file.
     A ``last_checkpoint`` that names a file outside ``work_dir`` while ``work_dir`` holds
     checkpoints of its own (a work dir copied from another) is passed over, with a warning.
     A file "reads" when it loads the way :class:`~mmlinattn.training.runner.LinAttnRunner` will load
@@ -33,7 +34,7 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
     logger = logger or logging.getLogger('mmlinattn')
     if not osp.isdir(work_dir):
         return None
-    candidates, skipped = [], []
+    candidates, skipped, foreign = [], [], 0
     try:
         named = last_checkpoint(work_dir, must_exist=False)
     except (OSError, UnicodeDecodeError) as e:
@@ -68,15 +69,20 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
             why = str(err).split('(', 1)[-1].rstrip(')')[:120] if '(' in str(err) else str(err)
             skipped.append(f'{path} (unreadable: {why})')
             continue
+        if not (isinstance(contents.obj, dict) and isinstance(contents.obj.get('meta'), dict)):
+            # weights put there by hand (a backbone, a converted file): nothing to resume
+            skipped.append(f'{path} (no training state: not a checkpoint the Runner saved)')
+            foreign += 1
+            continue
         if skipped:
             logger.warning('--resume: skipped ' + '; '.join(skipped) +
                            f' - resuming from {path}, the newest intact checkpoint')
         return contents
-    if candidates:  # checkpoints, none of them intact
+    if len(candidates) > foreign:  # Runner checkpoints, none of them intact
         raise CheckpointError(
             f'--resume: no intact checkpoint in {work_dir}: ' + '; '.join(skipped) +
             '. Pass one explicitly (--resume PATH) or start without --resume.')
-    if skipped:  # a pointer file and no checkpoint: said, then a fresh start
-        logger.warning('--resume: skipped ' + '; '.join(skipped) + f' - no checkpoint (*.pth) in '
-                       f'{work_dir}: starting from the beginning')
+    if skipped:  # a pointer file, or weights, and no checkpoint: said, then a fresh start
+        logger.warning('--resume: skipped ' + '; '.join(skipped) + ' - no checkpoint of a '
+                       f'training in {work_dir}: starting from the beginning')
     return None

@@ -34,7 +34,8 @@ from contextlib import contextmanager
 from typing import Optional
 
 import torch
-from mmengine.registry import RUNNERS
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import Runner
 
 from mmlinattn.core.weights import CheckpointError, extract_state_dict, read_checkpoint
@@ -45,8 +46,8 @@ from .datafaults import DataFileError, naming_unreadable_files
 from .fileio import CheckpointWriteError
 from .hooks import TrainingStopped
 
-__all__ = ['LinAttnRunner', 'RunRefused', 'add_safety_hooks', 'check_finite_checkpoint',
-           'close_distributed', 'on_device']
+__all__ = ['LinAttnRunner', 'RunChecksHook', 'RunRefused', 'add_safety_hooks',
+           'check_finite_checkpoint', 'close_distributed', 'evaluation_checks', 'on_device']
 
 
 class RunRefused(SystemExit):
@@ -218,6 +219,12 @@ class LinAttnRunner(Runner):
 
     # ---- what mmengine calls, changed --------------------------------------------------------
 
+    def setup_env(self, env_cfg) -> None:
+        super().setup_env(env_cfg)
+        # a run started in the same second into the same work dir shares the log folder: a
+        # refusal of this run must not remove it
+        self._log_dir_existed = osp.isdir(osp.join(self.work_dir, self.timestamp))
+
     def dump_config(self) -> None:
         """Deferred until a run has passed its checks (a refused run leaves no config dump); what
         is dumped is the config as given, before the checks chose ``load_from``."""
@@ -294,7 +301,7 @@ class LinAttnRunner(Runner):
         if run == 'train':
             self._before_train()
         else:
-            self._before_evaluation(f'{run}_dataloader')
+            evaluation_checks(self, f'{run}_dataloader')
 
     def release(self) -> None:
         """Give the work dir's run lock back (a training's; at its end, or after its checks)."""
@@ -304,18 +311,28 @@ class LinAttnRunner(Runner):
 
     @contextmanager
     def _checks(self):
-        """The checks before a run: a refusal is one line and leaves nothing in the work dir."""
+        """The checks before a run: a refusal is one line and leaves nothing in the work dir. In a
+        distributed run every rank checks, and a refusal on one rank (the work dir's lock, which
+        rank 0 alone takes) stops them all (the others exit with the same code, no second line)."""
+        refused = None
         try:
             yield
-        except RunRefused:
-            self._clean_up()
-            raise
+        except RunRefused as e:
+            refused = e
         except (ConfigError, CheckpointError, DataFileError) as e:
-            self._clean_up()
-            raise refuse(e) from None
+            refused = e
         except BaseException:  # anything else (Ctrl-C, a bug): no lock or log folder left either
             self._clean_up()
             raise
+        code = _any_rank_code(None if refused is None else
+                              refused.code if isinstance(refused, RunRefused) else 2)
+        if code is not None:
+            self._clean_up()
+            if isinstance(refused, RunRefused):
+                raise refused
+            if refused is not None:
+                raise refuse(refused) from None
+            raise RunRefused(f'rank {self.rank}: another rank refused the run', code)
         if self._dump_pending is not False:
             given, self._dump_pending = self._dump_pending, False
             name = osp.basename(given.filename) if given.filename else f'{self.timestamp}.py'
@@ -326,7 +343,8 @@ class LinAttnRunner(Runner):
         try:
             return run()
         except (DataFileError, CheckpointError) as e:
-            close_distributed()
+            # this rank's alone (the others wait in a collective): no barrier; the launcher
+            # (torchrun, srun) ends the others when this process exits
             raise refuse(e) from None
         except (TrainingStopped, CheckpointWriteError) as e:
             if isinstance(e, TrainingStopped):  # raised on every rank at the same iteration
@@ -378,60 +396,9 @@ class LinAttnRunner(Runner):
         contents = prepare_checkpoints(cfg, resume=self._resume, contents=contents,
                                        backbone=checked.backbone, logger=self.logger)
         self._load_from = cfg.load_from
-        self._check_fit(contents, 'resume checkpoint' if self._resume else 'load_from',
-                        partial=bool(cfg.get('partial_load')) and not self._resume)
+        check_fit(self, contents, 'resume checkpoint' if self._resume else 'load_from',
+                  partial=bool(cfg.get('partial_load')) and not self._resume)
         self._log_auto_scale_lr()
-
-    def _before_evaluation(self, loader: str) -> None:
-        from mmlinattn.core.weights import local_checkpoint
-        from mmlinattn.core.weights.reading import read_contents
-
-        from .preflight import preflight
-        cfg = self.cfg
-        loaders = (loader,)
-        # mmseg's SegVisualizationHook draws with step=runner.iter, which builds the training loop
-        # and with it train_dataloader: a drawing test reads the training set's folders too
-        vis = (cfg.get('default_hooks') or {}).get('visualization') or {}
-        if cfg.get('default_scope') == 'mmseg' and vis.get('draw') and \
-                cfg.get('train_dataloader'):
-            loaders += ('train_dataloader',)
-        if self._has_loaded:  # train() then test() on one runner: the trained weights are tested
-            self._load_from = None
-        if self._load_from:  # a missing checkpoint first: the one thing a test must be given
-            self._load_from = local_checkpoint(self._load_from, logger=self.logger)
-            if '://' not in self._load_from and not osp.isfile(self._load_from):
-                raise ConfigError(f'checkpoint file not found: {self._load_from}')
-        try:
-            preflight(cfg, loaders, backbone=self._meta_backbone, training=False)
-        except ConfigError as e:
-            if 'train_dataloader' in loaders and 'train_dataloader' in str(e):
-                raise ConfigError(f"{e} (drawing: mmseg's SegVisualizationHook builds the "
-                                  'training loop, which builds train_dataloader; point it at '
-                                  'existing folders with --cfg-options)') from None
-            raise
-        if not self._load_from or '://' in self._load_from:  # s3://, open-mmlab://: mmengine's
-            return
-        contents = read_contents(self._load_from)
-        check_finite_checkpoint(self._load_from, contents.obj)  # a diverged run's weights
-        self._check_fit(contents, 'checkpoint')
-
-    def _check_fit(self, contents: Optional[CheckpointContents], what: str,
-                   partial: bool = False) -> None:
-        """The whole-model checkpoint the run loads checked against the model (keys, shapes, the
-        attention it was trained as); its contents handed to :meth:`load_checkpoint`."""
-        from mmlinattn.core.weights import check_model_checkpoint
-
-        from .preflight.backbone import model_cfg
-        if not self._load_from or contents is None:
-            return
-        check_model_checkpoint(self.model, self._load_from, logger=self.logger, obj=contents.obj,
-                               backbone_cfg=(model_cfg(self.cfg) or {}).get('backbone'),
-                               allow_attention_change=bool(self.cfg.get('allow_attention_change')),
-                               what=what, partial=partial)
-        if contents.runner_readable and type(self).load_checkpoint is LinAttnRunner.load_checkpoint:
-            self._contents = contents
-        else:
-            contents.obj = None
 
     def _something_left(self, contents: CheckpointContents) -> None:
         """A resumed checkpoint at the end of ``train_cfg``'s schedule: one line, exit 0 (mmengine
@@ -466,6 +433,90 @@ class LinAttnRunner(Runner):
                         for k, o in opts.items() if 'lr' in o)
         self.logger.info(f'auto_scale_lr: base batch {base}, actual batch {real} '
                          f'({self.world_size} process(es) x {batch}): {lrs}')
+
+
+def evaluation_checks(runner, loader: str) -> None:
+    """The checks before a test or validation of ``runner`` (a Runner: ours, or mmengine's where a
+    tool built it, through :class:`RunChecksHook`) reads ``loader``: the checkpoint given exists,
+    the pre-flight (no training schedule), the checkpoint's weights finite and fitting."""
+    from mmlinattn.core.weights import local_checkpoint
+    from mmlinattn.core.weights.reading import read_contents
+
+    from .preflight import preflight
+    cfg = runner.cfg
+    loaders = (loader,)
+    # mmseg's SegVisualizationHook draws with step=runner.iter, which builds the training loop
+    # and with it train_dataloader: a drawing test reads the training set's folders too
+    vis = (cfg.get('default_hooks') or {}).get('visualization') or {}
+    if cfg.get('default_scope') == 'mmseg' and vis.get('draw') and \
+            cfg.get('train_dataloader'):
+        loaders += ('train_dataloader',)
+    if runner._has_loaded:  # train() then test() on one runner: the trained weights are tested
+        runner._load_from = None
+    if runner._load_from:  # a missing checkpoint first: the one thing a test must be given
+        runner._load_from = local_checkpoint(runner._load_from, logger=runner.logger)
+        if '://' not in runner._load_from and not osp.isfile(runner._load_from):
+            raise ConfigError(f'checkpoint file not found: {runner._load_from}')
+    try:
+        preflight(cfg, loaders, backbone=getattr(runner, '_meta_backbone', None), training=False)
+    except ConfigError as e:
+        if 'train_dataloader' in loaders and 'train_dataloader' in str(e):
+            raise ConfigError(f"{e} (drawing: mmseg's SegVisualizationHook builds the "
+                              'training loop, which builds train_dataloader; point it at '
+                              'existing folders with --cfg-options)') from None
+        raise
+    if not runner._load_from or '://' in runner._load_from:  # s3://, open-mmlab://: mmengine's
+        return
+    contents = read_contents(runner._load_from)
+    check_finite_checkpoint(runner._load_from, contents.obj)  # a diverged run's weights
+    check_fit(runner, contents, 'checkpoint')
+
+
+def check_fit(runner, contents: Optional[CheckpointContents], what: str,
+              partial: bool = False) -> None:
+    """The whole-model checkpoint the run loads checked against the model (keys, shapes, the
+    attention it was trained as); its contents handed to :meth:`load_checkpoint`."""
+    from mmlinattn.core.weights import check_model_checkpoint
+
+    from .preflight.backbone import model_cfg
+    if not runner._load_from or contents is None:
+        return
+    check_model_checkpoint(runner.model, runner._load_from, logger=runner.logger, obj=contents.obj,
+                           backbone_cfg=(model_cfg(runner.cfg) or {}).get('backbone'),
+                           allow_attention_change=bool(runner.cfg.get('allow_attention_change')),
+                           what=what, partial=partial)
+    if contents.runner_readable and isinstance(runner, LinAttnRunner) and \
+            type(runner).load_checkpoint is LinAttnRunner.load_checkpoint:
+        runner._contents = contents
+    else:
+        contents.obj = None
+
+
+@HOOKS.register_module()
+class RunChecksHook(Hook):
+    """:class:`LinAttnRunner`'s checks before a test or a validation, where a tool built
+    mmengine's plain ``Runner`` although the config names ours (mmseg 1.2.2's ``tools/test.py``
+    builds ``Runner.from_cfg`` whatever ``runner_type`` says). At ``before_run``, so after the
+    datasets were built (a missing data folder is the dataset's own error there) and before the
+    weights are loaded: the checkpoint's checks and the rest of the pre-flight
+    (:func:`evaluation_checks`), a refusal as one line and no log folder left. Our runtimes list
+    it; under :class:`LinAttnRunner`, which checked before any data was read, it does nothing."""
+
+    priority = 'VERY_HIGH'
+
+    def before_run(self, runner) -> None:
+        from mmengine.runner import BaseLoop
+        if isinstance(runner, LinAttnRunner) or runner.cfg.get('model') is None:
+            return
+        built = [run for run in ('train', 'val', 'test')
+                 if isinstance(getattr(runner, f'_{run}_loop', None), BaseLoop)]
+        if not built or built[0] == 'train':  # a training: our Runner's (runner_type)
+            return
+        try:
+            evaluation_checks(runner, f'{built[0]}_dataloader')
+        except (ConfigError, CheckpointError) as e:
+            _remove_log_dir(runner)
+            raise refuse(e) from None
 
 
 def on_device(obj, map_location):
@@ -524,6 +575,8 @@ def _remove_log_dir(runner) -> None:
         if getattr(h, 'baseFilename', '').startswith(osp.abspath(log_dir)):
             h.close()
             logger.removeHandler(h)
+    if getattr(runner, '_log_dir_existed', False):  # another run's, started in the same second
+        return
     # this run's visualizer writes into the folder: mmengine hands an existing instance of that name
     # to the next Runner of the process (a notebook, a test), which would write into a folder that
     # is gone; forget it, as if this run had not been built
@@ -546,6 +599,17 @@ def check_finite_checkpoint(path: str, obj: Optional[dict] = None) -> None:
             f'checkpoint {path}: {n} of {total} tensors hold NaN/inf ({", ".join(names)}'
             f'{", ..." if n > len(names) else ""}) - the run diverged before it was saved; '
             'evaluate an earlier checkpoint')
+
+
+def _any_rank_code(code: Optional[int]) -> Optional[int]:
+    """A refusal's exit code on any rank of a distributed run: this rank's ``code`` (None where
+    it passed) against the others' (the highest); None where no rank refused."""
+    from mmengine.dist import all_reduce, get_world_size
+    if get_world_size() == 1:
+        return code
+    flag = torch.tensor([0 if code is None else code + 1], dtype=torch.int64)  # code 0 counts
+    all_reduce(flag, op='max')  # on the group's device (mmengine moves it there and back)
+    return int(flag.item()) - 1 if flag.item() > 0 else None
 
 
 def close_distributed() -> None:
