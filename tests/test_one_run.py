@@ -142,6 +142,9 @@ REFUSALS = {
                      'dataset paths do not exist'),
     'neck channels': (['model.neck.in_channels=[64,128,320,512]'],
                       'model.neck.in_channels=[64, 128, 320, 512]'),
+    # the toy set's 4 classes on a 2-class head: labels 2 and 3 are out of the loss's range (a
+    # larger head is a warning, not a refusal: mmseg trains and scores it)
+    'fewer classes': (['model.decode_head.num_classes=2'], 'model.decode_head.num_classes=2 but'),
 }
 
 

@@ -127,10 +127,10 @@ def test_data_problems_are_reported_before_the_model(toy_data, tmp_path):
 
 
 def test_the_config_is_checked_before_the_paths(tmp_path):
-    """Stage 1 before stage 2: a head of 7 classes on the 4 toy classes, and no data at all."""
+    """Stage 1 before stage 2: a head of 3 classes on the 4 toy classes, and no data at all."""
     cfg = _cfg(SEG_CFG, tmp_path / 'nowhere')
-    cfg.model.decode_head.num_classes = 7
-    with pytest.raises(ConfigError, match=r'model\.decode_head\.num_classes=7 but '
+    cfg.model.decode_head.num_classes = 3
+    with pytest.raises(ConfigError, match=r'model\.decode_head\.num_classes=3 but '
                                           r'train_dataloader\.dataset\.metainfo\.classes has 4'):
         preflight(cfg, LOADERS)
 

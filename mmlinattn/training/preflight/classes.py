@@ -12,10 +12,11 @@ such as mmseg's ``BaseSegDataset`` without ``metainfo``, is not checked). In bot
   sees: with ``reduce_zero_label=True`` the stored label 0 is ignored and is not one of them
   (ADE20K: 150), with ``reduce_zero_label=False`` a background class 0 is kept and counts.
 
-A head with fewer classes than the dataset cannot learn the labels above its range; a head with more
-(80 COCO heads on a 3-class set, the common mistake) trains classes that never occur and scores
-them. Both stop with the keys and the values, before any model is built. A deliberately larger head
-(e.g. to add classes later) is allowed with the config key ``allow_extra_classes=True``.
+What stops, before any model is built, is a head with fewer classes than the dataset: its labels
+above the head's range fail the loss (an index error under the toolboxes' own tools, later). A head
+with more (80 COCO heads on a 3-class set, the common mistake) trains and scores under them - the
+extra classes are never labelled - so it is one warning naming the keys and the values;
+``allow_extra_classes=True`` in the config says a larger head is meant (to add classes later).
 
 Why not mmdet's ``NumClassCheckHook``: it runs once the Runner has built the model and the dataset
 (``before_train_epoch`` / ``before_val_epoch``), exists for mmdet only (mmseg has none), compares
@@ -85,48 +86,52 @@ def _where_classes(view: DatasetView) -> str:
 
 def check_num_classes(cfg: Config, which=('train_dataloader', 'val_dataloader', 'test_dataloader'),
                       allow_extra: Optional[bool] = None,
-                      views: Optional[Sequence[DatasetView]] = None) -> None:
+                      views: Optional[Sequence[DatasetView]] = None) -> List[str]:
     """Every head's ``num_classes`` equals the number of classes of each dataset the loaders
     ``which`` read (or of the dataset ``views`` given, as the pre-flight passes them); else
     :class:`ConfigError` names every head key with its value and the dataset key with its class
     count. ``allow_extra`` (default: the config's ``allow_extra_classes``) accepts heads with *more*
-    classes than the dataset; fewer is always an error."""
+    classes than the dataset without the warning; fewer is always an error. The warning's lines
+    are returned (empty: none)."""
     model = cfg.get('model')
     scope = cfg.get('default_scope')
     if not isinstance(model, dict) or scope not in ('mmdet', 'mmseg'):
-        return
+        return []
     if isinstance(model.get('module'), dict):  # a TTA wrapper
         model = model['module']
     heads = _heads(model, scope)
     if not heads:
-        return
+        return []
     if allow_extra is None:
         allow_extra = bool(cfg.get(ALLOW_KEY, False))
     if views is None:
         views = dataset_views(cfg, which)
-    problems, seen = [], set()
+    problems, larger, seen = [], [], set()
     for view in views:
         if not view.classes:
             continue
         n = len(view.classes)
-        bad = []
+        bad, extra = [], []
         for hkey, head in heads:
             got = head['num_classes']
             if not isinstance(got, int) or got == n or (allow_extra and got > n):
                 continue
-            bad.append(f'{hkey}.num_classes={got}')
-        if not bad:
-            continue
-        sig = (tuple(bad), n)
-        if sig in seen:  # val and test loaders usually share the dataset config
-            continue
-        seen.add(sig)
-        problems.append(f'{", ".join(bad)} but {_where_classes(view)}')
+            # a larger head runs (nothing is labelled above the dataset's classes): a warning
+            (extra if got > n else bad).append(f'{hkey}.num_classes={got}')
+        for found, into in ((bad, problems), (extra, larger)):
+            sig = (tuple(found), n)
+            if found and sig not in seen:  # val and test loaders usually share the dataset config
+                seen.add(sig)
+                into.append(f'{", ".join(found)} but {_where_classes(view)}')
+    if larger:
+        from mmengine.logging import MMLogger
+        MMLogger.get_current_instance().warning(
+            'heads with more classes than the dataset, trained and scored for classes that are '
+            f'never labelled ({ALLOW_KEY}=True: meant, no warning): ' + '; '.join(larger))
     if problems:
         raise ConfigError.listing(
             "the heads' num_classes do not match the dataset's classes", problems,
             'Set every listed head to the dataset\'s class count (Cascade: each of the '
             'roi_head.bbox_head stages and the mask_head; UperNet: decode_head and '
-            'auxiliary_head). '
-            f'A head deliberately larger than the dataset is allowed with {ALLOW_KEY}=True '
-            f'(--cfg-options {ALLOW_KEY}=True).')
+            'auxiliary_head).')
+    return larger
