@@ -1,14 +1,12 @@
-"""Where the configs and the model index are: beside the package in a source checkout (an editable
-install), or in the package's ``.mim`` folder when it was installed from a wheel (``pip install
-.``), where OpenMMLab's tools look for a package's configs (as for mmdet's and mmseg's)."""
+"""Where the configs and the model index are: beside the package in a source checkout, or in the
+package's ``.mim`` folder (a wheel install, where OpenMMLab's tools look)."""
 import os.path as osp
 
 _HERE = osp.dirname(osp.abspath(__file__))
 
 
 def resource_root() -> str:
-    """The folder holding ``configs/``, ``tools/`` and ``model-index.yml``: the checkout when the
-    package is imported from one, else the installed package's ``.mim`` folder."""
+    """The folder holding ``configs/``, ``tools/`` and ``model-index.yml``."""
     checkout = osp.dirname(_HERE)
     if osp.isfile(osp.join(checkout, 'model-index.yml')) and osp.isdir(osp.join(checkout,
                                                                                  'configs')):
@@ -17,8 +15,7 @@ def resource_root() -> str:
 
 
 def config_path(relative: str) -> str:
-    """``relative`` (e.g. ``'configs/mavit/mask-rcnn_mavit-t_fpn_1x_coco.py'`` or
-    ``'mavit/mask-rcnn_mavit-t_fpn_1x_coco.py'``) as a path to the file."""
+    """``relative`` (``'configs/mavit/x.py'`` or ``'mavit/x.py'``) as a path to the file."""
     if not relative.startswith('configs/'):
         relative = osp.join('configs', relative)
     return osp.join(resource_root(), relative)

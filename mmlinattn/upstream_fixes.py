@@ -1,19 +1,7 @@
-"""The fixes for upstream breakage (:mod:`mmlinattn.training.compat`), applied when this module is
-imported.
-
-mmengine 0.10 on torch >= 2.6 cannot resume or test from its own checkpoints (torch loads
-weights-only by default, mmengine's checkpoints hold numpy scalars and HistoryBuffer objects). Our
-tools import this module, and every config of ours lists it::
-
-    custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'],
-                          allow_failed_imports=False)
-
-so mmdet's, mmseg's and mmpretrain's own tools get the same fixes on our configs. Each fix is
-applied only where the breakage exists (:data:`mmlinattn.training.compat.STATUS` says which were); a
-config of yours that lists only ``'mmlinattn'`` gets none. ``MMLINATTN_UPSTREAM_FIXES=0`` in the
-environment turns them off here too (then mmengine's checkpoints need
-``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` on torch >= 2.6, as without mmlinattn).
-"""
+"""The fixes for upstream breakage (:mod:`mmlinattn.training.compat`; e.g. mmengine 0.10 on torch >=
+2.6 cannot resume from its checkpoints), applied on import where the breakage exists. Our tools
+import this module and our configs list it (``custom_imports``), so the toolboxes' own tools get
+them too; ``MMLINATTN_UPSTREAM_FIXES=0`` turns them off."""
 import os
 import warnings
 

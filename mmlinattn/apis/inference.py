@@ -1,15 +1,5 @@
-"""Run a trained detector / segmentor through OpenMMLab's inferencers and draw its predictions.
-
-- :func:`build_inferencer` - mmdet's ``DetInferencer`` or mmseg's ``MMSegInferencer`` for a config,
-  picked by the config's ``default_scope`` (tools/image_demo.py uses it); a checkpoint without class
-  names (the authors' released files, converted ones) gets those of the config's dataset
-  (:func:`config_dataset_meta`) instead of the toolbox's COCO / Cityscapes default, with one
-  warning;
-- :func:`draw_val_predictions` - for the first images of a config's validation set, the ground truth
-  (left) next to the model's prediction (right), drawn by mmdet's ``DetLocalVisualizer`` (boxes,
-  masks) or mmseg's ``SegLocalVisualizer`` (overlay), one PNG per image (``make demo`` calls it on
-  its trained models). A caption strip above each picture says what is drawn: for a detector the
-  detections with score >= ``--score-thr``, "K of M detections", and the scores of those left out.
+"""Run a trained detector / segmentor through OpenMMLab's inferencers (:func:`build_inferencer`)
+and draw ground truth | prediction for the first validation images (:func:`draw_val_predictions`).
 
     python -m mmlinattn.apis.inference CONFIG CHECKPOINT --out-dir DIR [--num-images 4]
         [--score-thr 0.3]
@@ -30,13 +20,12 @@ from mmlinattn.core.registry import add_function_registries
 #: the inferencer of each toolbox scope
 INFERENCERS = {'mmdet': ('mmdet.apis', 'DetInferencer'), 'mmseg': ('mmseg.apis', 'MMSegInferencer')}
 
-#: detections drawn from this score on, unless told otherwise (mmdet's own default, that of its
-#: DetLocalVisualizer and of tools/image_demo.py); ``make demo`` passes its own (tools/demo.py)
+#: detections drawn from this score on, unless told otherwise (mmdet's own default)
 SCORE_THR = 0.3
 
 
 class ScopeError(ValueError):
-    """A config of a toolbox with no detection / segmentation inferencer here (say mmpretrain)."""
+    """A config of a toolbox with no detection / segmentation inferencer here."""
 
 
 def load_config(config: Union[str, Config]) -> Config:
@@ -66,8 +55,7 @@ _DEFAULT_CLASSES_WARNINGS = ('dataset_meta or class names are not saved', 'weigh
 
 
 def _dataset_cfg(loader_cfg):
-    """The dataset config inside a data loader config, through dataset wrappers (``RepeatDataset``,
-    ``ClassBalancedDataset``: ``dataset``; ``ConcatDataset``: the first of ``datasets``)."""
+    """The dataset config inside a data loader config, through dataset wrappers."""
     ds = (loader_cfg or {}).get('dataset')
     while isinstance(ds, dict) and 'metainfo' not in ds:
         inner = ds.get('dataset') or (ds.get('datasets') or [None])[0]
@@ -78,11 +66,8 @@ def _dataset_cfg(loader_cfg):
 
 
 def config_dataset_meta(cfg: Config, scope: str) -> Optional[dict]:
-    """``{'classes', 'palette', 'source'}`` of the config's test (else val, else train) dataset: its
-    class's ``METAINFO`` with the config's ``metainfo`` over it, as the dataset itself merges them
-    (built with ``lazy_init=True``, which reads no annotation); ``None`` if no dataset names
-    classes.
-    """
+    """``{'classes', 'palette', 'source'}`` of the config's test (else val, else train) dataset,
+    as the dataset merges them (built with ``lazy_init=True``); ``None`` if none names classes."""
     from mmengine.registry import init_default_scope
     init_default_scope(scope)
     datasets = importlib.import_module(f'{scope}.registry').DATASETS
@@ -106,18 +91,12 @@ def config_dataset_meta(cfg: Config, scope: str) -> Optional[dict]:
 
 def build_inferencer(config: Union[str, Config], checkpoint: str = None, device: str = 'cpu',
                      show_progress: bool = False):
-    """``DetInferencer`` / ``MMSegInferencer`` (chosen by the config's scope) with the checkpoint.
-
-    When the checkpoint carries no ``dataset_meta`` (class names), both inferencers fall back to a
-    default list (COCO's 80 classes, Cityscapes' 19) that need not be the model's: a 150-class
-    ADE20K segmentor then fails on its first pixel of class 19 and a detector's boxes get COCO
-    names. Here the classes and palette of the config's dataset (:func:`config_dataset_meta`) are
-    used instead, with one :class:`ClassesFromConfigWarning` in place of the toolbox's."""
+    """``DetInferencer`` / ``MMSegInferencer`` (by the config's scope) with the checkpoint; without
+    its ``dataset_meta``, the config dataset's classes (:class:`ClassesFromConfigWarning`)."""
     cfg = load_config(config)
     scope = config_scope(cfg, config if isinstance(config, str) else 'the config')
     if 'visualizer' in cfg:
-        # the inferencers save drawings themselves (out_dir / out_file) or return them; the
-        # runtime's LocalVisBackend is for the Runner's logs and only warns here, having no save_dir
+        # the inferencers save drawings themselves; LocalVisBackend would only warn (no save_dir)
         cfg.visualizer.vis_backends = []
     module, name = INFERENCERS[scope]
     add_function_registries((scope,))  # before the inferencer looks its collate function up
@@ -151,8 +130,7 @@ def build_inferencer(config: Union[str, Config], checkpoint: str = None, device:
 
 
 def predict(inferencer, inputs) -> list:
-    """The inferencer's data samples (``DetDataSample`` / ``SegDataSample``) as a list, one per
-    image (the two inferencers return one sample or a list differently)."""
+    """The inferencer's data samples as a list, one per image."""
     out = inferencer(inputs, return_datasamples=True)
     if isinstance(out, dict):
         out = out['predictions']
@@ -170,9 +148,8 @@ def _visualizer(inferencer, scope):
 
 
 def _ground_truth(cfg: Config, scope: str):
-    """The validation set loading each image and its annotations at their own size (the frame of
-    the inferencer's predictions), and ``pack(results, scale)``: the toolbox's ``Resize`` by
-    ``scale`` (if not 1) and its ``Pack*Inputs``."""
+    """The validation set loading each image and its annotations at their own size, and
+    ``pack(results, scale)``: the toolbox's ``Resize`` by ``scale`` and ``Pack*Inputs``."""
     from mmengine.registry import init_default_scope
     init_default_scope(scope)
     registry = importlib.import_module(f'{scope}.registry')
@@ -195,9 +172,7 @@ def _ground_truth(cfg: Config, scope: str):
 
 
 class Picture(NamedTuple):
-    """One picture of :func:`draw_val_predictions`: its file, the caption drawn above it (also
-    printed by the command), and for a detector the number of detections the model returned and
-    of those drawn (score >= ``score_thr``); ``None`` for a segmentor."""
+    """A picture's file, caption and (detector) numbers of detections returned and drawn."""
     path: str
     caption: List[str]
     detections: Optional[int] = None
@@ -206,9 +181,8 @@ class Picture(NamedTuple):
 
 def detection_caption(scores: Sequence[float], score_thr: float,
                       num_objects: int) -> List[str]:
-    """The caption of a detection picture: ``[ground truth header, prediction header, note]``.
-    ``scores``: those of all the detections the model returned; the ones drawn are those with
-    score >= ``score_thr``."""
+    """``[ground truth header, prediction header, note]`` of a detection picture; ``scores``: all
+    the detections', those >= ``score_thr`` drawn."""
     scores = [float(s) for s in scores]
     drawn = [s for s in scores if s >= score_thr]
     hidden = [s for s in scores if s < score_thr]
@@ -249,8 +223,7 @@ def _wrap(text, font, width):
 
 
 def add_caption(picture, left: str, right: str, note: str = None):
-    """``picture`` (RGB, ground truth | prediction side by side) under a white strip: ``left``
-    over the left half, ``right`` over the right half, then ``note`` across the whole width."""
+    """``picture`` (RGB) under a strip: ``left``, ``right`` over each half, ``note`` across."""
     import numpy as np
     from PIL import Image, ImageDraw
     h, w = picture.shape[:2]
@@ -274,18 +247,8 @@ def add_caption(picture, left: str, right: str, note: str = None):
 def draw_val_predictions(config: Union[str, Config], checkpoint: str, out_dir: str,
                          num_images: int = 4, device: str = 'cpu', score_thr: float = SCORE_THR,
                          scale: float = None, inferencer=None) -> List[Picture]:
-    """Draw the ground truth and the prediction of the first ``num_images`` validation images.
-
-    The prediction comes from the OpenMMLab inferencer (the call of a user's
-    ``DetInferencer(model=config, weights=checkpoint)(image)``), the ground truth from the config's
-    validation set; the toolbox's own visualizer draws both side by side (ground truth left): the
-    boxes and masks of the detections with score >= ``score_thr`` for detectors, the class overlay
-    for segmentors. A caption strip above says so: for a detector "K of M detections, score >=
-    ``score_thr``" and the scores of the M - K not drawn (:func:`detection_caption`). Small images
-    are first enlarged ``scale`` times (default: a whole factor that brings the longer side to at
-    least 384 px, so that the labels stay legible) - the model still sees them at its test size.
-    Writes ``out_dir/<image name>.png`` and returns a :class:`Picture` for each.
-    """
+    """Draw ground truth | prediction of the first validation images under a caption (small ones
+    enlarged ``scale`` times); writes ``out_dir/<image>.png``, returns a :class:`Picture` each."""
     import math
 
     import mmcv
@@ -312,8 +275,7 @@ def draw_val_predictions(config: Union[str, Config], checkpoint: str, out_dir: s
             sample.gt_instances = truth.gt_instances
             scores = sample.pred_instances.scores
             caption = detection_caption(scores.tolist(), score_thr, len(truth.gt_instances))
-            # the selection is made here (score >= score_thr, as the caption says); mmdet's own
-            # filter (score > pred_score_thr) is given nothing to remove
+            # selected here (>=, as the caption says); mmdet's own filter (>) removes nothing
             sample.pred_instances = sample.pred_instances[scores >= score_thr]
             counts = dict(detections=len(scores), drawn=len(sample.pred_instances))
             extra = dict(pred_score_thr=float('-inf'))
@@ -323,8 +285,7 @@ def draw_val_predictions(config: Union[str, Config], checkpoint: str, out_dir: s
             extra = {}
         stem = osp.splitext(osp.basename(truth.img_path))[0]
         path = osp.join(out_dir, stem + '.png')
-        # the toolbox writes its picture (mmseg's visualizer does not keep it), then the caption
-        # goes on top (PNG: the round trip is exact)
+        # the toolbox writes its picture, then the caption goes on top (PNG: exact round trip)
         visualizer.add_datasample(stem, image[..., ::-1].copy(), sample, draw_gt=True,
                                   draw_pred=True, show=False, out_file=path, **extra)
         drawn = add_caption(mmcv.imread(path, channel_order='rgb'), *caption)

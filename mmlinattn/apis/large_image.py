@@ -1,36 +1,25 @@
-"""Segmentation of large images within memory, for our tools (tools/test.py, tools/image_demo.py).
-
-mmseg's ``postprocess_result`` resizes the class logits to the original image size before the
-argmax and keeps them: C x H x W floats, 7.2 GB for ADE20K's 150 classes on a 4000 x 3000 photo
-(82 s and 11.2 GB peak for one image through a shipped Semantic FPN, measured). Where that tensor
-would exceed :func:`full_logits_budget`, :func:`lean_postprocess` lets mmseg's own method do its
-part at the logits' own size (padding removed, flips undone) and then computes the label map band
-by band of output rows: bilinear resizing is separable, ``out = R_h X R_w^T``, with the matrices
-``R`` taken from ``F.interpolate`` itself (applied to an identity), so each band is what mmseg's
-resize gives for those rows, up to float rounding. The full-resolution logits are not kept
-(``seg_logits`` is left out of such a sample); the label map equals mmseg's except where two
-classes tie within rounding. The configs keep mmseg's own segmentor types: only the model objects
-our tools build are given this method, and only for outputs that large.
-"""
+"""Segmentation of large images within memory (tools/test.py, tools/image_demo.py): above
+:func:`full_logits_budget`, :func:`lean_postprocess` lets mmseg's ``postprocess_result`` work at the
+logits' own size, then takes the label map in bands of output rows with the separable bilinear
+resize ``out = R_h X R_w^T`` (``R`` read off ``F.interpolate``), not the C x H x W logits (7.2 GB
+for ADE20K on a 4000 x 3000 photo); ``seg_logits`` is left out of such a sample."""
 
 import torch
 import torch.nn.functional as F
 
 
 def full_logits_budget() -> int:
-    """Full-resolution logits above this size (bytes) are not materialised:
-    ``MMLINATTN_FULL_LOGITS_BUDGET`` (:mod:`mmlinattn.core.settings`; default 1 GiB; a huge value
-    gives mmseg's own path for every image)."""
+    """``MMLINATTN_FULL_LOGITS_BUDGET``: bytes of full-resolution logits kept at most."""
     from mmlinattn.core import settings
     return settings.get('MMLINATTN_FULL_LOGITS_BUDGET')
+
 
 #: the size (bytes) of one band of upsampled logits
 BAND_BYTES = 64 << 20
 
 
 def _resize_matrix(n_in: int, n_out: int, align_corners: bool, dtype) -> torch.Tensor:
-    """(n_out, n_in): row i holds the weights of ``F.interpolate``'s bilinear resize for output i
-    along one axis (read off the function itself, so its coordinate rules are its own)."""
+    """(n_out, n_in): row i holds ``F.interpolate``'s bilinear weights for output i on one axis."""
     eye = torch.eye(n_in, dtype=dtype)[None, None]
     return F.interpolate(eye, size=(n_out, n_in), mode='bilinear',
                          align_corners=align_corners)[0, 0]
@@ -38,8 +27,7 @@ def _resize_matrix(n_in: int, n_out: int, align_corners: bool, dtype) -> torch.T
 
 def banded_argmax(logits: torch.Tensor, size, align_corners: bool = False,
                   band_bytes: int = BAND_BYTES) -> torch.Tensor:
-    """``resize(logits, size).argmax(0)`` (bilinear, C x h x w -> H x W, int64) without the C x H x
-    W tensor: at most ``band_bytes`` of upsampled logits at a time."""
+    """``resize(logits, size).argmax(0)`` (bilinear) in bands of ``band_bytes``, int64."""
     c, h, w = logits.shape
     out_h, out_w = int(size[0]), int(size[1])
     x = logits.float()
@@ -55,9 +43,7 @@ def banded_argmax(logits: torch.Tensor, size, align_corners: bool = False,
 
 
 def lean_postprocess(model, budget: int = None):
-    """Give ``model`` (an mmseg segmentor object) a ``postprocess_result`` that keeps to the memory
-    budget for large outputs (module docstring); returns ``model``. Other segmentors and smaller
-    outputs run mmseg's own method unchanged."""
+    """Give ``model`` (mmseg) a ``postprocess_result`` within the budget (module docstring)."""
     original = getattr(model, 'postprocess_result', None)
     if original is None or getattr(original, '_mmlinattn_lean', False):
         return model

@@ -1,11 +1,7 @@
-"""The product: the attention math (:mod:`.ops`), the attention modules and backbones
-(:mod:`.models`), reading and fitting the authors' weights (:mod:`.weights`), the per-family table
-(:mod:`.families`) and the registration (:mod:`.registry`).
-
-The core imports nothing of mmlinattn outside itself (``tests/test_structure.py`` keeps it so):
-training support (:mod:`mmlinattn.training`) and the tools (``tools/``, with their workshop)
-stand on it, never the other way. Importing it registers the backbones in mmengine's root
-``MODELS`` registry and loads no toolbox (mmdet, mmseg, mmpretrain).
+"""The product: the attention math (:mod:`.ops`), the modules and backbones (:mod:`.models`), the
+authors' weights (:mod:`.weights`), the family table (:mod:`.families`), the registration
+(:mod:`.registry`). It imports nothing of mmlinattn outside itself; importing it registers the
+backbones and loads no toolbox.
 """
 from . import models, ops  # noqa: F401  (registers the backbones)
 

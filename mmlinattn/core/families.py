@@ -1,20 +1,8 @@
-"""The family table: one row per backbone family, holding what the models need beside their class.
-
-A family is its backbone class (registered, with its ``arch_zoo`` and ``authors_layout``) plus one
-:class:`Family` row here: its name, its title and the authors' ImageNet files. From the rows come
-the config folders and the config-name prefixes (``configs/inline_pvt``, ``inline-pvt-t``), the
-family names the converter and the classifier helpers take, and the authors' checkpoint table
-(:data:`AUTHORS_CHECKPOINTS`: URLs, local file names, download keys). What only the tools read
-lives with them: the config matrix's recipes in ``tools/misc/generate_configs.py``, the papers'
-FLOP conventions and GFLOPs in ``tools/workshop/flops.py``. ``tests/test_families.py`` builds a
-made-up fourth family from a class and a row and runs it through every derived table.
-
-Adding a family: write its class (``mmlinattn/core/models/backbones/``), add its row to
-:data:`ROWS`, its recipes to ``tools/misc/generate_configs.py`` and its paper's figures to
-``tools/workshop/flops.py``, then run ``python tools/misc/generate_configs.py`` for its configs.
-A family defined outside the package (a class registered in your own project) joins with
-:func:`register_family` before the tools' modules are imported.
-"""
+"""The family table: a family is its backbone class plus one :class:`Family` row here, from which
+come the config folders and name prefixes, the family names the tools take and the authors'
+checkpoint table (:data:`AUTHORS_CHECKPOINTS`). Adding one: its class, its row in :data:`ROWS` (or
+:func:`register_family`, before the tools are imported), its recipes
+(``tools/misc/generate_configs.py``) and FLOP figures (``tools/workshop/flops.py``)."""
 import inspect
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -25,8 +13,7 @@ from .models.backbones import InLinePVT, InLineSwin, MAViT
 
 @dataclass(frozen=True)
 class AuthorsCheckpoint:
-    """One ImageNet file the authors publish: where their README links it and the name our configs
-    give it under ``checkpoints/``."""
+    """One ImageNet file the authors publish: its URL and its name under ``checkpoints/``."""
     url: str
     filename: str
     family: str
@@ -35,19 +22,10 @@ class AuthorsCheckpoint:
 
 @dataclass(frozen=True)
 class Family:
-    """One backbone family.
-
-    Args:
-        name: the config folder under ``configs/`` and the family name the tools take
-            (``inline_pvt``); config names use it with ``-`` (``mask-rcnn_inline-pvt-t_...``).
-        backbone: the registered backbone class (its ``arch_zoo`` gives archs, channels,
-            drop-path rates; its ``authors_layout`` the released files' key layout).
-        title: the family's name in docs and in the metafiles' Collection (``InLine-PVT``); its
-            checkpoints' download keys are ``title`` with ``_`` and the arch letter
-            (``InLine_PVT_T``).
-        checkpoints: the authors' ImageNet files by arch: (URL, local file name under
-            ``checkpoints/``).
-    """
+    """One backbone family: ``name`` (the config folder, ``inline_pvt``), ``backbone`` (its
+    registered class), ``title`` (in docs and metafiles; download keys are ``title`` with ``_`` and
+    the arch letter: ``InLine_PVT_T``) and ``checkpoints`` (the authors' files by arch: (URL, local
+    name))."""
     name: str
     backbone: type
     title: str
@@ -64,11 +42,11 @@ class Family:
         return {name[0]: name for name in self.backbone.arch_zoo}
 
     def channels(self, arch: str) -> List[int]:
-        """The stage channels of ``arch`` (a name or its letter), from the class's arch table."""
+        """The stage channels of ``arch`` (a name or its letter)."""
         return self.backbone.stage_channels(self.archs.get(arch, arch))
 
     def drop_path(self, arch: str) -> float:
-        """The arch's ImageNet drop-path rate, from the class's arch table."""
+        """The arch's ImageNet drop-path rate."""
         return self.backbone.resolve_arch(self.archs.get(arch, arch))['drop_path_rate']
 
     def checkpoint_key(self, arch: str) -> str:
@@ -79,10 +57,8 @@ class Family:
 _TSINGHUA = 'https://cloud.tsinghua.edu.cn/f/{}/?dl=1'  # the share page's direct-download form
 _MALA_HUB = 'https://huggingface.co/aldjalkdf/MAViT/resolve/main/{}'  # the file, not the tree page
 
-#: The rows. Checkpoint URLs: the InLine README (LeapLabTHU/InLine) links TsinghuaCloud share
-#: pages, whose file is served with ``?dl=1`` (without it, an HTML page); the MALA README
-#: (qhfan/MALA) links the Hugging Face repository ``aldjalkdf/MAViT``, whose files are served under
-#: ``resolve/main/``.
+#: The rows. The InLine README (LeapLabTHU/InLine) links TsinghuaCloud pages (the file with
+#: ``?dl=1``), the MALA README (qhfan/MALA) the Hugging Face repository ``aldjalkdf/MAViT``.
 ROWS = (
     Family(
         name='inline_pvt', backbone=InLinePVT, title='InLine-PVT',
@@ -108,9 +84,8 @@ FAMILIES: 'OrderedDict[str, Family]' = OrderedDict((row.name, row) for row in RO
 
 
 def authors_checkpoints(families=None) -> 'OrderedDict[str, AuthorsCheckpoint]':
-    """The authors' ImageNet files of every family, by download key (``InLine_PVT_T``); their
-    local names are also what a checkpoint mirror serves them under
-    (:data:`mmlinattn.core.weights.urls.AUTHORS_NAMES`)."""
+    """The authors' files by download key (``InLine_PVT_T``); fills ``urls.AUTHORS_NAMES``,
+    ``_KEYS``."""
     from .weights.urls import AUTHORS_KEYS, AUTHORS_NAMES
     out = OrderedDict()
     for fam in (FAMILIES if families is None else families).values():
@@ -126,9 +101,7 @@ AUTHORS_CHECKPOINTS = authors_checkpoints()
 
 
 def register_family(row: Family) -> Family:
-    """Add ``row`` to :data:`FAMILIES` (and its files to :data:`AUTHORS_CHECKPOINTS`). Its class
-    must be registered in mmengine's root ``MODELS`` registry (as ours are) for configs to build it.
-    Raises ``ValueError`` for a name, class or prefix a row already has."""
+    """Add ``row`` to :data:`FAMILIES` and :data:`AUTHORS_CHECKPOINTS`; ``ValueError`` if taken."""
     initials = [arch[0] for arch in row.backbone.arch_zoo]
     if len(set(initials)) != len(initials):
         raise ValueError(f'family {row.name!r}: the archs of {row.backbone.__name__} '
@@ -152,18 +125,12 @@ def backbone_classes(families=None) -> Dict[str, type]:
 def family_of(backbone: str, families=None) -> Optional[Family]:
     """The row whose class is named ``backbone`` (a config's ``type``, scope prefix allowed)."""
     name = str(backbone).split('.')[-1]
-    for fam in (FAMILIES if families is None else families).values():
-        if fam.backbone.__name__ == name:
-            return fam
-    return None
+    return next((f for f in (FAMILIES if families is None else families).values()
+                 if f.backbone.__name__ == name), None)
 
 
 def out_channels(backbone_cfg: dict, families=None) -> List[int]:
-    """Channels of the maps an mmlinattn backbone config returns (its ``out_indices``), read from
-    the backbone class's arch table without building it, e.g.
-    ``out_channels(dict(type='MAViT', arch='tiny'))`` -> ``[64, 128, 256, 512]``.
-
-    Raises ``KeyError`` for a ``type`` that is not one of ours."""
+    """Channels of the maps a backbone config returns, without building it."""
     cfg = dict(backbone_cfg)
     fam = family_of(cfg.get('type', ''), families)
     if fam is None:

@@ -1,25 +1,8 @@
-"""The environment variables mmlinattn reads, each parsed and checked here, in one place.
-
-=================================  ==========================================================
-``MMLINATTN_UPSTREAM_FIXES``       ``1``/``on``/``true``/``yes`` (default) or ``0``/``off``/
-                                   ``false``/``no``: the fixes of :mod:`mmlinattn.upstream_fixes`
-``MMLINATTN_FULL_LOGITS_BUDGET``   bytes, a number with an optional binary unit (``1073741824``,
-                                   ``512M``, ``2G``; K, M, G, T = 2^10 ... 2^40; default ``1G``):
-                                   the largest full-resolution logits a segmentation test keeps
-``MMLINATTN_LOCK_STALE_S``         seconds, a number with an optional unit (``600``, ``10m``,
-                                   ``1h``; s, m, h; default ``600``; at least 90): when another
-                                   host's work-dir lock has expired
-``MMLINATTN_CHECKPOINT_BASE_URL``  an http(s) URL (default: unset): the mirror of checkpoint URLs
-                                   (:mod:`mmlinattn.core.weights.urls`)
-``HF_ENDPOINT``                    an http(s) URL (default: unset, huggingface.co): the Hugging
-                                   Face libraries' variable, read by mmlinattn for huggingface.co
-                                   checkpoint URLs (:mod:`mmlinattn.core.weights.urls`)
-=================================  ==========================================================
-
-:func:`get` reads one (a bad value raises :class:`SettingError`, whose message is
-``NAME=VALUE: expected ...``); the tools call :func:`check_all` before any work, so a bad value is
-one line and exit 2 there.
-"""
+"""The environment variables mmlinattn reads, parsed and checked here (:data:`SETTINGS`, with values
+and defaults): ``MMLINATTN_UPSTREAM_FIXES``, ``MMLINATTN_FULL_LOGITS_BUDGET`` (logits a segmentation
+test keeps), ``MMLINATTN_LOCK_STALE_S`` (when another host's lock expired),
+``MMLINATTN_CHECKPOINT_BASE_URL`` and ``HF_ENDPOINT`` (checkpoint mirrors). :func:`get` reads one
+(:class:`SettingError`: ``NAME=VALUE: expected ...``); the tools call :func:`check_all` first."""
 import os
 import re
 from typing import Callable, Dict, NamedTuple, Optional

@@ -1,21 +1,8 @@
-"""Attention as pure functions on (B, h, N, d) tensors.
-
-Every attention has three forms:
-
-* ``<name>_attention(q, k, v, ...)``: what the models run (linear time for the linear attentions),
-* ``<name>_attention_matrix(q, k, ...)``: the explicit (B, h, N, N) score matrix A, quadratic,
-* ``<name>_attention_reference(q, k, v, ...)``: ``A @ v`` from that matrix, the test oracle.
-
-The formulas are in docs/design.md, section 1. ``scale`` defaults to ``d ** -0.5``.
-
-Low precision: the linear attentions accumulate their d x d state and normalisers in float32
-(autocast is switched off inside and half inputs are promoted); the result comes back in the input
-dtype.
-
-Gradients: in eager, the InLine and MALA cores run as autograd Functions (:mod:`.grad`) that save
-q, k, v and the small states and form the backward as GEMMs; under a jit trace, ``torch.compile``
-or ``torch.export`` they run as plain tensor ops (the same forward).
-"""
+"""Attention as pure functions on (B, h, N, d) tensors (formulas: docs/design.md section 1):
+``<name>_attention`` (what the models run), ``<name>_attention_matrix`` (the explicit matrix A) and
+``<name>_attention_reference`` (``A @ v``, the oracle). ``scale`` defaults to ``d ** -0.5``. The
+linear attentions compute in float32 for half inputs and return the input dtype; with autograd in
+eager, InLine and MALA run as the Functions of :mod:`.grad`."""
 from typing import Dict, Optional, Tuple, Union
 
 import torch
@@ -23,8 +10,10 @@ import torch.nn.functional as F
 
 from . import probes
 from .grad import (
+    _LOW_PRECISION,
     InlineAttentionFunction,
     MalaAttentionFunction,
+    _float32,
     inline_forward,
     key_pass,
     mala_forward,
@@ -34,9 +23,6 @@ from .kernels import apply_rope, elu_plus_one, get_kernel
 
 Tensor = torch.Tensor
 RopeTables = Optional[Tuple[Tensor, Tensor]]
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
 
 def _check_qkv(q: Tensor, k: Tensor, v: Optional[Tensor] = None) -> None:
     if q.dim() != 4 or k.dim() != 4:
@@ -64,17 +50,8 @@ def _scale(q: Tensor, scale: Optional[float]) -> float:
     return q.shape[-1] ** -0.5 if scale is None else float(scale)
 
 
-def _float32(*tensors: Tensor):
-    """Half inputs promoted to float32 (others as they are). Callers run their math under
-    ``torch.autocast(..., enabled=False)`` written as a plain ``with`` statement, which
-    ``torch.compile`` traces without a graph break (a helper class entering autocast does not)."""
-    return [t.float() if t.dtype in _LOW_PRECISION else t for t in tensors]
-
-
-# Tokens per chunk on the CPU's no-autograd path: the per-chunk intermediates of (B, h, chunk, d)
-# stay in cache instead of streaming N x d tensors through memory once per elementwise pass
-# (docs/benchmarks.md: a sweep of chunk sizes on the CPU). Other devices run the whole sequence in
-# one piece unless set_chunk_tokens says otherwise (see chunk_tokens).
+# Tokens per chunk on the CPU's no-autograd path: the per-chunk intermediates stay in cache
+# (docs/benchmarks.md: a sweep of chunk sizes)
 CHUNK_TOKENS = 4096
 
 # device type -> tokens per chunk (None: the whole sequence), set by set_chunk_tokens
@@ -88,12 +65,8 @@ def _device_type(device: Union[str, torch.device, Tensor]) -> str:
 
 
 def chunk_tokens(device: Union[str, torch.device, Tensor] = 'cpu') -> Optional[int]:
-    """Tokens per chunk of the linear cores' no-autograd path on ``device`` (a device, its name or
-    a tensor on it; only its type counts): :data:`CHUNK_TOKENS` on the CPU, where chunking keeps
-    the elementwise passes in cache, and ``None`` (the whole sequence in one piece) on any other
-    device - a GPU gains nothing from it and would pay a launch per op per chunk - unless
-    :func:`set_chunk_tokens` chose otherwise for that device type. The math is the same either
-    way (``tests/test_ops.py`` compares the two in float64)."""
+    """Tokens per chunk of the no-autograd path on ``device``: :data:`CHUNK_TOKENS` on the CPU, else
+    ``None`` (one piece), unless set by :func:`set_chunk_tokens`."""
     kind = _device_type(device)
     if kind in _CHUNK_SET:
         return _CHUNK_SET[kind]
@@ -104,10 +77,7 @@ _DEFAULT = object()
 
 
 def set_chunk_tokens(device_type: str, tokens=_DEFAULT) -> Optional[int]:
-    """Choose the chunk length for one device type (``'cpu'``, ``'cuda'``, ...): a positive
-    number of tokens, ``None`` for no chunking, or leave ``tokens`` out to go back to the default
-    (:func:`chunk_tokens`). Returns what :func:`chunk_tokens` gave before, so that a sweep can put
-    it back: ``old = set_chunk_tokens('cuda', 8192); ...; set_chunk_tokens('cuda', old)``."""
+    """Set a device type's chunk length (``None``: none; left out: default); returns the old one."""
     kind = _device_type(device_type)
     old = chunk_tokens(kind)
     if tokens is _DEFAULT:
@@ -133,46 +103,35 @@ def _chunk(q: Tensor, k: Tensor) -> int:
 
 
 def _step(q: Tensor, k: Tensor, v: Tensor) -> int:
-    """Chunk length along N (of the queries and of the keys, which may differ): the whole
-    sequence with autograd, and while a graph is traced for export - ``torch.export`` (the dynamo
-    ONNX exporter) or the jit (``torch.jit.trace``, the legacy ``torch.onnx.export`` that mmdeploy
-    uses) - where the loop would unroll at the example's N and a graph with another height / width
-    would run the example's chunks; else :func:`chunk_tokens` of q's device. The math is the same
-    either way."""
+    """Chunk length along N: the whole sequence with autograd and while traced for export (a loop
+    would unroll at the example's N); else :func:`_chunk`."""
     if _needs_grad(q, k, v) or probes.is_exporting() or torch.jit.is_tracing():
         return max(q.shape[-2], k.shape[-2])
     return _chunk(q, k)
 
 
 def _use_function(*tensors: Tensor) -> bool:
-    """Autograd through the cores' Functions (:mod:`.grad`): when a gradient is needed, in eager
-    only. A jit trace (the FLOP counter's) would see one opaque node instead of the products, and
-    ``torch.compile`` / ``torch.export`` derive their own backward from the traced forward."""
+    """Autograd through the Functions of :mod:`.grad`: when a gradient is needed, in eager only."""
     return (_needs_grad(*tensors) and not torch.jit.is_tracing()
             and not probes.is_compiling() and not probes.is_exporting())
 
 
-# --------------------------------------------------------------------------------------------------
 # InLine attention
-# --------------------------------------------------------------------------------------------------
 def inline_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'identity',
                      scale: Optional[float] = None) -> Tensor:
-    """Injective linear attention, linear time, O(N d^2).
-
-    ``out = phi(Q) [ (s/N) phi(K)^T V - s mean(phi(K))^T mean(V) ] + mean(V)`` with ``s = scale``,
-    which is the paper form ``phi(Q) kv + (1 - s phi(Q) mean(phi(K))^T) mean(V)`` with the rank-one
-    term folded into the d x d state, so the whole output is one batched GEMM plus a broadcast add.
-    """
+    """Injective linear attention, O(N d^2):
+    ``out = phi(Q) [ (s/N) phi(K)^T V - s mean(phi(K))^T mean(V) ] + mean(V)``, ``s = scale``: the
+    paper's ``phi(Q) kv + (1 - s phi(Q) mean(phi(K))^T) mean(V)`` with the rank-one term folded
+    into the d x d state."""
     _check_qkv(q, k, v)
     s = _scale(q, scale)
     phi = get_kernel(kernel)
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
         if _use_function(q, k, v):
-            # q, k, v as they come: the Function saves them in their dtype (half under autocast)
-            # and computes in float32 itself; its output is in v's dtype
+            # q, k, v as they come: the Function saves them in their dtype
             return InlineAttentionFunction.apply(q, k, v, kernel, s, _chunk(q, k))
-        q, k, v = _float32(q, k, v)
+        q, k, v = map(_float32, (q, k, v))
         return inline_forward(q, k, v, phi, s, _step(q, k, v))[0].to(out_dtype)
 
 
@@ -190,20 +149,15 @@ def inline_attention_reference(q, k, v, kernel='identity', scale=None):
     return torch.matmul(inline_attention_matrix(q, k, kernel, scale), v)
 
 
-# --------------------------------------------------------------------------------------------------
 # MALA: magnitude-aware linear attention
-# --------------------------------------------------------------------------------------------------
 def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = None,
                    rope: RopeTables = None, eps: float = 1e-6, beta: bool = True,
                    gamma: bool = True) -> Tensor:
-    """Magnitude-aware linear attention with phi = ELU + 1, linear time.
-
-    ``z = s phi(q) mean(phi(K))^T``; ``out = (phi~(q) (s/N) phi~(K)^T V) * beta - gamma``-term,
-    with ``beta = 1 + 1/(z + eps)`` and the gamma term ``z * mean(V)``. ``phi~`` is phi followed by
-    the 2-D RoPE given as ``rope=(sin, cos)`` tables of shape (N, d); z always uses the un-rotated
-    features, as the authors' released code does. ``beta=False`` / ``gamma=False`` give the paper's
-    ablations (beta = 1, gamma = 0).
-    """
+    """Magnitude-aware linear attention, phi = ELU + 1, linear time: ``z = s phi(q)
+    mean(phi(K))^T``, ``out = (phi~(q) (s/N) phi~(K)^T V) * beta - z * mean(V)``, ``beta = 1 + 1/(z
+    + eps)``; ``phi~``: phi then the 2-D RoPE ``rope=(sin, cos)`` ((N, d) tables); z un-rotated, as
+    the authors' code. ``beta=False`` / ``gamma=False``: the paper's ablations (beta = 1, no z *
+    mean(V) term)."""
     _check_qkv(q, k, v)
     _check_rope(q, k, rope)
     s = _scale(q, scale)
@@ -213,11 +167,10 @@ def mala_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = Non
             dtype = torch.float32 if q.dtype in _LOW_PRECISION else q.dtype
             rope = tuple(t.to(dtype) for t in rope)
         if _use_function(q, k, v) and not (rope is not None and _needs_grad(*rope)):
-            # q, k, v as they come (see inline_attention)
             sin, cos = (None, None) if rope is None else rope
             return MalaAttentionFunction.apply(q, k, v, sin, cos, s, eps, beta, gamma,
                                                _chunk(q, k))
-        q, k, v = _float32(q, k, v)
+        q, k, v = map(_float32, (q, k, v))
         step = _step(q, k, v)
         return mala_forward(q, k, v, s, rope, eps, beta, gamma, step)[0].to(out_dtype)
 
@@ -246,9 +199,7 @@ def mala_attention_reference(q, k, v, scale=None, rope=None, eps=1e-6, beta=True
     return torch.matmul(mala_attention_matrix(q, k, scale, rope, eps, beta, gamma), v)
 
 
-# --------------------------------------------------------------------------------------------------
 # Baselines: plain linear attention and softmax attention
-# --------------------------------------------------------------------------------------------------
 def linear_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'relu',
                      eps: float = 1e-6) -> Tensor:
     """Classic linear attention: phi(q_i) phi(K)^T V / (phi(q_i) sum_j phi(k_j) + eps)."""
@@ -256,7 +207,7 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str = 'relu',
     phi = get_kernel(kernel)
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
-        q, k, v = _float32(q, k, v)
+        q, k, v = map(_float32, (q, k, v))
         step = _step(q, k, v)
         kv, sum_k, _ = key_pass(k, v, phi, step)
         state = torch.cat([kv, sum_k.transpose(-2, -1)], dim=-1)
@@ -281,16 +232,12 @@ def linear_attention_reference(q, k, v, kernel='relu', eps=1e-6):
 
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = None,
                       attn_bias: Optional[Tensor] = None, dropout_p: float = 0.) -> Tensor:
-    """Softmax attention through ``torch.nn.functional.scaled_dot_product_attention``.
-
-    Leading dims beyond (B, h) are allowed (Swin's (B, nW, h, N, d) windows with an (nW, h, N, N)
-    bias); ``dropout_p`` is SDPA's attention dropout (pass 0 at inference)."""
+    """Softmax attention through SDPA; extra leading dims allowed (Swin's (B, nW, h, N, d) windows,
+    (nW, h, N, N) bias); ``dropout_p``: SDPA's dropout."""
     _check_qkv(*_batch_flat(q, k, v))
     if (probes.is_exporting() or torch.onnx.is_in_onnx_export()) and not dropout_p:
-        # torch.export / ONNX: the same math as explicit matmuls and softmax. ONNX's SDPA takes 4-D
-        # tensors only (Swin's windows are 5-D), torch 2.14's ONNX decomposition of SDPA lays out
-        # its output unlike the CPU kernel the export traced, which breaks the reshape after it,
-        # and torch 2.1's jit exporter cannot write SDPA with a scale
+        # export / ONNX: explicit matmuls and softmax (ONNX's SDPA is 4-D only, torch 2.14's
+        # decomposition lays its output out otherwise, torch 2.1's jit exporter takes no scale)
         return softmax_attention_reference(q, k, v, scale, attn_bias)
     lead = q.shape[:-2]
     q4, k4, v4, bias4 = _flash_layout(q, k, v, attn_bias)
@@ -300,15 +247,8 @@ def softmax_attention(q: Tensor, k: Tensor, v: Tensor, scale: Optional[float] = 
 
 
 def _flash_layout(q: Tensor, k: Tensor, v: Tensor, attn_bias: Optional[Tensor]):
-    """q, k, v and the bias as SDPA's fused (flash) CPU kernel takes them; in any other layout SDPA
-    falls back to its math path, which materialises the (N x M) matrix of every head.
-
-    The kernel wants 4-D tensors with a contiguous last dim: extra dims between B and the heads
-    (Swin's windows, (B, nW, h, N, d)) are folded into the heads, so that a bias without B,
-    (nW, h, N, M) or (h, N, M), broadcasts over B as (1, nW*h, N, M) with no copy per image; a
-    strided last dim (MAViT's heads come out of one channels-first projection) is made contiguous,
-    one pass over (N x d) instead of the math path's (N x M).
-    """
+    """q, k, v and the bias as SDPA's fused CPU kernel takes them: 4-D (Swin's windows folded into
+    the heads), the last dim contiguous (else SDPA materialises every (N x M) matrix)."""
     if q.dim() > 4:
         b, mid = q.shape[0], q.shape[1:-2]
         q, k, v = (t.reshape(b, -1, *t.shape[-2:]) for t in (q, k, v))

@@ -1,31 +1,18 @@
-"""The table of attention cores: one entry per attention, read by everything that picks one.
-
-A *core* is the attention proper, on (B, h, N, d) queries, keys and values. Its :class:`Core` entry
-names it, gives its ``attn_type`` letter, its linear-time function and its explicit matrix, and says
-what it supports. The attention modules (:mod:`mmlinattn.core.models.layers.attention`), the
-backbones' ``attn_type`` parser (:func:`parse_attn_type`) and the analysis tools all read
-:data:`CORES`, so a new attention is one :func:`register_core` call plus its two functions::
+"""The table of attention cores (:data:`CORES`), read by the attention modules, the ``attn_type``
+parser (:func:`parse_attn_type`) and the analysis tools. A *core* is the attention proper on
+(B, h, N, d) tensors; a new one is one :func:`register_core` call plus its two functions::
 
     register_core(Core('cosine', 'C', cosine_attention, cosine_attention_matrix,
                        kernels=('identity',)))
     MAViT(arch='tiny', attn_type='CCSS')     # builds, with the new core in stages 1-2
 
-What a core supports decides how the modules call it:
-
-* ``kernels``: the feature maps phi it accepts (the first is its default); ``()``: none;
-* ``rope``: ``'none'`` (the 2-D RoPE tables are not used), ``'inside'`` (the function takes
-  ``rope=(sin, cos)`` and applies it itself, e.g. MALA rotates only its numerator) or ``'qk'`` (q
-  and k are rotated before the call);
-* ``scaled``: the function takes ``scale`` (d^-1/2 by default);
-* ``bias``: it takes an additive ``attn_bias`` (Swin's relative position bias and shift mask), so
-  window blocks can run it;
-* ``windowed``: an InLine-Swin block runs it in Swin's shifted windows with the relative
-  position bias (needs ``bias``); the other cores run over the whole map;
-* ``reduced_kv``: a PVT block may shorten its keys/values by spatial reduction (``sr_ratio``);
-* ``options``: further keyword switches it takes (e.g. MALA's ``beta``/``gamma``); a module's
-  options that a core does not take are not passed to it (one ``attn_cfg`` serves every stage);
-* ``local_residual``: whether InLine's local attention residual is on by default in token modules;
-* ``title``, ``description``: how error messages and the analysis tools name it.
+A :class:`Core`: ``name``, ``letter`` (in ``attn_type``), ``linear`` and ``matrix`` (its functions);
+``kernels`` it accepts (the first its default); ``rope``: ``'none'``, ``'inside'`` (the function
+takes ``rope=(sin, cos)``: MALA rotates only its numerator) or ``'qk'`` (q, k rotated before);
+``scaled`` (takes ``scale``); ``bias`` (takes an additive ``attn_bias``); ``windowed``
+(InLine-Swin runs it in Swin's windows; needs ``bias``); ``reduced_kv`` (PVT's ``sr_ratio``);
+``options`` (further keywords: MALA's ``beta``/``gamma``); ``local_residual`` (InLine's, on by
+default); ``title``, ``description`` (its names in messages and tools).
 """
 import re
 import warnings
@@ -84,10 +71,7 @@ class Core:
 
     def bind(self, scale: Optional[float] = None, kernel: Optional[str] = None,
              **options) -> dict:
-        """The keyword arguments that stay the same from call to call (scale, kernel, the core's
-        own options), from a module's full set of settings: what the core does not take is left
-        out, a kernel it does not accept is an error. A module binds once, when it is built, and
-        runs with :meth:`run`."""
+        """The call-invariant keywords the core takes (scale, kernel, own options)."""
         kw = {}
         if self.scaled:
             kw['scale'] = scale
@@ -112,14 +96,11 @@ class Core:
 
     def kwargs(self, scale: Optional[float] = None, kernel: Optional[str] = None, rope=None,
                attn_bias: Optional[Tensor] = None, **options) -> dict:
-        """The keyword arguments of this core's functions, from a module's full set of settings:
-        :meth:`bind`'s and the per-call ``rope`` / ``attn_bias`` the core takes."""
+        """:meth:`bind`'s keywords and the per-call ``rope`` / ``attn_bias`` the core takes."""
         return dict(self.bind(scale, kernel, **options), **self._per_call(rope, attn_bias))
 
     def _rotated(self, q: Tensor, k: Tensor, rope) -> Tuple[Tensor, Tensor]:
-        # in q's and k's own dtype: half q and k under autocast rotated by float32 tables would
-        # come out float32 beside a half v, which SDPA refuses where autocast leaves it alone
-        # (torch 2.1's CPU autocast); newer autocasts cast the three to half themselves
+        # in q's and k's own dtype: SDPA refuses float32 q, k beside a half v (torch 2.1's CPU)
         if self.rope == 'qk' and rope is not None:
             return apply_rope(q, *rope).to(q.dtype), apply_rope(k, *rope).to(k.dtype)
         return q, k
@@ -132,8 +113,7 @@ class Core:
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, bound: dict, rope=None,
             attn_bias: Optional[Tensor] = None, dropout_p: float = 0.) -> Tensor:
-        """:meth:`__call__` with the settings :meth:`bind` returned (checked once) and the ones
-        that change per call: ``rope``, ``attn_bias``, ``dropout_p`` (0 outside training)."""
+        """:meth:`__call__` with :meth:`bind`'s settings (``dropout_p``: 0 outside training)."""
         kw = dict(bound, **self._per_call(rope, attn_bias))
         if 'dropout_p' in self.options:
             kw['dropout_p'] = dropout_p
@@ -156,7 +136,7 @@ def register_core(core: Core, replace: bool = False) -> Core:
     if not replace:
         if core.name in CORES:
             raise ValueError(f'an attention core named {core.name!r} exists already')
-        taken = {c.letter: c.name for c in CORES.values()}
+        taken = core_letters()
         if core.letter in taken:
             raise ValueError(f'letter {core.letter!r} is taken by the {taken[core.letter]} core')
     CORES[core.name] = core
@@ -197,9 +177,7 @@ register_core(Core(
     title='MALA', description='MALA: magnitude-aware linear attention (ELU+1 features)'))
 
 
-# --------------------------------------------------------------------------------------------------
 # attn_type: which core each block of a backbone runs
-# --------------------------------------------------------------------------------------------------
 _LEGACY_MIXED = re.compile(r'^([A-Z]+)(\d+)$')
 _STAGE_TOKEN = re.compile(r'\(([^()]*)\)|([A-Z])|(.)')
 _RUN = re.compile(r'([A-Z])(\d*)')
@@ -233,9 +211,7 @@ def _mixed_stage(body: str, depth: int, letters: Dict[str, str], where: str) -> 
 
 
 def _legacy_swin(attn_type: str, n: int) -> Optional[str]:
-    """InLine-Swin's old spelling ``'IIMS2'`` (``M`` = mixed stage whose first k blocks are InLine,
-    the rest softmax, k trailing) in today's syntax, or None if ``attn_type`` is not that
-    spelling."""
+    """InLine-Swin's old ``'IIMS2'`` (``M``: k InLine blocks, then softmax) in today's syntax."""
     m = _LEGACY_MIXED.match(attn_type)
     if not m or len(m.group(1)) != n or 'M' not in m.group(1):
         return None
@@ -245,21 +221,10 @@ def _legacy_swin(attn_type: str, n: int) -> Optional[str]:
 
 def parse_attn_type(attn_type, depths: Sequence[int], owner: str = 'backbone',
                     legacy_mixed: bool = False) -> List[List[str]]:
-    """Expand a per-stage attention spec into one core name per block.
-
-    ``attn_type`` is either
-
-    * a string with one entry per stage: a core's letter (the whole stage runs it) or a mixed stage
-    in
-      parentheses, runs of a letter and a block count where the last count may be left out -
-      ``'II(I2S)S'`` is InLine in stages 1-2, two InLine blocks then softmax in stage 3, softmax in
-      stage 4; or
-    * a list with one entry per stage, each a letter, a core name, or a list of core names (one per
-      block).
-
-    ``legacy_mixed`` reads InLine-Swin's old ``'IIMS2'`` spelling (``M`` then meant "mixed", now it
-    means MALA everywhere) with a ``FutureWarning`` that gives the new spelling.
-    """
+    """One core name per block from ``attn_type``: per stage a core's letter or a mixed stage in
+    parentheses (runs of a letter and a block count, the last count optional: ``'II(I2S)S'``), or a
+    list per stage of letters, core names or lists of names. ``legacy_mixed``: InLine-Swin's old
+    ``'IIMS2'`` (``M`` then meant "mixed") with a ``FutureWarning``."""
     n = len(depths)
     letters = core_letters()
     names = set(letters.values())
@@ -269,8 +234,7 @@ def parse_attn_type(attn_type, depths: Sequence[int], owner: str = 'backbone',
             if new is not None:
                 warnings.warn(f'{owner}: attn_type={attn_type!r} is the old spelling of a mixed '
                               f'stage (M followed by a block count); write {new!r} (M now means '
-                              'MALA)',
-                              FutureWarning, stacklevel=3)
+                              'MALA)', FutureWarning, stacklevel=3)
                 attn_type = new
         specs: list = []
         for group, letter, other in _STAGE_TOKEN.findall(attn_type):
@@ -310,8 +274,7 @@ def parse_attn_type(attn_type, depths: Sequence[int], owner: str = 'backbone',
 
 
 def format_attn_type(cores: Sequence[Sequence[str]]) -> str:
-    """The shortest string :func:`parse_attn_type` reads back into ``cores`` (per stage, per
-    block)."""
+    """The shortest string :func:`parse_attn_type` reads back into ``cores``."""
     by_name = {c.name: c.letter for c in CORES.values()}
     out = []
     for blocks in cores:

@@ -1,14 +1,10 @@
-"""The linear-time InLine and MALA cores: their forward passes and a backward written as GEMMs.
-
-Plain autograd through the cores saves every (N x d) intermediate (phi(K), phi(Q), the rotated
-copies, num, ...) and replays an elementwise pass per op. The autograd Functions here save q, k, v
-and the small states only, recompute phi and the rotation in the backward, and form the gradients
-as batched products of the (N x d) tensors with (d x d) / (d x 1) states.
+"""The linear-time InLine and MALA cores: forward passes and a backward written as GEMMs. The
+Functions save q, k, v (in their dtype; the math in float32 for half ones, autocast off) and the
+small states, recompute phi and the rotation, and form the gradients as batched products.
 
 Notation per (batch, head): P = phi(Q), K' = phi(K), V, G = dL/dout, c = s / N with N the keys'
-count (the queries' may differ), 1 a column of ones; R the per-token RoPE rotation
-``x cos + rot(x) sin``, whose adjoint is ``R^T y = y cos - rot(y sin)`` (``rot`` is a quarter turn
-of each channel pair, so ``rot^T = -rot``).
+count, 1 a column of ones; R the per-token RoPE rotation ``x cos + rot(x) sin``, whose adjoint is
+``R^T y = y cos - rot(y sin)`` (``rot`` is a quarter turn of each channel pair, ``rot^T = -rot``).
 
 InLine, forward ``out = P S + 1 m`` with ``m = 1^T V / N`` and
 ``S = c (K'^T V - (1^T K')^T m)``. Backward::
@@ -27,15 +23,7 @@ MALA (phi = ELU + 1, phi' = min(phi, 1)), forward with ``kv = c (R K')^T V``, ``
     dV = c (R K') dkv + 1 dm / N        dK' = R^T(c V dkv^T) + 1 c dw^T
     dQ = dP * phi'(Q),  dK = dK' * phi'(K)
 
-(``b * num = (R P) kv`` scaled per row, so ``db_i = G_i . num_i = (R P)_i . M_i``: num is never
-stored.) The forward runs without autograd, so it takes the chunked, in-place inference path.
-
-Precision: the Functions take q, k, v in any floating dtype and save them as they come, so under
-autocast (bf16 / fp16 projections) they keep half-precision activations, not float32 copies of
-them. Both passes compute in float32 for half inputs (float32 / float64 ones as they are): the
-forward upcasts its inputs, the backward its saved tensors and the incoming gradient, each pass with
-autocast off. The output comes in v's dtype and each gradient in its input's dtype. The small
-states (d x d, d x 1, MALA's z, N x 1) are kept in float32.
+(``db_i = G_i . num_i = (R P)_i . M_i``: num is never stored.)
 """
 import functools
 from typing import Optional, Tuple
@@ -50,16 +38,12 @@ RopeTables = Optional[Tuple[Tensor, Tensor]]
 
 
 def _rotate(x: Tensor, sin: Tensor, cos: Tensor, out: Optional[Tensor] = None) -> Tensor:
-    """:func:`~.kernels.apply_rope`'s ``x cos + rot(x) sin`` with ``rot(x) = (-x1, x0, -x3, x2,
-    ...)``, written pair-wise into ``out`` (new if None; must not overlap ``x``)::
+    """``x cos + rot(x) sin`` (:func:`~.kernels.apply_rope`) pair-wise into ``out`` (not overlapping
+    ``x``; None: new), three passes without a ``rot(x)`` temporary (docs/benchmarks.md)::
 
         out = x cos;  out_even -= x_odd sin_even;  out_odd += x_even sin_odd
 
-    Three passes and no temporary: building ``rot(x)`` as a tensor (a negated half and a
-    ``torch.stack`` that interleaves it, torch's slowest copy: element by element) took longer than
-    the rest of MALA's query pass at MAViT's stage shapes (docs/benchmarks.md). With autograd, and
-    in traced graphs (jit trace, compile, export: no in-place writes into views for the exporters),
-    the same formula out of place: ``x cos + rot(x) sin``."""
+    With autograd and in traced graphs: the formula out of place."""
     if torch.is_grad_enabled() or not eager():
         return torch.addcmul(x * cos, rotate_pairs(x), sin, out=out)
     out = torch.mul(x, cos, out=out)
@@ -73,8 +57,7 @@ def key_pass(k: Tensor, v: Tensor, phi, step: int, rope: RopeTables = None):
     """Pass 1 over the keys: sum_j phi~(k_j)^T v_j (d x dv), sum_j phi(k_j), sum_j v_j."""
     n = k.shape[-2]
     kv = sum_k = sum_v = None
-    # one pass over the whole sequence without slicing when it fits one step (always while
-    # exporting: a loop over a symbolic N would fix N to the example's)
+    # no slicing when it fits one step (always while exporting: a loop would fix N)
     spans = [slice(None)] if step >= n else [slice(i, i + step) for i in range(0, n, step)]
     for span in spans:
         phk, vc = phi(k[..., span, :]), v[..., span, :]
@@ -90,8 +73,7 @@ def key_pass(k: Tensor, v: Tensor, phi, step: int, rope: RopeTables = None):
 
 
 def _spare(phi, like: Tensor) -> Optional[Tensor]:
-    """Where to write a rotated copy of ``phi``'s last result: its scratch's spare buffer (see
-    :func:`~.kernels.elu_plus_one_scratch`), else a new tensor (None)."""
+    """Where to write a rotated copy of ``phi``'s last result: its spare buffer, or None (new)."""
     spare = getattr(phi, 'spare', None)
     return None if spare is None else spare(like.shape[-2])
 
@@ -108,8 +90,7 @@ def query_pass(q: Tensor, step: int, dv: int, fn) -> Tensor:
 
 
 def _bmm(a: Tensor, w: Tensor, bias: Optional[Tensor] = None, alpha: float = 1.0) -> Tensor:
-    """``bias + alpha * a @ w`` for (..., N, m) @ (..., m, e) with a (..., 1, e) bias row: one
-    batched GEMM (the bias is the GEMM's C operand)."""
+    """``bias + alpha * a @ w`` for (..., N, m) @ (..., m, e), (..., 1, e) bias: one GEMM."""
     if bias is None:
         return torch.matmul(a, w * alpha if alpha != 1.0 else w)
     lead, n = a.shape[:-2], a.shape[-2]
@@ -119,8 +100,7 @@ def _bmm(a: Tensor, w: Tensor, bias: Optional[Tensor] = None, alpha: float = 1.0
 
 
 def inline_forward(q: Tensor, k: Tensor, v: Tensor, phi, s: float, step: int):
-    """InLine's output and its states (state S, mean(V), sum phi(K)). N is the keys' count
-    (the means run over the keys; the queries may be as many or not)."""
+    """InLine's output and states (S, mean(V), sum phi(K)); the means run over the keys."""
     b, h, _, d = q.shape
     n = k.shape[-2]
     kv, sum_k, sum_v = key_pass(k, v, phi, step)
@@ -143,19 +123,15 @@ def _tokens_inner(x: Tensor) -> bool:
 
 def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, eps: float,
                  beta: bool, gamma: bool, step: int, keep_z: bool = False):
-    """MALA's output, its states (kv, w = s mean(phi(K))^T, mean(V)) and, if ``keep_z``, z.
-    N is the keys' count (the means run over the keys)."""
+    """MALA's output, states (kv, w = s mean(phi(K))^T, mean(V)) and, if ``keep_z``, z."""
     n = k.shape[-2]
     inplace = not torch.is_grad_enabled()
-    # eager calls without autograd write phi into two scratch buffers reused for every chunk of
-    # keys and queries (its exp as exp2, kernels.exp_); traced ones keep the plain expression
+    # eager calls without autograd write phi into two scratch buffers reused for every chunk
     longest = max(n, q.shape[-2])
     scratch = inplace and eager()
     phi = elu_plus_one_scratch(q, min(step, longest)) if scratch else elu_plus_one
     if scratch and rope is not None and _tokens_inner(q):
-        # the scratch holds phi with the tokens inner, as q comes (MAViT's layout): the tables
-        # in that layout too (a 2-D transposing copy, torch's fast blocked one), so that the
-        # rotation runs within one layout
+        # the scratch holds phi with the tokens inner (MAViT's layout): the tables too
         rope = tuple(t.t().contiguous().t() if t.dim() == 2 else t for t in rope)
     kv, sum_k, sum_v = key_pass(k, v, phi, step, rope)
     mean_v = sum_v / n
@@ -165,10 +141,8 @@ def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, ep
 
     def chunk(qc, i):
         phq = phi(qc)
-        # z from the un-rotated phi(q), in its own (d x 1) product: measured faster than one
-        # GEMM over the concatenated [kv | zvec] (d+1 columns), eager and compiled. With the
-        # tokens inner (MAViT's layout) as z^T = w^T phi(q)^T: a product with a row-major
-        # matrix (1 x d times d x N), where phi(q) w on that layout took 10x as long
+        # z from the un-rotated phi(q), its own (d x 1) product (faster than [kv | zvec]); with
+        # the tokens inner as z^T = w^T phi(q)^T (phi(q) w on that layout took 10x as long)
         if _tokens_inner(phq):
             z = torch.matmul(zvec.transpose(-2, -1), phq.transpose(-2, -1)).transpose(-2, -1)
         else:
@@ -193,8 +167,7 @@ def mala_forward(q: Tensor, k: Tensor, v: Tensor, s: float, rope: RopeTables, ep
 
 
 def _elu1(x: Tensor, out: Optional[Tensor] = None):
-    """phi(x) = ELU(x) + 1 = relu(x) + e and its slope phi'(x) = e = exp(min(x, 0)): five passes,
-    the exp as :func:`~.kernels.exp_`."""
+    """phi(x) = ELU(x) + 1 = relu(x) + e and its slope phi'(x) = e = exp(min(x, 0))."""
     e = exp_(x.clamp(max=0))
     return torch.add(x.relu(), e, out=out), e
 
@@ -208,8 +181,7 @@ def _phi_and_slope(kernel: str, x: Tensor):
 
 
 def _times_dphi(grad: Tensor, x: Tensor, slope: Optional[Tensor], kernel: str) -> Tensor:
-    """``grad * phi'(x)`` in one pass (``grad`` is overwritten). For 'exp' (phi' = 0.2 phi) the
-    0.2 is folded into the caller's GEMM (:data:`_DPHI_SCALE`)."""
+    """``grad * phi'(x)`` in place; for 'exp' (phi' = 0.2 phi) the 0.2 is in the caller's GEMM."""
     if kernel == 'relu':
         return torch.ops.aten.threshold_backward(grad, x, 0)
     if kernel == 'leakyrelu':
@@ -217,12 +189,9 @@ def _times_dphi(grad: Tensor, x: Tensor, slope: Optional[Tensor], kernel: str) -
     return grad if slope is None else grad.mul_(slope)  # identity; exp and elu
 
 
-_DPHI_SCALE = {'exp': 0.2}
-
-
 def inline_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, state: Tensor, mean_v: Tensor,
                     sum_k: Tensor, kernel: str, s: float):
-    f = _DPHI_SCALE.get(kernel, 1.0)
+    f = 0.2 if kernel == 'exp' else 1.0
     n = k.shape[-2]
     c = s / n
     pq, slope = _phi_and_slope(kernel, q)
@@ -237,12 +206,9 @@ def inline_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, state: Tensor, m
 
 
 def _rope_adjoint(y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
-    """R^T y = y cos - rot(y sin): the transpose of :func:`_rotate`'s per-token rotation
-    (-rot turns each pair (a, b) into (b, -a)), pair-wise as :func:`_rotate` does it::
+    """R^T y = y cos - rot(y sin), the transpose of :func:`_rotate`, pair-wise::
 
-        out = y cos;  out_even += y_odd sin_odd;  out_odd -= y_even sin_even
-
-    (The backward runs without autograd, in eager mode.)"""
+        out = y cos;  out_even += y_odd sin_odd;  out_odd -= y_even sin_even"""
     out = y * cos
     yp, sp, op = (t.unflatten(-1, (-1, 2)) for t in (y, sin, out))
     op[..., 0].addcmul_(yp[..., 1], sp[..., 1])
@@ -253,10 +219,8 @@ def _rope_adjoint(y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
 def mala_backward(g: Tensor, q: Tensor, k: Tensor, v: Tensor, kv: Tensor, zvec: Tensor,
                   mean_v: Tensor, z: Optional[Tensor], rope: RopeTables, s: float, eps: float,
                   beta: bool, gamma: bool):
-    """The formulas of the module docstring with the (N x 1) terms folded into the GEMMs:
-    A = [P | -z / b] (phi(q) written into A's first d columns), B = [b * G | dz], then
-    A^T B = [[dkv, dw], [dm, .]] and dP = B [kv^T ; w^T] (without RoPE: two GEMMs for five
-    products)."""
+    """The module docstring's formulas with the (N x 1) terms folded into the GEMMs:
+    A = [P | -z / b], B = [b * G | dz], A^T B = [[dkv, dw], [dm, .]], dP = B [kv^T ; w^T]."""
     n, d, dv = k.shape[-2], q.shape[-1], v.shape[-1]
     c = s / n
     buf_a = q.new_empty(q.shape[:-1] + (d + 1,))
@@ -309,23 +273,13 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def _float32(t: Optional[Tensor]) -> Optional[Tensor]:
-    """A half tensor as a float32 copy (the cores' math), any other (or None) as it is."""
+    """A half tensor as a float32 copy, any other (or None) as it is."""
     return t.float() if t is not None and t.dtype in _LOW_PRECISION else t
 
 
 @functools.lru_cache(maxsize=None)
 def _autocast_marked(fn, device_type: str, backward: bool):
-    """``fn`` (a Function's ``forward`` or ``backward`` body) marked for autocast as torch
-    recommends: ``custom_fwd`` / ``custom_bwd`` for ``device_type``, so that the backward runs in
-    the autocast state the forward ran in. Our forward always runs with autocast off (the Functions
-    turn it off before the mark records it), so the backward does too, also when ``.backward()`` is
-    called inside an autocast region.
-
-    Without ``cast_inputs``: with ``cast_inputs=torch.float32`` the mark would hand the forward
-    float32 copies of q, k, v under autocast and those copies would be what is saved; the forward
-    upcasts for its math itself and saves the inputs. torch >= 2.4 has ``torch.amp.custom_fwd``
-    for every device type; older torch has only ``torch.cuda.amp``'s, for CUDA, and other devices
-    get the same effect here: the backward under autocast off."""
+    """``fn`` marked ``custom_fwd`` / ``custom_bwd`` for ``device_type``: autocast off in both."""
     amp = getattr(torch, 'amp', None)
     if hasattr(amp, 'custom_fwd'):  # torch >= 2.4
         mark = amp.custom_bwd if backward else amp.custom_fwd
@@ -342,11 +296,18 @@ def _autocast_marked(fn, device_type: str, backward: bool):
     return autocast_off
 
 
-def _forward(body, ctx, q: Tensor, *args):
-    """``body(ctx, q, *args)`` with autocast off, marked for q's device type."""
-    ctx.device_type = q.device.type
+def _forward(body, backward, ctx, q: Tensor, *args):
+    """``body(ctx, q, *args)`` with autocast off, marked for q's device; ``backward``: its body."""
+    ctx.device_type, ctx.backward_body = q.device.type, backward
     with torch.autocast(device_type=ctx.device_type, enabled=False):
         return _autocast_marked(body, ctx.device_type, False)(ctx, q, *args)
+
+
+class _CoreFunction(torch.autograd.Function):
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        return _autocast_marked(ctx.backward_body, ctx.device_type, True)(ctx, g)
 
 
 def _inline_forward_body(ctx, q, k, v, kernel: str, scale: float, step: int):
@@ -364,18 +325,13 @@ def _inline_backward_body(ctx, g):
     return (*(d.to(x.dtype) for d, x in zip(grads, (q, k, v))), None, None, None)
 
 
-class InlineAttentionFunction(torch.autograd.Function):
-    """InLine's core with the backward above: ``apply(q, k, v, kernel, scale, step)``. Saves q, k,
-    v in their dtype and computes in float32 for half ones (see the module docstring)."""
+class InlineAttentionFunction(_CoreFunction):
+    """InLine's core with the backward above: ``apply(q, k, v, kernel, scale, step)``."""
 
     @staticmethod
     def forward(ctx, q, k, v, kernel: str, scale: float, step: int):
-        return _forward(_inline_forward_body, ctx, q, k, v, kernel, scale, step)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, g):
-        return _autocast_marked(_inline_backward_body, ctx.device_type, True)(ctx, g)
+        return _forward(_inline_forward_body, _inline_backward_body, ctx, q, k, v, kernel, scale,
+                        step)
 
 
 def _mala_forward_body(ctx, q, k, v, sin, cos, scale: float, eps: float, beta: bool, gamma: bool,
@@ -400,17 +356,12 @@ def _mala_backward_body(ctx, g):
             None, None, None, None, None, None, None)
 
 
-class MalaAttentionFunction(torch.autograd.Function):
-    """MALA's core with the backward above:
-    ``apply(q, k, v, sin, cos, scale, eps, beta, gamma, step)`` (sin = cos = None: no RoPE). Saves
-    q, k, v in their dtype and computes in float32 for half ones (see the module docstring)."""
+class MalaAttentionFunction(_CoreFunction):
+    """MALA's core: ``apply(q, k, v, sin, cos, scale, eps, beta, gamma, step)`` (sin None: no
+    RoPE)."""
 
     @staticmethod
     def forward(ctx, q, k, v, sin, cos, scale: float, eps: float, beta: bool, gamma: bool,
                 step: int):
-        return _forward(_mala_forward_body, ctx, q, k, v, sin, cos, scale, eps, beta, gamma, step)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, g):
-        return _autocast_marked(_mala_backward_body, ctx.device_type, True)(ctx, g)
+        return _forward(_mala_forward_body, _mala_backward_body, ctx, q, k, v, sin, cos, scale, eps,
+                        beta, gamma, step)

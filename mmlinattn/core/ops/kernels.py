@@ -19,49 +19,35 @@ _LOG2E = math.log2(math.e)
 
 
 def eager() -> bool:
-    """Not inside a jit trace (the FLOP counter's), ``torch.compile`` or ``torch.export``: the
-    traced graphs keep plain ``exp`` (what exporters and the FLOP counter know, and what inductor
-    fuses anyway)."""
+    """Not inside a jit trace, ``torch.compile`` or ``torch.export`` (which keep plain ``exp``)."""
     return not (torch.jit.is_tracing() or probes.is_compiling()
                 or probes.is_exporting())
 
 
 def exp_(t: Tensor, scale: float = 1.0) -> Tensor:
-    """``exp(scale * t)`` written into ``t``, which the caller owns.
-
-    In eager mode as ``exp2(t * scale * log2(e))``: torch's CPU ``exp`` kernel takes about 3.5x the
-    time of its ``exp2`` (AMD EPYC, AVX-512, 2 threads: 80 against 24 us for 131k floats), so one
-    extra multiply pass still saves most of the time. The two agree to 1e-13 relative in float64;
-    in float32 to 5e-7 for |t| <= 10 and 4e-6 at -80 (the rounding of t * log2(e)).
-    """
+    """``exp(scale * t)`` into ``t`` (the caller's); eager as ``exp2(t * scale * log2(e))`` (3.5x
+    faster on CPU; equal to 1e-13 relative in float64, 5e-7 in float32 for |t| <= 10)."""
     if eager():
         return t.mul_(scale * _LOG2E).exp2_()
     return (t.mul_(scale) if scale != 1.0 else t).exp_()
 
 
 def _exp(x: Tensor) -> Tensor:
-    # the InLine paper's exp kernel (temperature 0.2, as in the authors' ablation code); eager
-    # calls without autograd take exp2 (see exp_), traced ones keep the plain expression
+    # the InLine paper's exp kernel (temperature 0.2, as the authors' ablation code)
     if eager() and not (torch.is_grad_enabled() and x.requires_grad):
         return torch.mul(x, 0.2 * _LOG2E).exp2_()
     return torch.exp(0.2 * x)
 
 
 def elu_plus_one(x: Tensor) -> Tensor:
-    """ELU(x) + 1, computed as relu(x) + exp(min(x, 0)).
-
-    Same values as ``F.elu(x) + 1`` (to rounding), but several times faster on CPU, where torch's
-    ELU kernel is about 9x slower than its exp; without autograd the passes run in place, with the
-    exp as :func:`exp_`.
-    """
+    """ELU(x) + 1 as relu(x) + exp(min(x, 0)) (faster on CPU); in place without autograd."""
     if torch.is_grad_enabled() and x.requires_grad:
         return torch.relu(x) + torch.exp(x.clamp(max=0))
     return exp_(x.clamp(max=0)).add_(x.relu())
 
 
 def elu_plus_one_into(x: Tensor, out: Tensor, tmp: Tensor) -> Tensor:
-    """:func:`elu_plus_one` without autograd, written into ``out`` with ``tmp`` (both shaped like
-    ``x``) as scratch: five passes and no allocation."""
+    """:func:`elu_plus_one` without autograd into ``out``, ``tmp`` as scratch (both like ``x``)."""
     return exp_(torch.clamp(x, max=0, out=out)).add_(torch.clamp(x, min=0, out=tmp))
 
 
@@ -72,16 +58,8 @@ _workspace = threading.local()
 
 
 def cpu_workspace(numel: int, dtype: torch.dtype) -> Tensor:
-    """A flat CPU tensor of ``numel`` elements: the same memory on every call of this thread
-    (grown when a call needs more), so that a call does not fault fresh pages in.
-
-    Why: glibc's malloc gives large freed blocks back to the kernel once the free memory at the top
-    of its heap passes a threshold that it derives from the largest block it has freed, and the
-    next allocation of them faults every 4 kB page in again, zero-filled. MALA's two scratch
-    buffers (2 x 2 MB at 4096 tokens, h=4, d=32) pushed a call over that threshold where nothing
-    larger had been freed before, and each call then spent about as long on ~600 page faults as on
-    its arithmetic (docs/benchmarks.md). The contents are the last user's: callers overwrite them
-    and use them before their next call."""
+    """A flat CPU tensor of ``numel`` elements, the same memory on every call of this thread (grown
+    when needed), so that no call faults fresh pages in (docs/benchmarks.md)."""
     kept = getattr(_workspace, 'tensors', None)
     if kept is None:
         kept = _workspace.tensors = {}
@@ -93,18 +71,9 @@ def cpu_workspace(numel: int, dtype: torch.dtype) -> Tensor:
 
 
 def elu_plus_one_scratch(like: Tensor, tokens: int) -> Callable[[Tensor], Tensor]:
-    """:func:`elu_plus_one_into` over two scratch buffers for chunks of at most ``tokens`` tokens
-    of tensors shaped like ``like`` (..., N, d): on the CPU the thread's :func:`cpu_workspace`
-    (while the two fit :data:`WORKSPACE_MAX_BYTES`), elsewhere two buffers allocated once per
-    call. Every call's result overwrites the last one's (also the last core call's): use it before
-    the next call. ``phi.spare(m)`` is the second buffer's first ``m`` tokens, free to overwrite
-    between one call's return and the next call (e.g. with a rotated copy of the result).
-
-    The buffers take ``like``'s layout: (..., N, d) row-major, or (..., d, N) row-major when the
-    tokens are ``like``'s unit-stride dim (MAViT's q, k, v: per-head views of one channels-first
-    projection). Elementwise passes between tensors of different layouts are torch's slow strided
-    loops: a clamp from MAViT's layout into a row-major buffer took 20x the time of the same
-    clamp within one layout (2.1 against 0.1 ms for 2 x 4096 x 64 floats, one thread)."""
+    """:func:`elu_plus_one_into` over two scratch buffers for chunks of <= ``tokens`` tokens laid
+    out like ``like``; ``phi.spare(m)``: the second buffer's first ``m`` tokens, free until next
+    call."""
     *lead, _, d = like.shape
     per_token = math.prod(lead) * d
     size = per_token * tokens
@@ -146,12 +115,8 @@ def get_kernel(name: str) -> Callable[[Tensor], Tensor]:
 
 def rope_angles(head_dim: int, theta: float = 10000.0, device=None,
                 dtype=torch.float32) -> Tensor:
-    """Per-pair rotation frequencies of MAViT's 2-D RoPE, shape (head_dim // 2,).
-
-    ``1 / theta ** linspace(0, 1, head_dim // 4)``, each entry repeated twice, so that channel pairs
-    (2i, 2i+1) rotate together. The first half of the channels rotates with the row index, the
-    second half with the column index.
-    """
+    """Per-pair frequencies of MAViT's 2-D RoPE: ``1 / theta ** linspace(0, 1, head_dim // 4)``,
+    each twice; the first half of the channels rotates with the row, the second with the column."""
     if head_dim % 4 != 0:
         raise ValueError(f'2-D RoPE needs a head dim divisible by 4, got {head_dim}')
     angle = 1.0 / (theta ** torch.linspace(0, 1, head_dim // 4, device=device, dtype=dtype))

@@ -6,16 +6,11 @@ Tensor = torch.Tensor
 
 
 def dynamic_depthwise_conv3x3(x: Tensor, weight: Tensor) -> Tensor:
-    """Depthwise 3x3 convolution of ``x`` (B, C, H, W) with one kernel per sample and channel.
-
-    ``weight`` is (B, C, 3, 3) or (B, 9C) laid out channel-major (``weight[b, 9c:9c+9]`` is channel
-    c's kernel, row-major), zero padding 1. Implemented as one grouped conv with ``groups = B*C``.
-    """
+    """Depthwise 3x3 convolution (zero padding 1) of ``x`` (B, C, H, W) with one kernel per sample
+    and channel: ``weight`` (B, C, 3, 3) or (B, 9C) channel-major; one grouped conv."""
     b, c, h, w = x.shape
     if torch.onnx.is_in_onnx_export():
-        # the legacy (jit) ONNX exporter (ours, mmdeploy's) cannot write a convolution whose
-        # kernel is computed: the same sum over the nine shifted copies of the zero-padded map (a
-        # plain jit trace, e.g. a FLOP counter's, still sees the convolution)
+        # the jit ONNX exporter cannot write a computed kernel: the sum over nine shifted copies
         weight = weight.reshape(b, c, 9, 1, 1).to(x.dtype)
         padded = F.pad(x, (1, 1, 1, 1))
         return sum(padded[:, :, i:i + h, j:j + w] * weight[:, :, 3 * i + j]

@@ -1,16 +1,7 @@
-"""The authors' checkpoints (and ours), as the backbones load them: reading files safely, http(s)
-URLs, fitting a state dict to a backbone with an exact report, and the families' released layouts.
-
-* :mod:`.reading` - the weights-only reader with its restricted unpickler, ``extract_state_dict``
-  and ``load_runner_checkpoint`` (a Runner's checkpoint read the way the Runner will);
-* :mod:`.urls` - URLs fetched once into a cache keyed by URL;
-* :mod:`.fitting` - ``fit_state_dict``, ``fit_backbone_checkpoint`` (the one path a backbone's
-  pretrained file is fitted through) and ``check_model_checkpoint``;
-* :mod:`.layouts` - :class:`AuthorsLayout`.
-
-Part of the core: imports nothing of mmlinattn outside :mod:`mmlinattn.core`. Writing checkpoints
-(atomically) belongs to training (:mod:`mmlinattn.training.fileio`); the ``--resume`` search to our
-tools (``tools/workshop/apis/resume.py``).
+"""The authors' checkpoints (and ours), as the backbones load them: :mod:`.reading` (the safe
+weights-only reader), :mod:`.urls` (URLs fetched once into a cache), :mod:`.fitting` (a state dict
+fitted to a backbone with an exact report; whole-model checks) and :mod:`.layouts`
+(:class:`AuthorsLayout`). Writing checkpoints belongs to :mod:`mmlinattn.training.fileio`.
 """
 from .errors import CheckpointError
 from .fitting import check_model_checkpoint, fit_backbone_checkpoint, fit_state_dict

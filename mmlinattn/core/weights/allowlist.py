@@ -1,7 +1,6 @@
-"""What a weights-only load of a checkpoint may resolve besides torch's own allow-list: numpy's
-data types under numpy 1's and numpy 2's names, and :func:`numpy_allowed`, which allows them for
-one load and then restores torch's allow-list exactly as it was (torch's ``safe_globals`` context
-removes its entries on exit even where they had been allowed before)."""
+"""What a weights-only load may resolve besides torch's own allow-list: numpy's data types under
+numpy 1's and 2's names, allowed for one load by :func:`numpy_allowed`, which then restores torch's
+allow-list as it was (torch's ``safe_globals`` context would drop entries allowed before)."""
 import contextlib
 
 import numpy as np
@@ -12,14 +11,8 @@ _NUMPY_MULTIARRAY_MODULES = ('numpy.core.multiarray', 'numpy._core.multiarray')
 
 
 def numpy_global_names() -> dict:
-    """The numpy globals a weights-only load may resolve, ``'module.name' -> object``.
-
-    ``ndarray`` pickles through ``multiarray._reconstruct`` and numpy scalars through
-    ``multiarray.scalar``; numpy 1 names their module ``numpy.core.multiarray``, numpy 2
-    ``numpy._core.multiarray`` (the old name is a deprecated alias there, and numpy 1.26 has only
-    partial stubs under the new one). The two functions are taken from what this numpy's own
-    pickling uses (``__reduce__``), so no module attribute that may not exist is touched, and both
-    names map to them: a file written under either numpy loads under the other."""
+    """The numpy globals a weights-only load may resolve, ``'module.name' -> object``, under numpy
+    1's and 2's module names (a file written under either loads under the other)."""
     reconstruct = np.ndarray((0,), dtype=np.float32).__reduce__()[0]
     scalar = np.float64(0).__reduce__()[0]
     names = {}
@@ -36,27 +29,21 @@ def numpy_global_names() -> dict:
 
 
 def numpy_safe_globals() -> list:
-    """:func:`numpy_global_names` as entries for ``torch.serialization.add_safe_globals``:
-    ``(object, 'module.name')`` pairs, so one object is allowed under each of its names."""
+    """:func:`numpy_global_names` as ``(object, 'module.name')`` pairs for ``add_safe_globals``."""
     return [(obj, name) for name, obj in numpy_global_names().items()]
 
 
-def _allowlist_api() -> bool:
+def runner_allowlist_supported() -> bool:
     ser = torch.serialization
     return all(hasattr(ser, f) for f in ('add_safe_globals', 'get_safe_globals',
                                          'clear_safe_globals'))
 
 
-runner_allowlist_supported = _allowlist_api
-
-
 @contextlib.contextmanager
 def _allowed(entries):
-    """``entries`` added to torch's allow-list inside the block; afterwards the list is the one
-    before, entry for entry (torch's own ``safe_globals`` context would drop entries that were
-    there before it)."""
+    """``entries`` added to torch's allow-list inside the block, the list as before afterwards."""
     ser = torch.serialization
-    if not _allowlist_api():
+    if not runner_allowlist_supported():
         yield
         return
     before = list(ser.get_safe_globals())
@@ -70,8 +57,7 @@ def _allowed(entries):
 
 
 def history_buffer_getattr(obj, name, *default):
-    """``getattr`` as a Runner checkpoint may use it: only for a function of mmengine's
-    ``HistoryBuffer`` class (what its unpatched pickling names), anything else refused."""
+    """``getattr`` for a function of mmengine's ``HistoryBuffer`` only (what its pickling names)."""
     import pickle
 
     from mmengine.logging.history_buffer import HistoryBuffer
@@ -81,25 +67,19 @@ def history_buffer_getattr(obj, name, *default):
 
 
 def runner_allowed():
-    """numpy's data types, mmengine's ``HistoryBuffer`` and :func:`history_buffer_getattr` (as
-    ``builtins.getattr``) allowed for the weights-only loads inside the block."""
+    """numpy's data types, ``HistoryBuffer`` and its ``getattr`` allowed inside the block."""
     from mmengine.logging.history_buffer import HistoryBuffer
     return _allowed(numpy_safe_globals() + [HistoryBuffer,
                                             (history_buffer_getattr, 'builtins.getattr')])
 
 
-@contextlib.contextmanager
 def numpy_allowed():
-    """numpy's data types allowed for the weights-only loads inside the block (where torch has an
-    allow-list, 2.4 and later); afterwards the allow-list is the one before, entry for entry."""
-    with _allowed(numpy_safe_globals()):
-        yield
+    """numpy's data types allowed for the weights-only loads inside the block (torch >= 2.4)."""
+    return _allowed(numpy_safe_globals())
 
 
 def default_load_reads(obj) -> bool:
-    """Whether ``torch.load`` called without ``weights_only`` (as mmengine's checkpoint loader
-    calls it) reads ``obj`` back: saved to an in-memory file and loaded, so the answer is this
-    torch's default and its allow-list as they are now."""
+    """Whether ``torch.load`` without ``weights_only`` (as mmengine calls it) reads ``obj`` back."""
     import io
     import pickle
     import warnings

@@ -20,8 +20,7 @@ def _fmt(keys: Sequence[str], limit: int = 12) -> str:
 
 
 def _misfit(mismatched: List[str], missing: List[str], unexpected: List[str], limit: int) -> str:
-    """'N shape mismatch(es): ...; N key(s) missing from the checkpoint: ...; N key(s) not in the
-    model: ...' (the non-empty parts: the first ``limit`` mismatches, ``2 * limit`` keys)."""
+    """The non-empty parts of 'N shape mismatch(es): ...; N key(s) missing ...; ...'."""
     parts = []
     for items, what, n in ((mismatched, 'shape mismatch(es)', limit),
                            (missing, 'key(s) missing from the checkpoint', 2 * limit),
@@ -35,16 +34,10 @@ def fit_state_dict(model: torch.nn.Module, state: Dict[str, Tensor], *,
                    tolerated: Iterable[str] = (), new_prefixes: Iterable[str] = (),
                    path: str = '<checkpoint>', logger: Optional[logging.Logger] = None,
                    check_only: bool = False) -> Dict[str, List[str]]:
-    """Load ``state`` into ``model`` with an exact report (``check_only=True``: the same checks and
-    report, nothing loaded - the pre-flight of a backbone ``init_cfg``, through
-    :func:`fit_backbone_checkpoint`).
-
-    * keys whose last name is in ``tolerated`` (buffers such as ``relative_position_index``,
-      ``attn_mask``) are ignored when the model has no such entry;
-    * model keys starting with ``new_prefixes`` (output norms) may be missing and are listed as new;
-    * anything else missing, unexpected or of a different shape raises :class:`CheckpointError`
-      naming the first keys and shapes - a checkpoint of another architecture never loads half-way.
-    """
+    """Load ``state`` into ``model`` (``check_only``: not) with an exact report. Keys named in
+    ``tolerated`` may be missing on either side, model keys starting with ``new_prefixes`` from the
+    checkpoint (new); anything else missing, unexpected or misshapen raises
+    :class:`CheckpointError`."""
     logger = logger or logging.getLogger('mmlinattn')
     own = model.state_dict()
     tolerated, new_prefixes = set(tolerated), tuple(new_prefixes)
@@ -81,25 +74,12 @@ def fit_backbone_checkpoint(backbone: torch.nn.Module, checkpoint: str, *, obj=N
                             use_ema: bool = False, prefix: str = '', allow_unsafe: bool = False,
                             check_only: bool = False, logger: Optional[logging.Logger] = None
                             ) -> Dict[str, List[str]]:
-    """The one path from a backbone checkpoint to one of our backbones, shared by
-    ``LinAttnBackbone.load_pretrained`` (loads) and our tools' pre-flight (``check_only=True``:
-    the same filter and checks, nothing loaded; see
-    ``tools/workshop/apis/preflight/checkpoints.py``).
-
-    ``obj`` is the checkpoint as already read (the pre-flight reads ``load_from`` once, on the
-    ``meta`` device); without it ``checkpoint`` is read here (on the CPU, or on ``meta`` with
-    ``check_only``): a zoo config's ``checkpoints/<name>`` that does not exist relative to the
-    working directory is the authors' file of that name, fetched from its URL
-    (:func:`~mmlinattn.core.weights.urls.backbone_checkpoint`). A whole detector/segmentor file is
-    recognised by its ``backbone.`` keys and read under that ``prefix``; an explicit ``prefix``
-    that no key carries is an error. The state goes through the family's
-    ``backbone.authors_layout`` filter (classification keys dropped, recomputed buffers ignored)
-    and :func:`fit_state_dict`. Raises :class:`CheckpointError` on a
-    misfit; returns the report (``loaded``, ``dropped``, ``ignored``, ``new`` key lists).
-    """
+    """The one path from a backbone checkpoint (``obj`` if read already; a missing zoo
+    ``checkpoints/<name>`` from the authors' URL; a whole detector under ``prefix`` ``backbone.``)
+    through ``backbone.authors_layout``'s filter and :func:`fit_state_dict` (``check_only``: the
+    pre-flight); returns the report, :class:`CheckpointError` on a misfit."""
     logger = logger or logging.getLogger('mmlinattn')
     if obj is None:
-        # a zoo config's checkpoints/<name> missing here: the authors' URL for that file
         source = backbone_checkpoint(checkpoint, logger)
         try:
             obj = read_checkpoint(source, map_location='meta' if check_only else 'cpu',
@@ -140,24 +120,8 @@ def check_model_checkpoint(model: torch.nn.Module, path: str, *, obj=None, parti
                            what: str = 'checkpoint', logger: Optional[logging.Logger] = None,
                            backbone_cfg=None, allow_attention_change: bool = False
                            ) -> Dict[str, List[str]]:
-    """Refuse a whole-model checkpoint (``tools/test.py CKPT``, ``load_from``, ``--resume``) that
-    does not fit ``model`` before anything is loaded, evaluated or trained.
-
-    mmengine itself loads such files non-strictly: a checkpoint of another architecture or size
-    loads the keys that happen to fit, logs the rest and evaluates a half-random model. Here every
-    key of the checkpoint must exist in the model with the same shape and every model key must be
-    in the checkpoint, else :class:`CheckpointError` names the file and the first offending keys.
-    With ``partial=True`` (fine-tuning a detector on other classes) the differences are logged as a
-    warning instead and mmengine's non-strict load goes ahead.
-
-    ``obj``: the file's contents where the caller has read them already (tools/test.py, tools/
-    train.py and the ONNX exporter read each checkpoint once and hand it on); else ``path`` is read
-    here (:func:`read_checkpoint`).
-
-    A file that fits key for key is then checked for the attention function it was trained as
-    (:func:`check_trained_function`; ``backbone_cfg``: the config's ``model.backbone``,
-    ``allow_attention_change``: the config's key of that name).
-    """
+    """Refuse a whole-model checkpoint that does not fit ``model`` key for key and shape for shape
+    (``partial=True``: a warning) or was trained as another attention function (``obj``: read)."""
     logger = logger or logging.getLogger('mmlinattn')
     if obj is None:
         obj = read_checkpoint(path, logger=logger)
@@ -190,10 +154,7 @@ FUNCTION_KEYS = ('attn_type', 'attn_cfg', 'window_size', 'inline_window')
 
 
 def attention_functions(backbone: torch.nn.Module) -> List[str]:
-    """What each attention of ``backbone`` computes, one line per module in order: its class, core,
-    kernel and core options (and window size), and a block's literal InLine window. (An attention
-    module is known by the attributes every ``AttentionModule`` sets: the models import this
-    package, not the other way.)"""
+    """What each attention module of ``backbone`` computes, one line each (and literal windows)."""
     out = []
     for name, m in backbone.named_modules():
         if all(hasattr(m, a) for a in ('core', 'kernel', 'core_options', 'core_entry')):
@@ -206,8 +167,7 @@ def attention_functions(backbone: torch.nn.Module) -> List[str]:
 
 
 def _literal(node):
-    """The value of an expression made of literals, ``dict(k=...)`` calls, lists, tuples and dicts
-    (what mmengine's config dump writes); ``ValueError`` for anything else. Nothing is run."""
+    """The value of a literal expression (as mmengine's config dump writes); nothing is run."""
     import ast
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
             node.func.id == 'dict' and not node.args:
@@ -227,11 +187,7 @@ def _literal(node):
 
 
 def _recorded_backbone(obj):
-    """``(backbone, why)``: ``model.backbone`` of the config a Runner checkpoint records
-    (``meta.cfg``, mmengine's dump of it) and None, or None and why there is none that reads. Only
-    the backbone's own expression must be literal (a value elsewhere in ``model`` does not matter).
-    The dump is parsed, never run: a checkpoint is data, and the weights-only reading must not
-    execute what a file carries."""
+    """``(model.backbone of the recorded meta.cfg, '')`` or ``(None, why not)``; never run."""
     import ast
     meta = obj.get('meta') if isinstance(obj, dict) else None
     text = meta.get('cfg') if isinstance(meta, dict) else None
@@ -258,8 +214,7 @@ def _recorded_backbone(obj):
 
 
 def _keyword(node, key: str):
-    """The expression of ``key`` in a ``dict(key=...)`` call or ``{'key': ...}`` literal, or
-    None."""
+    """The expression of ``key`` in a ``dict(key=...)`` call or a ``{'key': ...}``, or None."""
     import ast
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == 'dict':
         return next((k.value for k in node.keywords if k.arg == key), None)
@@ -270,8 +225,7 @@ def _keyword(node, key: str):
 
 
 def _overrides(key: str, value) -> str:
-    """``--cfg-options`` items that set ``key`` to ``value`` (a dict as one item per leaf, which
-    mmengine's parser reads; ``{}`` and other values as one)."""
+    """``--cfg-options`` items that set ``key`` to ``value`` (a non-empty dict: one per leaf)."""
     if isinstance(value, dict) and value:
         return ' '.join(_overrides(f'{key}.{k}', v) for k, v in value.items())
     return f'{key}={value!r}'.replace(' ', '')
@@ -280,15 +234,8 @@ def _overrides(key: str, value) -> str:
 def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=None, *,
                            allow: bool = False, what: str = 'checkpoint',
                            logger: Optional[logging.Logger] = None) -> None:
-    """Refuse a whole-model checkpoint whose recorded config builds the same backbone keys with
-    another attention function (``attn_type``, ``attn_cfg``, windows): MAViT's softmax and MALA
-    stages have the same parameters, so such a file loads without a word and scores another model.
-
-    The recorded backbone is built on the ``meta`` device and its :func:`attention_functions`
-    compared with ``model.backbone``'s. :class:`CheckpointError` names the first differing modules,
-    both configs' settings (``backbone_cfg``: the config's ``model.backbone``) and the override that
-    makes them agree; ``allow=True`` (the config's ``allow_attention_change``) logs it as one
-    warning instead."""
+    """Refuse a whole-model checkpoint whose recorded backbone has the same keys but another
+    attention function (MAViT's softmax and MALA stages share parameters); ``allow``: a warning."""
     logger = logger or logging.getLogger('mmlinattn')
     own = getattr(_unwrap(model), 'backbone', None)
     if own is None or not attention_functions(own):
@@ -335,6 +282,5 @@ def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=
 
 
 def _by_module(lines):
-    """:func:`attention_functions` lines as ``{module name: its settings}``, so that two models
-    are compared module by module (one side may have modules the other lacks)."""
+    """:func:`attention_functions` lines as ``{module name: its settings}``."""
     return dict(line.split(': ', 1) if ': ' in line else (line, '') for line in lines)

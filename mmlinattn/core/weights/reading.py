@@ -1,12 +1,7 @@
-"""Reading the authors' checkpoints (and our own) safely.
-
-The InLine release stores ``{'model', 'optimizer', 'lr_scheduler', 'max_accuracy', 'epoch',
-'config'}`` where ``config`` is a yacs ``CfgNode``; the MALA release stores ``{'model', 'model_ema',
-'optimizer', 'lr_scheduler', 'epoch', 'scaler', 'max_accuracy', 'args'}`` with ``args`` an
-``argparse.Namespace``. Both are read with ``torch.load(weights_only=True)``: the foreign objects
-are rebuilt as inert stand-ins (no yacs needed, no pickled code run). Only if that fails and the
-caller explicitly allows it is a full unpickle used, and the log says so.
-"""
+"""Reading checkpoints safely: foreign objects pickled beside the weights (the InLine release's yacs
+``CfgNode``, the MALA release's ``argparse.Namespace``) become inert stand-ins; a full unpickle only
+when the caller allows it, logged. The readers catch ``Exception`` around ``torch.load`` only (a
+damaged file's bytes decide the type) and raise :class:`CheckpointError`."""
 import codecs
 import logging
 import os
@@ -30,12 +25,7 @@ Tensor = torch.Tensor
 
 
 class ForeignObject(dict):
-    """Inert stand-in for a non-weight object pickled in a checkpoint (a yacs CfgNode, a
-    Namespace...).
-
-    It keeps whatever the pickle hands it as plain data and runs no code of its own.
-    ``foreign_name`` says which global it replaced.
-    """
+    """Inert stand-in (plain data, no code) for a foreign object pickled in a checkpoint."""
     foreign_name = '?'
 
     def __init__(self, *args, **kwargs):
@@ -61,9 +51,7 @@ def _stand_in(qualname: str) -> type:
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
-    """Resolves only the globals of torch's weights-only allow-list (tensor/storage rebuilding,
-    containers) and numpy data types; every other global becomes an inert :class:`ForeignObject`
-    subclass, so no code from the file can run."""
+    """Resolves torch's allow-list and numpy's types; other globals: :class:`ForeignObject`."""
 
     def find_class(self, module, name):
         key = f'{module}.{name}'
@@ -99,51 +87,30 @@ def _allowed_globals() -> dict:
 
 
 def load_runner_checkpoint(path: str, map_location='cpu') -> dict:
-    """A Runner checkpoint (``--resume``, ``load_from``, tools/test.py) read with torch's
-    weights-only loader, never a full unpickle: besides torch's own types, numpy's data types, and
-    what mmengine 0.10 pickles when ``mmlinattn.upstream_fixes`` was not applied (mmdet's / mmseg's
-    own tools): the ``HistoryBuffer`` class and ``getattr`` limited to that class's own functions
-    (:func:`mmlinattn.core.weights.allowlist.runner_allowed`, for this load only). Where torch has
-    no allow-list (before 2.4; mmengine loads with a full unpickle there) the restricted reader of
-    :func:`read_checkpoint` reads it instead. :class:`CheckpointError` names the file when it does
-    not read."""
+    """A Runner checkpoint read weights-only with :func:`~.allowlist.runner_allowed` (before torch
+    2.4: :func:`read_checkpoint`); :class:`CheckpointError` names a file that does not read."""
     if not runner_allowlist_supported():
         return read_checkpoint(path, map_location=map_location)
     with runner_allowed():  # our allow-list outside the try: an error of ours is no file's fault
         try:
             return torch.load(path, map_location=map_location, weights_only=True)
-        except Exception as err:  # the file's bytes decide the type: see below
+        except Exception as err:  # the file's bytes decide the type (module docstring)
             msg = str(err).strip().splitlines()
             raise CheckpointError(
                 f'{path} is not a readable Runner checkpoint ({type(err).__name__}: '
                 f'{msg[0][:200] if msg else ""})') from err
 
 
-# Why the readers here catch ``Exception`` around ``torch.load`` (and only around it): the bytes of
-# the file decide what the unpickler does, so a damaged or foreign file raises any type - a
-# truncated zip RuntimeError, an empty file EOFError, garbage KeyError (weights-only) or
-# UnpicklingError, an allowed global called with the file's own arguments TypeError or ValueError.
-# Each is reported as a CheckpointError naming the file, the error's type and its message; our own
-# code (the allow-lists) runs outside these ``try`` blocks.
-
-
 class CheckpointContents:
-    """A checkpoint file's contents from one read, with the file's size and modification time at
-    that read, so that whoever needs the file next in the same run takes them instead of reading it
-    again (:meth:`matches` says whether the file is still the one that was read).
-
-    ``runner_readable``: read the way mmengine's Runner reads a checkpoint
-    (:func:`load_runner_checkpoint`, on the CPU), so the contents may stand in for the Runner's own
-    read; ``False`` when only :func:`read_checkpoint`'s restricted reader could read it (inert
-    stand-ins for foreign objects), for checks only."""
+    """A checkpoint file's contents from one read and its stamp then (:meth:`matches`), for the next
+    user in the run; ``runner_readable``: read as the Runner reads, else for checks only."""
 
     def __init__(self, path: str, obj, runner_readable: bool = True, stat=None):
         self.path, self.obj, self.runner_readable = path, obj, runner_readable
         self.stat = stat if stat is not None else _file_stamp(path)
 
     def matches(self, path) -> bool:
-        """``path`` names the file these contents were read from, unchanged since (size and
-        modification time)."""
+        """``path`` is the file these contents were read from, unchanged since."""
         if not isinstance(path, (str, os.PathLike)) or not osp.isfile(path):
             return False
         same = osp.realpath(os.fspath(path)) == osp.realpath(self.path)
@@ -164,13 +131,8 @@ def _file_stamp(path):
 
 def read_contents(path: str, *, foreign: bool = False,
                   logger: Optional[logging.Logger] = None) -> CheckpointContents:
-    """Read the local file ``path`` once, on the CPU, the Runner's way
-    (:func:`load_runner_checkpoint`); with ``foreign=True`` a file that way refuses is read by
-    :func:`read_checkpoint`'s restricted reader instead (foreign objects as inert stand-ins;
-    ``runner_readable=False``). :class:`CheckpointError` names a file that does not read. The
-    file's size and modification time are taken before the read. Where torch has no allow-list
-    (< 2.4: :func:`load_runner_checkpoint` is :func:`read_checkpoint`, and mmengine unpickles in
-    full) the contents are for checks only (``runner_readable=False``)."""
+    """Read ``path`` once as the Runner does (``foreign=True``: else restricted, for checks
+    only)."""
     logger = logger or logging.getLogger('mmlinattn')
     if not osp.isfile(path):
         raise CheckpointError(f'checkpoint file not found: {path}')
@@ -195,18 +157,10 @@ def _safe_reconstructor(cls, base, state):
 
 def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
                     logger: Optional[logging.Logger] = None) -> dict:
-    """Load a checkpoint file without running code from it; :class:`CheckpointError` names the path.
-
-    1. ``torch.load(weights_only=True)`` (with numpy data types allowed for this load only);
-    2. if the file also pickles foreign objects (the InLine release's yacs ``CfgNode``, the MALA
-       release's ``argparse.Namespace``), a restricted unpickler replaces them with inert
-       :class:`ForeignObject` stand-ins - no yacs needed, nothing executed - and says so in the log;
-    3. only with ``allow_unsafe=True`` (files you trust) a full unpickle, logged as a warning.
-
-    An http(s) URL is first fetched once into torch's hub cache (:func:`local_checkpoint`) and the
-    cached file read the same way; a cached file that does not read is removed and the error names
-    the URL, the cached path and the reason.
-    """
+    """Load a checkpoint file without running code from it: ``torch.load(weights_only=True)`` (numpy
+    types allowed), else a restricted unpickler (foreign objects as :class:`ForeignObject`, logged),
+    else only with ``allow_unsafe=True`` a full unpickle. A URL is read from the cache
+    (:func:`local_checkpoint`); :class:`CheckpointError` names the path."""
     logger = logger or logging.getLogger('mmlinattn')
     if not isinstance(path, (str, os.PathLike)):
         raise CheckpointError(f'checkpoint must be a file path, got {type(path).__name__}')
@@ -228,8 +182,7 @@ def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
 
 
 def _read_restricted(path: str, map_location, allow_unsafe: bool, logger: logging.Logger):
-    """Steps 2 and 3 of :func:`read_checkpoint` (the restricted unpickler; a full unpickle only with
-    ``allow_unsafe``), for a local file the weights-only loader refused."""
+    """Steps 2 and 3 of :func:`read_checkpoint`."""
     try:
         obj = torch.load(path, map_location=map_location, weights_only=False,
                          pickle_module=_RestrictedPickleModule)
@@ -253,8 +206,7 @@ def _read_restricted(path: str, map_location, allow_unsafe: bool, logger: loggin
 
 
 def extract_state_dict(obj, use_ema: bool = False, path: str = '<checkpoint>') -> Dict[str, Tensor]:
-    """Pick the weights out of a checkpoint dict: ``model_ema`` (if asked) / ``model`` /
-    ``state_dict`` / the dict itself; strip ``module.`` prefixes."""
+    """The tensors of ``model_ema`` (if asked) / ``model`` / ``state_dict`` / the dict itself."""
     if not isinstance(obj, dict):
         raise CheckpointError(f'{path} holds a {type(obj).__name__}, not a checkpoint dict')
     if use_ema:

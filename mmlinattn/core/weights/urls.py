@@ -1,26 +1,14 @@
 """Checkpoints given as http(s) URLs: fetched once into a cache keyed by the URL, checked, then read
-like local files. The authors' files and where their READMEs publish them are in the family table
-(:data:`mmlinattn.core.families.AUTHORS_CHECKPOINTS`).
+like local files. Mirrors, for machines that cannot reach the hosts a config names:
 
-Mirrors, for machines that cannot reach the hosts a config names:
+* ``MMLINATTN_CHECKPOINT_BASE_URL=URL``: every URL is fetched as ``URL/<name>`` (:func:`source_url`,
+  :func:`mirror_name`); the cache stays keyed by the URL the config names.
+* ``HF_ENDPOINT=URL``: a ``https://huggingface.co/...`` URL is fetched from ``URL/...``.
+* With ``huggingface_hub`` installed (no base URL), a ``huggingface.co/.../resolve/...`` URL is
+  fetched by its ``hf_hub_download``; where that fails (a static mirror), directly.
+* ``HF_HUB_OFFLINE=1``: a Hugging Face URL is read from a cache only.
 
-* ``MMLINATTN_CHECKPOINT_BASE_URL=URL``: every checkpoint URL is fetched as ``URL/<name>`` instead
-  (:func:`source_url`), ``<name>`` being the local name of an authors' file (what
-  ``tools/misc/download_checkpoints.py`` saves it as, and reads from the same mirror) or else the
-  URL's host and path (:func:`mirror_name`). The cache stays keyed by the URL the config names.
-* ``HF_ENDPOINT=URL`` (the Hugging Face libraries' variable): a ``https://huggingface.co/...`` URL
-  is fetched from ``URL/...``. A value that is no http(s) URL is refused (with its value) before
-  any request, as the tools refuse it before any work (:mod:`mmlinattn.core.settings`).
-* With ``huggingface_hub`` installed, a ``huggingface.co/<repo>/resolve/<revision>/<file>`` URL is
-  fetched by its ``hf_hub_download`` (its cache, ``HF_ENDPOINT``, ``HF_TOKEN``, the revision,
-  resumed downloads) unless ``MMLINATTN_CHECKPOINT_BASE_URL`` is set. Where that fails (a static
-  file server as ``HF_ENDPOINT`` sends none of the Hub's headers), the file is fetched from the
-  same URL directly, as without ``huggingface_hub``: one mirror serves both.
-* ``HF_HUB_OFFLINE=1`` (Hugging Face's offline mode): a Hugging Face URL is read from a cache only
-  (torch's, or huggingface_hub's); one that is not cached is an error saying so, without a request.
-
-A download that fails says why: not found at the URL it names (HTTP 404), another HTTP status, no
-connection to the host, a cut-off transfer.
+A failed download says why: HTTP 404, another status, no connection, a cut-off transfer.
 """
 import hashlib
 import http.client
@@ -29,26 +17,22 @@ import os
 import os.path as osp
 import re
 from typing import Callable, Dict, Optional, Tuple
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from .errors import CheckpointError
 
 
 def is_url(path) -> bool:
-    """An http(s) URL (what ``init_cfg.checkpoint``, ``load_from`` and the tools' CHECKPOINT take
-    besides a local path)."""
+    """An http(s) URL (besides a local path, what checkpoint settings take)."""
     return isinstance(path, str) and path.startswith(('http://', 'https://'))
 
 
-#: torch hub's content-addressed file names: ``name-<first hex digits of the file's sha256>.ext``
-#: (at least 8 hex digits, one of them a letter: a date or a numeric id is not a hash)
+#: torch hub's ``name-<sha256 prefix>.ext`` (8+ hex digits, a letter among them: not a date)
 _HASH_NAME = re.compile(r'-((?=[0-9]*[a-f])[a-f0-9]{8,})\.')
 
 
 def url_file_name(url: str) -> str:
-    """The file name of ``url``: the last part of its path, or for a path ending in ``/``
-    (TsinghuaCloud's ``f/<id>/?dl=1``) its last folder with ``.pth`` added."""
-    from urllib.parse import urlparse
+    """The last part of ``url``'s path (TsinghuaCloud's ``f/<id>/``: ``<id>.pth``)."""
     parsed = urlparse(url)
     name = osp.basename(parsed.path)
     if not name:
@@ -64,16 +48,8 @@ def url_hash_prefix(url: str) -> Optional[str]:
 
 
 def url_cache_path(url: str) -> str:
-    """Where :func:`local_checkpoint` keeps ``url``'s file, so that a cached file is that URL's:
-
-    * a torch-hub style name that carries its file's sha256 prefix (``name-<hex>.pth``) is cached
-      under that name in ``torch.hub.get_dir()/checkpoints`` (as torch's
-      ``load_state_dict_from_url`` keeps it): the name identifies the file, whatever URL serves it,
-      and the hash is checked;
-    * any other URL in ``checkpoints/mmlinattn-urls/<sha256 of the URL, 16 hex>/NAME``: two URLs
-      that end in the same file name (two releases, a mirror, a moved file) never share a cached
-      file, and a file cached under the plain name by another tool is not taken for this URL's.
-    """
+    """Where :func:`local_checkpoint` keeps ``url``'s file: a torch-hub style ``name-<sha256
+    prefix>`` as torch keeps it, any other in ``checkpoints/mmlinattn-urls/<URL's hash>/NAME``."""
     import torch.hub
     name = url_file_name(url)
     root = osp.join(torch.hub.get_dir(), 'checkpoints')
@@ -88,7 +64,7 @@ _HASH_CHECKED: Dict[str, Tuple[int, int]] = {}
 
 
 def _hash_problem(url: str, path: str) -> Optional[str]:
-    """For a torch-hub style name: why the file is not the one its name promises (None if it is)."""
+    """For a torch-hub style name: why the file is not the one its name promises, or None."""
     prefix = url_hash_prefix(url)
     if not prefix:
         return None
@@ -117,9 +93,7 @@ def _url_hint(url: str) -> str:
 
 
 def checkpoint_file_problem(path: str) -> Optional[str]:
-    """Why ``path`` cannot be a torch checkpoint, from its first bytes and (zip format) its central
-    directory, without unpickling anything; ``None`` when it looks like one. Catches what expired
-    cloud links return (an HTML page) and interrupted downloads (a truncated zip)."""
+    """Why ``path`` cannot be a torch checkpoint (HTML, truncated zip, ...), or None."""
     import zipfile
     size = osp.getsize(path)
     with open(path, 'rb') as f:
@@ -142,12 +116,13 @@ def checkpoint_file_problem(path: str) -> Optional[str]:
     return f'it is not a torch checkpoint ({size} bytes, starts with {head[:16]!r})'
 
 
-def _discard(url: str, local: str, err: Exception):
-    """Remove a cached download that is no checkpoint, and raise the error naming all three."""
-    try:
-        os.remove(local)
-    except FileNotFoundError:  # another rank removed it first
-        pass
+def _discard(url: str, local: str, err, paths=()):
+    """Remove a cached download (``paths``, default ``local``) that is no checkpoint, and raise."""
+    for p in paths or (local,):
+        try:
+            os.remove(p)
+        except FileNotFoundError:  # another rank removed it first
+            pass
     raise CheckpointError(
         f'{url}: the downloaded file (cached at {local}) is not a readable checkpoint: {err}. The '
         f'cached file was removed; the next use downloads it again.{_url_hint(url)}') from None
@@ -160,30 +135,23 @@ _HF_FILE = re.compile(r'^https://huggingface\.co/(?:(datasets|spaces)/)?([^/?#]+
                       r'([^/?#]+)/([^?#]+)')
 
 
-def base_url_setting() -> Optional[str]:
-    """``MMLINATTN_CHECKPOINT_BASE_URL`` when set (:mod:`mmlinattn.core.settings`; a value that is
-    no http(s) URL raises :class:`CheckpointError` naming the variable and its value), else
-    None."""
+def _setting(name: str) -> Optional[str]:
+    """The URL variable ``name`` or None; a bad value: :class:`CheckpointError`."""
     from .. import settings
     try:
-        return settings.get(BASE_URL_ENV)
+        return settings.get(name)
     except settings.SettingError as e:
         raise CheckpointError(str(e)) from None
 
 
-#: URL -> local name of the authors' files (:func:`mmlinattn.core.families.authors_checkpoints`
-#: fills it for every family row; the family table is imported with the models)
+#: URL -> local name and download key (``InLine_PVT_T``) of the authors' files (filled by
+#: :func:`mmlinattn.core.families.authors_checkpoints`)
 AUTHORS_NAMES: Dict[str, str] = {}
-#: URL -> download key of the authors' files (``InLine_PVT_T``; filled with :data:`AUTHORS_NAMES`)
 AUTHORS_KEYS: Dict[str, str] = {}
 
 
 def mirror_name(url: str) -> str:
-    """The path a mirror serves ``url``'s file under: an authors' file's local name (as
-    ``tools/misc/download_checkpoints.py`` saves it), else the URL's host and path
-    (``https://host/a/b.pth`` -> ``host/a/b.pth``), so that two URLs that end in one file name
-    stay two files."""
-    from urllib.parse import urlparse
+    """The path a mirror serves ``url`` under: an authors' file's name, else ``host/path``."""
     if url in AUTHORS_NAMES:
         return AUTHORS_NAMES[url]
     parsed = urlparse(url)
@@ -197,38 +165,26 @@ HF_ENDPOINT_ENV = 'HF_ENDPOINT'
 HF_OFFLINE_ENV = 'HF_HUB_OFFLINE'
 
 
-def hf_endpoint_setting() -> Optional[str]:
-    """``HF_ENDPOINT`` without its trailing ``/`` when set, else None; a value that is no http(s)
-    URL (``mirror.local``) raises :class:`CheckpointError` naming the variable and its value."""
-    from .. import settings
-    try:
-        return settings.get(HF_ENDPOINT_ENV)
-    except settings.SettingError as e:
-        raise CheckpointError(str(e)) from None
-
-
 def hf_offline() -> Optional[str]:
-    """The value of ``HF_HUB_OFFLINE`` when it turns Hugging Face's offline mode on (``1``, ``on``,
-    ``yes``, ``true``, as huggingface_hub reads it), else None."""
+    """``HF_HUB_OFFLINE``'s value when it turns offline mode on (as huggingface_hub reads it)."""
     value = os.environ.get(HF_OFFLINE_ENV, '').strip()
     return value if value.lower() in ('1', 'on', 'yes', 'true') else None
 
 
 def source_url(url: str, base_url: Optional[str] = None) -> str:
-    """Where ``url``'s file is fetched from: ``base_url`` (or ``MMLINATTN_CHECKPOINT_BASE_URL``)
-    + ``/`` + :func:`mirror_name`; a huggingface.co URL under ``HF_ENDPOINT``; else ``url``."""
-    base = base_url.rstrip('/') if base_url else base_url_setting()
+    """Where ``url``'s file is fetched from: ``base_url`` (or the base-URL setting) + ``/`` +
+    :func:`mirror_name`; a huggingface.co URL under ``HF_ENDPOINT``; else ``url``."""
+    base = base_url.rstrip('/') if base_url else _setting(BASE_URL_ENV)
     if base:
         return f'{base}/{mirror_name(url)}'
-    endpoint = hf_endpoint_setting() if url.startswith(_HF + '/') else None
+    endpoint = _setting(HF_ENDPOINT_ENV) if url.startswith(_HF + '/') else None
     if endpoint:
         return endpoint + url[len(_HF):]
     return url
 
 
 def hf_file(url: str) -> Optional[Tuple[str, str, str, str]]:
-    """``(repo_id, repo_type, revision, filename)`` of a Hugging Face file URL (``resolve/`` form),
-    else None."""
+    """``(repo_id, repo_type, revision, filename)`` of a Hugging Face ``resolve/`` URL, or None."""
     found = _HF_FILE.match(url)
     if not found:
         return None
@@ -246,27 +202,21 @@ def _hf_hub_download() -> Optional[Callable]:
 
 def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
                      progress: bool = True) -> str:
-    """A local path for ``path``: itself, or for an http(s) URL the file in torch's hub cache
-    (:func:`url_cache_path`: that URL's own file), downloaded from :func:`source_url` by
-    ``torch.hub.download_url_to_file`` (with a progress bar) when not cached yet; a Hugging Face
-    file URL goes through ``huggingface_hub`` where it is installed (:func:`_hub_checkpoint`). The
-    file is checked (:func:`checkpoint_file_problem`, and the sha256 prefix a torch-hub style name
-    carries); an HTML page, a truncated file or one whose hash differs is removed and
-    :class:`CheckpointError` names the URL, the cached path and the reason. Under an initialised
-    process group, local rank 0 downloads while the other ranks wait."""
+    """``path``, or an http(s) URL's file in the cache (:func:`url_cache_path`), fetched from
+    :func:`source_url` by local rank 0 if needed; a bad file is removed
+    (:class:`CheckpointError`)."""
     if not is_url(path):
         return path
     logger = logger or logging.getLogger('mmlinattn')
     source = source_url(path)
     cached = url_cache_path(path)
-    # a Hugging Face file, fetched from huggingface.co or HF_ENDPOINT (not a base-URL mirror); a
-    # file torch's route cached already is used as is
-    from_hf = bool(hf_file(path)) and not base_url_setting() and not osp.isfile(cached)
+    # a Hugging Face file not cached by torch's route, and no base-URL mirror
+    from_hf = bool(hf_file(path)) and not _setting(BASE_URL_ENV) and not osp.isfile(cached)
     hub = _hf_hub_download() if from_hf else None
     if from_hf and hf_offline():
         _offline_error(path, hub, cached)
     if hub is not None and not _accepts_connections(source, logger):
-        hub = None  # huggingface_hub would retry for half a minute: the direct route says why now
+        hub = None  # huggingface_hub would retry for half a minute
     if hub is not None:
         try:
             return _hub_checkpoint(path, hub, logger)
@@ -282,29 +232,25 @@ def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
 
 
 def _rank0_first(fetch: Callable) -> None:
-    """``fetch()`` on local rank 0 while the other ranks wait at a barrier (all of them, when no
-    process group runs); a :class:`CheckpointError` is raised after the barrier, on rank 0."""
-    rank, world = _local_rank_and_world()
+    """``fetch()`` on local rank 0, the others waiting; its error is raised after the barrier."""
+    import torch.distributed as dist
+    group = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     failed = None
-    if rank == 0:
+    if not group or int(os.environ.get('LOCAL_RANK', dist.get_rank())) == 0:
         try:
             fetch()
-        except CheckpointError as e:  # raised after the barrier: the other ranks must not hang
+        except CheckpointError as e:  # the other ranks must not hang
             failed = e
-    if world > 1:
-        import torch.distributed as dist
+    if group:
         dist.barrier()
     if failed is not None:
         raise failed
 
 
 def _accepts_connections(url: str, logger: logging.Logger, timeout: float = 5.0) -> bool:
-    """Whether ``url``'s host takes a TCP connection (True where a proxy serves it: the proxy
-    decides). Asked before huggingface_hub, which retries a refused or unresolvable host with
-    backoff for about half a minute before it fails."""
+    """Whether ``url``'s host takes a TCP connection (True behind a proxy)."""
     import socket
     import urllib.request
-    from urllib.parse import urlparse
     parsed = urlparse(url)
     host = parsed.hostname
     if not host or (urllib.request.getproxies().get(parsed.scheme)
@@ -325,8 +271,7 @@ class _HubFailed(CheckpointError):
 
 
 def _offline_error(url: str, hub: Optional[Callable], cached: str) -> None:
-    """Under ``HF_HUB_OFFLINE``: return if huggingface_hub has ``url``'s file in its cache (then
-    :func:`_hub_checkpoint` reads it without a request), else raise the offline-mode error."""
+    """Under ``HF_HUB_OFFLINE``: return if huggingface_hub has ``url``'s file cached, else raise."""
     if hub is not None:
         repo, kind, revision, filename = hf_file(url)
         try:
@@ -343,11 +288,9 @@ def _offline_error(url: str, hub: Optional[Callable], cached: str) -> None:
 
 
 def _hub_checkpoint(url: str, hf_hub_download: Callable, logger: logging.Logger) -> str:
-    """``url``'s file through ``huggingface_hub.hf_hub_download`` (local rank 0 first): the path in
-    the Hugging Face cache. A file that is no checkpoint is removed from that cache (link and
-    blob) and named. ``hf_hub_download`` failing raises :class:`_HubFailed`."""
+    """``url``'s file by ``hf_hub_download`` (rank 0 first); :class:`_HubFailed` if it fails."""
     repo, kind, revision, filename = hf_file(url)
-    endpoint = hf_endpoint_setting() or _HF
+    endpoint = _setting(HF_ENDPOINT_ENV) or _HF
 
     def fetch(local_only=False):
         try:  # the endpoint read now: huggingface_hub reads HF_ENDPOINT once, when imported
@@ -367,28 +310,13 @@ def _hub_checkpoint(url: str, hf_hub_download: Callable, logger: logging.Logger)
     problem = checkpoint_file_problem(local)
     if problem:
         blob = osp.realpath(local)
-        for p in {local, blob}:
-            if osp.lexists(p):
-                os.remove(p)
-        raise CheckpointError(
-            f'{url}: the downloaded file (cached at {blob}) is not a readable checkpoint: '
-            f'{problem}. The cached file was removed; the next use downloads it again.'
-            f'{_url_hint(url)}')
+        _discard(url, blob, problem, {local, blob})
     return local
-
-
-def _local_rank_and_world() -> Tuple[int, int]:
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return int(os.environ.get('LOCAL_RANK', dist.get_rank())), dist.get_world_size()
-    return 0, 1
 
 
 def _download(url: str, dst: str, logger: logging.Logger, progress: bool = True,
               named: Optional[str] = None) -> None:
-    """``torch.hub.download_url_to_file`` into ``dst`` (it writes a temporary file and renames it,
-    so an interrupted download leaves nothing under ``dst``); errors name the URL and ``dst``.
-    ``named``: the URL the config names, when ``url`` is its mirror."""
+    """``torch.hub.download_url_to_file`` into ``dst``; ``named``: the URL ``url`` mirrors."""
     import torch.hub
     os.makedirs(osp.dirname(dst), exist_ok=True)
     mirror = f' (mirror of {named})' if named and named != url else ''
@@ -419,12 +347,9 @@ class DownloadError(CheckpointError):
 
 
 def download_failure(err: Exception, url: str, named: Optional[str] = None) -> Tuple[str, str]:
-    """Why fetching ``url`` raised ``err``, and what to do (a sentence with a leading space, or
-    ''): not found at that URL (HTTP 404; ``named`` is the URL the config names when ``url`` is its
-    mirror), another HTTP status, no connection to the host, a cut-off transfer."""
+    """Why fetching ``url`` raised ``err`` and what to do (a sentence with a leading space)."""
     import socket
     import urllib.error
-    from urllib.parse import urlparse
     mirrored = bool(named) and named != url
     if isinstance(err, urllib.error.HTTPError):
         status = f'HTTP {err.code} {err.reason}'.strip()
@@ -457,14 +382,11 @@ _FALLBACK_LOGGED = set()
 
 
 def authors_url(path: str) -> Optional[str]:
-    """The URL of the authors' file that a relative ``checkpoints/<name>`` names (``<name>`` being
-    a local name of the family table, :data:`AUTHORS_NAMES`), else None."""
+    """The URL of the authors' file a relative ``checkpoints/<name>`` names, else None."""
     if not isinstance(path, str) or osp.isabs(path) or \
             osp.normpath(osp.dirname(path)) != CHECKPOINTS_DIR:
         return None
-    name = osp.basename(path)
-    found = [url for url, local in AUTHORS_NAMES.items() if local == name]
-    return found[0] if found else None
+    return next((url for url, local in AUTHORS_NAMES.items() if local == osp.basename(path)), None)
 
 
 def _use_line(name: str) -> str:
@@ -472,13 +394,8 @@ def _use_line(name: str) -> str:
 
 
 def backbone_checkpoint(path, logger: Optional[logging.Logger] = None) -> str:
-    """Where a backbone's ``init_cfg`` file is read from: ``path`` itself when it is a URL or an
-    existing file; for a relative ``checkpoints/<name>`` of an authors' file that does not exist
-    relative to the working directory (a zoo config run from mmdet's root, under ``mim train``),
-    that file's URL in the family table (downloaded once into the cache by :func:`local_checkpoint`;
-    one log line says which URL replaced which path); else :class:`CheckpointError`
-    ``checkpoint file not found`` naming the path, the working directory and the option that points
-    the config at the file."""
+    """Where a backbone's ``init_cfg`` file is read from: ``path`` if a URL or a file; for a missing
+    ``checkpoints/<name>`` of the authors', its URL (logged once); else :class:`CheckpointError`."""
     if not isinstance(path, (str, os.PathLike)):
         return path  # the reader names the type
     path = os.fspath(path)
@@ -499,14 +416,12 @@ def backbone_checkpoint(path, logger: Optional[logging.Logger] = None) -> str:
 
 
 def authors_download_error(path: str, url: str, err: 'DownloadError') -> CheckpointError:
-    """The error for a missing ``checkpoints/<name>`` whose authors' URL could not be fetched: the
-    reason, and the two ways to a local file (the download tool; the config option)."""
+    """The error for a missing ``checkpoints/<name>`` whose authors' URL could not be fetched."""
     name = osp.basename(path)
-    keys = [AUTHORS_KEYS[url]] if url in AUTHORS_KEYS else []
     return CheckpointError(
         f'{path} does not exist in the working directory {os.getcwd()}, and the authors\' file it '
         f'names could not be fetched from {err.url or url}: {err.reason or err}. Download it where '
         f'there is a network with `python tools/misc/download_checkpoints.py --only '
-        f'{keys[0] if keys else osp.splitext(name)[0]}` (it writes {CHECKPOINTS_DIR}/{name}; run '
+        f'{AUTHORS_KEYS.get(url, osp.splitext(name)[0])}` (it writes {CHECKPOINTS_DIR}/{name}; run '
         f'it in this directory or copy the file here), or point the config at a copy: '
         f'{_use_line(name)}')

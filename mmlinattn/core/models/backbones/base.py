@@ -18,12 +18,30 @@ from mmlinattn.core.weights.fitting import fit_backbone_checkpoint
 
 class LinAttnBackbone(BaseModule):
     """Base class: ``arch`` resolution, ``init_cfg`` Pretrained loading of the authors' files,
-    ``frozen_stages`` and ``norm_eval``.
+    ``frozen_stages`` and ``norm_eval``. Subclasses define ``arch_zoo``, ``default_attn_type``,
+    ``authors_layout`` (the released checkpoints' :class:`~mmlinattn.core.weights.AuthorsLayout`)
+    and ``out_norm_name`` (the attribute holding the output norms).
 
-    Subclasses define ``arch_zoo``, ``default_attn_type``, ``authors_layout`` (the
-    :class:`~mmlinattn.core.weights.AuthorsLayout` of the released checkpoints: classification
-    parts, recomputed buffers, size-dependent tensors), ``out_norm_name`` (the attribute holding the
-    output norms) and ``_stage_modules(i)`` (the modules of stage i; i = 0 the stem).
+    Args shared by the families:
+        arch (str | dict): a name of ``arch_zoo`` (or its first letter), or a dict with
+            ``embed_dims, depths, num_heads`` (and optionally ``drop_path_rate``, ...).
+        in_channels (int): image channels.
+        attn_type (str | list | None): the core of every block
+            (:func:`mmlinattn.core.ops.cores.parse_attn_type`): one letter per stage (``I`` InLine,
+            ``M`` MALA, ``S`` softmax, ``L`` linear, ...) or a mixed stage in parentheses
+            (``(I2S)``); ``None``: the arch's or family's default.
+        attn_cfg (dict | None): keywords of every block's attention module: the shared
+            ``qkv_bias``, ``kernel``, ``attn_drop``, ``proj_drop``, ``core_options`` (e.g.
+            ``dict(core_options=dict(beta=False))``) and the module's own.
+        out_indices (Sequence[int]): stages whose features are returned.
+        frozen_stages (int): -1 nothing frozen, 0 the stem, k also stages 1..k.
+        norm_eval (bool): keep BatchNorm layers in eval mode while training.
+        with_cp (bool): activation checkpointing of each block while training.
+        drop_path_rate (float | None): stochastic depth at the last block (``None``: the arch's).
+        out_norm (bool): a norm (``norm_cfg``) on each returned stage.
+        norm_cfg (dict): the family's transformer norm: the blocks' norms and the output norms.
+        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors'
+            file.
     """
     arch_zoo: Dict[str, dict] = {}
     arch_keys: Sequence[str] = ()
@@ -38,12 +56,11 @@ class LinAttnBackbone(BaseModule):
 
     @property
     def _new_prefixes(self) -> Sequence[str]:
-        """Keys that the authors' classification files cannot have: our output norms."""
+        """Keys the authors' files cannot have: our output norms."""
         return (self.out_norm_name + '.',)
 
     def _block_cores(self, attn_type, arch: dict) -> List[List[str]]:
-        """One core name per block from ``attn_type`` (or the arch's / family's default); the
-        letters and names are those of :data:`mmlinattn.core.ops.cores.CORES`."""
+        """One core name per block from ``attn_type`` (or the arch's / family's default)."""
         spec = attn_type or arch.get('attn_type') or self.default_attn_type
         return parse_attn_type(spec, self.depths, type(self).__name__,
                                legacy_mixed=self.legacy_mixed)
@@ -51,9 +68,7 @@ class LinAttnBackbone(BaseModule):
     # ------------------------------------------------------------------ construction
     def _check_attn_cfg(self, attn_cfg: Optional[dict], modules,
                         owned: Sequence[str] = ('dim', 'num_heads', 'core')) -> None:
-        """``attn_cfg`` holds keyword options of the family's attention ``modules`` (one class or
-        several) that the backbone does not set itself (``owned``); anything else is named with
-        the keys it may hold (and a core's option, MALA's ``beta``, with where it goes)."""
+        """Refuse keys of ``attn_cfg`` that are no keywords of ``modules`` or are ``owned``."""
         if attn_cfg is None:
             return
         owner = type(self).__name__
@@ -80,12 +95,8 @@ class LinAttnBackbone(BaseModule):
 
     def _setup(self, arch, out_indices: Sequence[int], frozen_stages: int, norm_eval: bool,
                with_cp: bool, drop_path_rate: Optional[float]) -> dict:
-        """Resolve ``arch`` and check / store the arguments every family takes.
-
-        Sets ``arch_name``, ``depths``, ``num_stages``, ``out_indices``, ``frozen_stages``,
-        ``norm_eval``, ``with_cp`` and ``dpr`` (one drop-path rate per block, per stage, rising
-        linearly from 0 to ``drop_path_rate`` over the whole network). Returns the arch dict.
-        """
+        """Resolve ``arch`` (returned), check and store the arguments every family takes; ``dpr``:
+        the drop-path rates per stage and block, rising linearly to ``drop_path_rate``."""
         owner = type(self).__name__
         arch = self.resolve_arch(arch)
         self.arch_name = arch['name']
@@ -121,9 +132,7 @@ class LinAttnBackbone(BaseModule):
         self.num_features = [self.embed_dims[i] for i in self.out_indices]
 
     def _build_out_norms(self, out_norm: bool, norm_cfg: dict) -> None:
-        """A norm over channels built from the backbone's ``norm_cfg`` (as mmdet's backbones build
-        theirs) on each *returned* stage (``<out_norm_name>.<stage>``); the other stages get an
-        ``Identity``, so no parameter is left without a gradient (DDP)."""
+        """A ``norm_cfg`` norm on each returned stage, an ``Identity`` on the others."""
         self.out_norm = out_norm
         if out_norm:
             setattr(self, self.out_norm_name, nn.ModuleList(
@@ -132,23 +141,15 @@ class LinAttnBackbone(BaseModule):
 
     # ------------------------------------------------------------------ forward
     def forward_stem(self, x: torch.Tensor):
-        """The image -> stage 0's input. The identity here: a family whose first stage starts with
-        its own patch embedding (InLine-PVT) has no stem."""
-        return x
+        """The image -> stage 0's input: ``patch_embed`` (MAViT's stem, Swin's patch embedding)."""
+        return self.patch_embed(x)
 
     def run_stage(self, i: int, x, downsample: bool):
-        """Stage ``i`` on its input ``x`` -> ``(output, next_input)``: its (B, C, H, W) map, and
-        what stage ``i + 1`` takes (after the stage's own downsampling when ``downsample``; the
-        stage skips it otherwise). The default runs ``self.layers[i]``, a stage module that owns its
-        downsampling."""
+        """Stage ``i`` -> ``(its (B, C, H, W) map, stage i + 1's input)``."""
         return self.layers[i](x, downsample=downsample)
 
     def forward(self, x: torch.Tensor) -> tuple:
-        """The (B, C, H, W) maps of the stages in ``out_indices``, each through its output norm.
-
-        The one loop of every family: stem, then each stage up to the last one returned; that stage
-        skips its downsampling (nothing reads it) and the stages after it never run.
-        """
+        """The (B, C, H, W) maps of the stages in ``out_indices``, each through its output norm."""
         x = self.forward_stem(x)
         last = max(self.out_indices)
         outs = []
@@ -159,13 +160,7 @@ class LinAttnBackbone(BaseModule):
         return tuple(outs)
 
     def _output(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """Stage i's (B, C, H, W) output through its output norm, if any, in contiguous NCHW memory.
-
-        The maps come out of token layouts by a permute, i.e. with channels-last strides;
-        convolutions keep that layout, and mmcv's C++ RoIAlign reads its input as plain NCHW memory
-        without checking the strides - the RoI heads of a detector then see scrambled features (they
-        do not learn).
-        """
+        """Stage i's output through its norm, in contiguous NCHW memory (as RoIAlign reads)."""
         x = getattr(self, self.out_norm_name)[i](x) if self.out_norm else x
         return x.contiguous()
 
@@ -219,30 +214,20 @@ class LinAttnBackbone(BaseModule):
             self.load_pretrained(cfg['checkpoint'], use_ema=cfg.get('use_ema', False),
                                  prefix=cfg.get('prefix', ''),
                                  allow_unsafe=cfg.get('allow_unsafe', False))
-            self._is_init = True
-            return
-        if cfg is None:
+        elif cfg is None:
             self.apply(self._default_init)
             self._post_init()
-            self._is_init = True
-            return
-        super().init_weights()
+        else:
+            return super().init_weights()
+        self._is_init = True
 
     def _post_init(self):
         """Hook for inits that must follow the generic one (e.g. layer-scale values)."""
 
     def load_pretrained(self, checkpoint: str, use_ema: bool = False, prefix: str = '',
                         allow_unsafe: bool = False) -> dict:
-        """Load the authors' classification checkpoint (or our own backbone weights) through the
-        family's :attr:`authors_layout` filter.
-
-        Raises :class:`mmlinattn.core.weights.CheckpointError` naming the path and the first
-        mismatched keys when the file does not fit this architecture. Returns the load report
-        (``loaded``, ``dropped``, ``ignored``, ``new`` key lists). The reading, key mapping and
-        fitting are :func:`mmlinattn.core.weights.fitting.fit_backbone_checkpoint`, which the
-        tools' pre-flight (``tools/workshop/apis/preflight``) runs with ``check_only=True``.
-        """
-        # the model's state has to be initialised for keys the checkpoint does not carry
+        """Load the authors' (or our) backbone weights by :func:`fit_backbone_checkpoint`."""
+        # initialised first, for the keys the checkpoint does not carry
         self.apply(self._default_init)
         self._post_init()
         return fit_backbone_checkpoint(self, checkpoint, use_ema=use_ema, prefix=prefix,
@@ -252,25 +237,19 @@ class LinAttnBackbone(BaseModule):
     # ------------------------------------------------------------------ freezing
     def _stage_modules(self, i: int) -> Iterable[nn.Module]:
         """Modules (or parameters) of stage i, i = 0 the stem."""
-        raise NotImplementedError
-
-    def _frozen_modules(self, i: int) -> Iterable[nn.Module]:
-        mods = list(self._stage_modules(i))
-        if i > 0 and self.out_norm:
-            mods.append(getattr(self, self.out_norm_name)[i - 1])
-        return mods
+        return [self.patch_embed] if i == 0 else [self.layers[i - 1]]
 
     def _freeze_stages(self):
         for i in range(self.frozen_stages + 1):
-            for m in self._frozen_modules(i):
-                if m is None:
-                    continue
+            mods = list(self._stage_modules(i))
+            if i > 0 and self.out_norm:
+                mods.append(getattr(self, self.out_norm_name)[i - 1])
+            for m in mods:
                 if isinstance(m, nn.Parameter):
                     m.requires_grad = False
-                    continue
-                m.eval()
-                for p in m.parameters():
-                    p.requires_grad = False
+                elif m is not None:
+                    m.eval()
+                    m.requires_grad_(False)
 
     def train(self, mode: bool = True):
         super().train(mode)

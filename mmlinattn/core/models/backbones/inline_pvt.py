@@ -1,13 +1,7 @@
 """InLine-PVT (docs/design.md section 2.2): PVTv1 with InLine attention, twice the heads, no spatial
-reduction, per-stage learned position tables resized bilinearly, no final norm.
-
-Parameter names equal the authors' (``patch_embed{i}.{proj,norm}``, ``pos_embed{i}``,
-``block{i}.{j}.{norm1,attn.{q,kv,proj,residual.0,residual.2},norm2,mlp.fc1,mlp.fc2}``), so their
-ImageNet checkpoints load by dropping ``head``. A stage is a patch embedding, a position table and
-its blocks; the names are flat (``patch_embed2``, not ``stages.1.patch_embed``) because the released
-files are, so :meth:`InLinePVT.stage` gathers a stage's parts and :meth:`InLinePVT.run_stage`
-runs them inside the backbones' one loop (:meth:`LinAttnBackbone.forward`).
-"""
+reduction, per-stage learned position tables resized bilinearly, no final norm. Parameter names
+equal the authors' flat ones (``patch_embed{i}``, ``pos_embed{i}``, ``block{i}.{j}``): their
+ImageNet checkpoints load without ``head``; :meth:`InLinePVT.stage` gathers a stage's parts."""
 import math
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -33,19 +27,7 @@ PVT_NORM = dict(type='LN', eps=1e-6)  # the blocks' LayerNorm, as PVT v1
 
 
 class PVTBlock(nn.Module):
-    """One PVT block: ``x + attn(LN(x))``, then ``x + MLP(LN(x))``, each with drop path.
-
-    Args:
-        dim (int): channels.
-        num_heads (int): heads.
-        mlp_ratio (float): MLP hidden width / ``dim``.
-        core (str): a core of :data:`mmlinattn.core.ops.cores.CORES`.
-        drop_path (float): stochastic depth rate of this block.
-        sr_ratio (int): spatial reduction of keys/values (cores marked ``reduced_kv`` only).
-        attn_cfg (dict | None): further :class:`TokenAttention` keywords (the shared ones,
-            ``local_residual``, ``norm_eps``).
-        norm_cfg (dict): the two norms (``LN``, eps 1e-6).
-    """
+    """``x + attn(LN(x))``, then ``x + MLP(LN(x))``, each with drop path."""
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, core: str, drop_path: float,
                  sr_ratio: int = 1, attn_cfg: Optional[dict] = None, norm_cfg: dict = PVT_NORM):
@@ -63,8 +45,7 @@ class PVTBlock(nn.Module):
 
 
 class PVTStage(NamedTuple):
-    """The parts of one InLine-PVT stage (registered on the backbone under the authors' flat
-    names)."""
+    """The parts of one InLine-PVT stage (registered under the authors' flat names)."""
     patch_embed: PatchEmbed
     pos_embed: nn.Parameter
     pos_drop: nn.Dropout
@@ -73,8 +54,7 @@ class PVTStage(NamedTuple):
 
 def _resize_pos_tables(state: Dict[str, torch.Tensor],
                        model: 'InLinePVT') -> Dict[str, torch.Tensor]:
-    """Position tables learned at another size, bilinearly resized to the model's (square
-    tables)."""
+    """Square position tables learned at another size, bilinearly resized to the model's."""
     out = dict(state)
     for i, hw in enumerate(model.pos_hw):
         key = f'pos_embed{i + 1}'
@@ -88,49 +68,29 @@ def _resize_pos_tables(state: Dict[str, torch.Tensor],
 @MODELS.register_module()
 class InLinePVT(LinAttnBackbone):
     """InLine-PVT backbone (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
-    Attention").
+    Attention"). The shared arguments are :class:`LinAttnBackbone`'s; here:
 
     Args:
-        arch (str | dict): ``'tiny'``, ``'small'``, ``'medium'``, ``'large'``, or a dict with
-            ``embed_dims, depths, num_heads`` and ``mlp_ratio`` (one per stage; ``mlp_ratios``, the
-            former key, is read too) unless the ``mlp_ratio`` argument is given.
-        in_channels (int): image channels.
-        attn_type (str | list | None): the core of every block (see
-            :func:`mmlinattn.core.ops.cores.parse_attn_type`): one letter per stage, ``I`` InLine
-            (default ``'IIII'``), ``S`` softmax (PVT's spatial-reduction attention, sr ratios
-            8/4/2/1), ``L`` plain linear, ``M`` MALA, ... or a mixed stage in parentheses.
-        attn_cfg (dict | None): keywords of every block's :class:`TokenAttention`: the shared
-            ``qkv_bias``, ``kernel``, ``attn_drop``, ``proj_drop``, ``core_options`` (e.g.
-            ``dict(beta=False)`` for MALA stages), and ``local_residual``, ``norm_eps`` (of the
-            spatial reduction's LayerNorm); the backbone sets ``qkv_layout`` and ``sr_ratio``.
-        out_indices (Sequence[int]): stages whose features are returned.
-        frozen_stages (int): -1 nothing frozen, 0 the first patch embedding and position table, k
-            also stages 1..k.
-        norm_eval (bool): keep BatchNorm layers in eval mode while training.
-        with_cp (bool): activation checkpointing of each block while training.
-        drop_path_rate (float | None): stochastic depth at the last block (``None``: the arch's).
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'medium'``, ``'large'``, or a dict that also
+            has ``mlp_ratio`` (or the former ``mlp_ratios``) unless the argument is given.
+        attn_type: default ``'IIII'``; ``S`` is PVT's spatial-reduction softmax (``sr_ratios``).
+        attn_cfg: for :class:`TokenAttention`, also ``local_residual``, ``norm_eps``.
+        frozen_stages (int): 0 is the first patch embedding and position table.
         drop_rate (float): dropout after adding the position tables.
         pretrain_img_size (int): size the position tables were learned at (224).
         patch_size (int): stride of the first patch embedding (4).
         sr_ratios (Sequence[int]): spatial reduction per stage of the ``S`` stages.
         mlp_ratio (float | Sequence[float] | None): MLP hidden width / channels, one value or one
             per stage (``None``: the arch's, 8/8/4/4).
-        out_norm (bool): add a LayerNorm on each output (off by default: the authors' model has
-            none).
-        pad_patches (bool): ``False`` (default, PVT v1's behaviour): each strided patch conv drops
-            the remainder of a size that is not a multiple of its patch, so inputs need at least 32
-            px per side; ``True`` zero-pads the bottom/right instead (any size, ceil-sized maps).
-        norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-6, as PVT v1): the blocks'
-            two norms and the output norms. The patch embeddings keep PVT v1's own LayerNorm (eps
-            1e-5).
+        out_norm (bool): off by default (the authors' model has none).
+        pad_patches (bool): ``False`` (PVT v1): each patch conv drops the remainder, so inputs need
+            >= 32 px per side; ``True`` zero-pads the bottom/right (any size, ceil-sized maps).
+        norm_cfg (dict): ``LN``, eps 1e-6 as PVT v1 (the patch embeddings keep eps 1e-5).
         init_scheme (str): the init without a checkpoint (docs/design.md): ``'trunc_normal'``
-            (default: every Linear and conv weight trunc-normal std 0.02, biases 0), ``'authors'``
-            (the authors' code: Linears so, convolutions - InLine's local residual included -
-            torch's default) or ``'mmdet_pvt'`` (mmdet's ``PyramidVisionTransformer``: convolutions
-            and MLPs normal with std sqrt(2 / fan_out), q|k|v xavier-uniform). Checkpoints overwrite
-            any.
-        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors'
-            file.
+            (Linear and conv weights trunc-normal std 0.02, biases 0), ``'authors'`` (their code:
+            Linears so, convolutions torch's default) or ``'mmdet_pvt'`` (mmdet's
+            ``PyramidVisionTransformer``: convolutions and MLPs normal std sqrt(2 / fan_out),
+            q|k|v xavier-uniform).
     """
     arch_zoo = {
         'tiny': dict(depths=[2, 2, 2, 2], drop_path_rate=0.1),
@@ -216,11 +176,8 @@ class InLinePVT(LinAttnBackbone):
             self._init_as_mmdet_pvt()
 
     def _init_as_mmdet_pvt(self):
-        """mmdet's ``PyramidVisionTransformer.init_weights`` without a checkpoint: convolutions and
-        the MLPs (1x1 convolutions there) normal(0, sqrt(2 / fan_out)), fan_out = kernel area x out
-        channels / groups; q and kv uniform within sqrt(6 / 4C) (torch's xavier init of the fused
-        (3C, C) q|k|v matrix); their biases 0. Output projections, norms and tables keep the
-        default."""
+        """mmdet's ``PyramidVisionTransformer.init_weights``: convolutions and MLPs normal(0, sqrt(2
+        / fan_out)), q and kv uniform within sqrt(6 / 4C) (xavier on the fused q|k|v), biases 0."""
         def fan_out_normal(m):
             fan_out = m.weight.shape[0] * m.weight[0, 0].numel() // getattr(m, 'groups', 1)
             nn.init.normal_(m.weight, 0., math.sqrt(2. / fan_out))
@@ -244,13 +201,14 @@ class InLinePVT(LinAttnBackbone):
         parts = self.stage(i - 1)
         return [parts.patch_embed, parts.pos_embed, parts.blocks]
 
+    def forward_stem(self, x):
+        return x  # each stage starts with its own patch embedding
+
     def get_pos_embed(self, i: int, hw: Tuple[int, int]) -> torch.Tensor:
         return resize_pos_embed(self.stage(i).pos_embed, self.pos_hw[i], hw)
 
     def run_stage(self, i: int, x: torch.Tensor, downsample: bool = True):
-        """Stage ``i``: an NCHW map (the image for i = 0) -> ``(its NCHW map, the same map)``. An
-        InLine-PVT stage downsamples at its start (its patch embedding), so its output is the next
-        stage's input and ``downsample`` changes nothing."""
+        """Stage ``i`` -> ``(its NCHW map, the same map)`` (it downsamples at its start)."""
         parts = self.stage(i)
         x, hw = parts.patch_embed(x)
         x = parts.pos_drop(x + self.get_pos_embed(i, hw))

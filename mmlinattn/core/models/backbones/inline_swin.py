@@ -1,16 +1,10 @@
-"""InLine-Swin (docs/design.md section 2.1): Swin-T/S/B with InLine attention in the stages the
-authors chose and Swin's shifted-window softmax attention elsewhere.
+"""InLine-Swin (docs/design.md section 2.1): Swin-T/S/B with InLine attention in the authors'
+stages and Swin's shifted-window softmax elsewhere. Parameter names equal the authors' (timm's):
+their ImageNet checkpoints load without ``head`` and ``norm``. Outputs: each stage's features
+before patch merging, through a new norm ``out_norms.{i}`` (as mmdet's Swin).
 
-Parameter names equal the authors' timm-style ones (``patch_embed.{proj,norm}``,
-``layers.{s}.blocks.{b}.{norm1,attn.{qkv,proj,residual.0,residual.2,relative_position_bias_table},
-norm2,mlp.fc1,mlp.fc2}``, ``layers.{s}.downsample.{norm,reduction}``), so their ImageNet checkpoints
-load by dropping ``head`` and the final ``norm``. Outputs are each stage's features before patch
-merging, each through a new LayerNorm ``out_norms.{i}`` (as mmdet's Swin, eps 1e-5).
-
-InLine blocks attend globally over the whole map at any resolution (no partition, no shift), which
-at 224 is exactly what the released models computed (their 56-token window covers each stage map).
-``inline_window=56`` keeps the authors' literal classification behaviour at larger sizes instead:
-56 x 56 windows, shifted by 28 on odd blocks when the map is larger than the window.
+InLine blocks attend over the whole map at any size (at 224 what the released models computed:
+their 56-token window covers each stage map); ``inline_window=56`` keeps their literal windows.
 """
 from typing import Optional, Sequence, Tuple
 
@@ -64,25 +58,8 @@ def shift_mask(hp: int, wp: int, ws: int, shift: int, device) -> torch.Tensor:
 
 
 class SwinBlock(nn.Module):
-    """One Swin block: ``x + attn(LN(x))``, then ``x + MLP(LN(x))``, each with drop path.
-
-    Args:
-        dim (int): channels.
-        num_heads (int): heads.
-        core (str): a core of :data:`mmlinattn.core.ops.cores.CORES`. A core marked ``windowed``
-            (softmax) runs in Swin's shifted windows with the relative position bias; the others run
-            over the whole map (``inline_window=None``) or in literal windows of ``inline_window``.
-        window_size (int): the softmax window side (7).
-        shift (bool): shift the windows by half a window (odd blocks).
-        mlp_ratio (float): MLP hidden width / ``dim``.
-        drop_path (float): stochastic depth rate of this block.
-        inline_window (int | None): window of the non-softmax cores (``None``: global).
-        attn_cfg (dict | None): further keywords of the block's attention module: the shared ones
-            (``qkv_bias``, ``kernel``, ``attn_drop``, ``proj_drop``, ``core_options``) reach
-            either module; ``local_residual`` reaches :class:`TokenAttention` only (Swin's window
-            attention has no local residual).
-        norm_cfg (dict): the two norms (``LN``, eps 1e-5 as Swin).
-    """
+    """``x + attn(LN(x))``, ``x + MLP(LN(x))``, with drop path; a ``windowed`` core (softmax) in
+    Swin's (shifted) windows, the others on the map or in windows of ``inline_window``."""
 
     def __init__(self, dim: int, num_heads: int, core: str, window_size: int = 7,
                  shift: bool = False, mlp_ratio: float = 4., drop_path: float = 0.,
@@ -106,8 +83,7 @@ class SwinBlock(nn.Module):
 
     @staticmethod
     def _windowed(x: torch.Tensor, ws: int, shift: int, fn):
-        """Pad (B, H, W, C) to multiples of ws, roll by -shift, run fn on the (B, nW, ws*ws, C)
-        windows, undo."""
+        """Pad (B, H, W, C) to multiples of ws, roll by -shift, run fn on the windows, undo."""
         b, h, w, c = x.shape
         x = pad_to_multiple(x, ws)
         hp, wp = x.shape[1:3]
@@ -147,15 +123,7 @@ class SwinBlock(nn.Module):
 
 
 class PatchMerging(nn.Module):
-    """2x2 neighbourhood concat (timm order x00, x10, x01, x11) -> LN(4C) -> Linear(4C, C').
-
-    Odd maps are zero-padded at the bottom/right first.
-
-    Args:
-        dim (int): input channels C.
-        norm_cfg (dict): the norm over the 4C concatenation.
-        out_dim (int | None): output channels C', the next stage's width (``None``: 2C, Swin's).
-    """
+    """2x2 concat (timm order; odd maps padded) -> norm(4C) -> Linear(4C, ``out_dim`` or 2C)."""
 
     def __init__(self, dim: int, norm_cfg: dict = SWIN_NORM, out_dim: Optional[int] = None):
         super().__init__()
@@ -171,24 +139,7 @@ class PatchMerging(nn.Module):
 
 
 class SwinStage(nn.Module):
-    """A stage: ``depth`` blocks (shifted windows on odd blocks) and the patch merging after them.
-
-    Args:
-        dim (int): channels.
-        depth (int): blocks.
-        num_heads (int): heads.
-        cores (list[str]): one core name per block.
-        dprs (list[float]): one drop-path rate per block.
-        downsample (bool): end with a :class:`PatchMerging` (all but the last stage).
-        window_size (int): softmax window side.
-        mlp_ratio (float): MLP hidden width / ``dim``.
-        inline_window (int | None): window of the non-softmax cores (``None``: global).
-        attn_cfg (dict | None): keywords of the blocks' attention modules (:class:`SwinBlock`).
-        norm_cfg (dict): norms of the blocks and of the patch merging.
-        with_cp (bool): activation checkpointing of each block while training.
-        out_dim (int | None): the patch merging's output width, the next stage's (``None``: twice
-            ``dim``, as in every Swin arch).
-    """
+    """``depth`` :class:`SwinBlock` (odd ones shifted), then (``downsample``) patch merging."""
 
     def __init__(self, dim: int, depth: int, num_heads: int, cores: Sequence[str],
                  dprs: Sequence[float], downsample: bool, window_size: int = 7,
@@ -206,9 +157,7 @@ class SwinStage(nn.Module):
         self.downsample = PatchMerging(dim, norm_cfg, out_dim) if downsample else None
 
     def forward(self, x: Tuple[torch.Tensor, Tuple[int, int]], downsample: bool = True):
-        """``(tokens, hw)``: (B, N, C) tokens of an ``hw`` map -> ``(output, next stage's input)``:
-        the (B, C, H, W) map before the patch merging, and the merged ``(tokens, hw)`` (unmerged for
-        the last stage or when ``downsample`` is False)."""
+        """``(tokens, hw)`` -> ``((B, C, H, W) map before the merging, (tokens, hw) after)``."""
         x, hw = x
         for blk in self.blocks:
             x = run_block(blk, self.with_cp, x, hw)
@@ -221,41 +170,20 @@ class SwinStage(nn.Module):
 @MODELS.register_module()
 class InLineSwin(LinAttnBackbone):
     """InLine-Swin backbone (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
-    Attention").
+    Attention"). The shared arguments are :class:`LinAttnBackbone`'s; here:
 
     Args:
-        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'`` or a dict with ``embed_dims`` (stage
-            1's width, doubling per stage, or a list), ``depths``, ``num_heads`` (and optionally
-            ``attn_type``, ``drop_path_rate``).
-        in_channels (int): image channels.
-        attn_type (str | list | None): the core of every block (see
-            :func:`mmlinattn.core.ops.cores.parse_attn_type`): one letter per stage (``I`` InLine,
-            ``S`` Swin's shifted-window softmax, ``L`` linear, ``M`` MALA, ...) or a mixed stage in
-            parentheses; default the arch's (tiny ``IIIS``, small ``IISS``, base ``II(I2S)S``: two
-            InLine blocks, then softmax, in stage 3). The old spelling ``IIMS2`` still reads, with a
-            ``FutureWarning``.
-        attn_cfg (dict | None): keywords of every block's attention module, the window blocks'
-            (:class:`WindowSoftmaxAttention`) included: the shared ``qkv_bias``, ``kernel``,
-            ``attn_drop``, ``proj_drop``, ``core_options`` (e.g. ``dict(beta=False)`` for MALA
-            stages), and ``local_residual`` (the :class:`TokenAttention` blocks only); the
-            backbone sets ``qkv_layout`` and ``window_size`` (its own argument) and uses no spatial
-            reduction (``sr_ratio``, ``norm_eps``).
-        out_indices (Sequence[int]): stages whose features are returned.
-        frozen_stages (int): -1 nothing frozen, 0 the patch embedding, k also stages 1..k.
-        norm_eval (bool): keep BatchNorm layers in eval mode while training.
-        with_cp (bool): activation checkpointing of each block while training.
-        drop_path_rate (float | None): stochastic depth at the last block (``None``: the arch's).
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'`` or a dict (``embed_dims``: stage 1's
+            width, doubling per stage, or a list; optionally ``attn_type``).
+        attn_type: default the arch's (tiny ``IIIS``, small ``IISS``, base ``II(I2S)S``); ``S`` is
+            Swin's shifted-window softmax; the old ``IIMS2`` reads with a ``FutureWarning``.
+        attn_cfg: for :class:`TokenAttention` and :class:`WindowSoftmaxAttention`, also
+            ``local_residual`` (token blocks only).
         window_size (int): softmax window (7).
         patch_size (int): patch embedding stride (4).
         mlp_ratio (float): MLP hidden width / channels (4).
-        inline_window (int | None): ``None`` global InLine (default); an int for the authors'
-            literal windowed behaviour.
-        out_norm (bool): a LayerNorm on each returned stage (``out_norms.<i>``, as mmdet's Swin).
-        norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-5, as Swin): the blocks' two
-            norms and the output norms, and the patch embedding's and patch merging's, which Swin
-            builds from the same setting.
-        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH)`` loads the authors'
-            file.
+        inline_window (int | None): ``None`` global InLine; an int: the authors' literal windows.
+        norm_cfg (dict): ``LN``, eps 1e-5 as Swin; also the patch embedding's and merging's.
     """
     arch_zoo = {
         'tiny': dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24],
@@ -301,16 +229,9 @@ class InLineSwin(LinAttnBackbone):
 
     @classmethod
     def resolve_arch(cls, arch) -> dict:
-        """The base class's resolution, with ``embed_dims`` as a list of every stage's width (an
-        int is stage 1's, doubling per stage)."""
+        """The base class's, with ``embed_dims`` as a list (an int: stage 1's, doubling)."""
         out = super().resolve_arch(arch)
         dims = out['embed_dims']
         out['embed_dims'] = [dims * 2 ** i for i in range(len(out['depths']))] \
             if isinstance(dims, int) else [int(c) for c in dims]
         return out
-
-    def _stage_modules(self, i):
-        return [self.patch_embed] if i == 0 else [self.layers[i - 1]]
-
-    def forward_stem(self, x):
-        return self.patch_embed(x)  # (tokens, hw)

@@ -1,12 +1,6 @@
-"""MAViT: the MALA backbone (docs/design.md section 2.3).
-
-Parameter names equal the authors' (``patch_embed.proj.{0,1,3,4,6,7,9,10}``,
-``layers.{s}.blocks.{b}.{pos,norm1.norm,attn.qkvo,attn.lepe,attn.proj,norm2.norm,ffn.*,gamma_1,gamma_2}``,
-``layers.{s}.RoPE.angle``, ``layers.{s}.downsample.{reduction,norm}``), so their ImageNet
-checkpoints load by dropping the classification parts (``proj``, ``norm``, ``head``). Downstream
-outputs are each stage's features *before* its downsampling, each through a new LayerNorm
-``extra_norms.{i}``.
-"""
+"""MAViT: the MALA backbone (docs/design.md section 2.3). Parameter names equal the authors': their
+ImageNet checkpoints load without ``proj``, ``norm``, ``head``. Outputs: each stage's features
+before its downsampling, through a new norm ``extra_norms.{i}``."""
 import warnings
 from typing import Optional, Sequence
 
@@ -25,12 +19,7 @@ CONV_NORM = dict(type='BN', requires_grad=True)  # the stem's and downsampling's
 
 
 class ConvFFN(nn.Module):
-    """1x1 -> GELU -> (t + DWConv3x3(t)) -> 1x1 (names ``fc1``, ``dwconv``, ``fc2``).
-
-    Args:
-        dim (int): channels in and out.
-        hidden (int): hidden channels.
-    """
+    """1x1 -> GELU -> (t + DWConv3x3(t)) -> 1x1 (names ``fc1``, ``dwconv``, ``fc2``)."""
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
@@ -45,19 +34,8 @@ class ConvFFN(nn.Module):
 
 
 class MAViTBlock(nn.Module):
-    """CPE -> x + gamma_1 * attn(LN(x)) -> x + gamma_2 * FFN(LN(x)).
-
-    Args:
-        dim (int): channels.
-        num_heads (int): heads.
-        core (str): a core of :data:`mmlinattn.core.ops.cores.CORES`.
-        mlp_ratio (float): ConvFFN hidden width / ``dim`` (3.5).
-        drop_path (float): stochastic depth rate of this block.
-        layer_scale (float | None): initial LayerScale (``gamma_1``, ``gamma_2``); ``None``: none.
-        attn_cfg (dict | None): further :class:`QKVOAttention` keywords (the shared ones,
-            ``use_rope``).
-        norm_cfg (dict): the two norms over channels (``LN``, eps 1e-6).
-    """
+    """CPE -> x + gamma_1 * attn(LN(x)) -> x + gamma_2 * FFN(LN(x)), with drop path (gammas from
+    ``layer_scale``; ``None``: none)."""
 
     def __init__(self, dim: int, num_heads: int, core: str, mlp_ratio: float = 3.5,
                  drop_path: float = 0., layer_scale: Optional[float] = 1.0,
@@ -87,13 +65,7 @@ class MAViTBlock(nn.Module):
 
 
 class Downsample(nn.Module):
-    """Conv3x3 stride 2 + norm (names ``reduction``, ``norm``).
-
-    Args:
-        dim (int): input channels.
-        out_dim (int): output channels.
-        norm_cfg (dict): the norm after the conv (BN in the released models).
-    """
+    """Conv3x3 stride 2 (``dim`` -> ``out_dim``) + a ``norm_cfg`` norm (``reduction``, ``norm``)."""
 
     def __init__(self, dim: int, out_dim: int, norm_cfg: dict):
         super().__init__()
@@ -105,23 +77,7 @@ class Downsample(nn.Module):
 
 
 class MAViTStage(nn.Module):
-    """A stage: its 2-D RoPE tables (``RoPE.angle``), ``depth`` blocks and the downsampling after
-    them.
-
-    Args:
-        dim (int): channels.
-        out_dim (int | None): channels after the downsampling (``None``: the last stage, none).
-        depth (int): blocks.
-        num_heads (int): heads.
-        cores (list[str]): one core name per block.
-        dprs (list[float]): one drop-path rate per block.
-        layer_scale (float | None): initial LayerScale of the blocks (``None``: no LayerScale).
-        conv_norm_cfg (dict): norm of the downsampling convolution (BN).
-        mlp_ratio (float): ConvFFN hidden width / ``dim``.
-        attn_cfg (dict | None): further :class:`QKVOAttention` keywords.
-        with_cp (bool): activation checkpointing of each block while training.
-        norm_cfg (dict): the blocks' norms over channels.
-    """
+    """Its 2-D RoPE tables, ``depth`` :class:`MAViTBlock` and a :class:`Downsample` (or none)."""
 
     def __init__(self, dim: int, out_dim: Optional[int], depth: int, num_heads: int,
                  cores: Sequence[str], dprs: Sequence[float], layer_scale: Optional[float],
@@ -137,9 +93,7 @@ class MAViTStage(nn.Module):
         self.downsample = Downsample(dim, out_dim, conv_norm_cfg) if out_dim else None
 
     def forward(self, x: torch.Tensor, downsample: bool = True):
-        """(B, C, H, W) through the blocks -> ``(output, next stage's input)``: the map before the
-        downsampling (the stage's output), and after it (the map itself for the last stage or when
-        ``downsample`` is False)."""
+        """(B, C, H, W) -> ``(the map before the downsampling, after it)``."""
         rope = self.RoPE(x.shape[-2:])
         for blk in self.blocks:
             x = run_block(blk, self.with_cp, x, rope)
@@ -149,13 +103,7 @@ class MAViTStage(nn.Module):
 
 
 class Stem(nn.Module):
-    """Four 3x3 convs, stride 4 in total (names ``proj.{0,1,3,4,6,7,9,10}``).
-
-    Args:
-        in_channels (int): image channels.
-        dim (int): output channels (stage 1's width).
-        norm_cfg (dict): the norm after each conv.
-    """
+    """Four 3x3 convs with norms, stride 4 in total (names ``proj.{0,1,3,4,6,7,9,10}``)."""
 
     def __init__(self, in_channels: int, dim: int, norm_cfg: dict):
         super().__init__()
@@ -175,38 +123,21 @@ class Stem(nn.Module):
 @MODELS.register_module()
 class MAViT(LinAttnBackbone):
     """MAViT backbone with MALA attention (Fan et al., "Rectifying Magnitude Neglect in Linear
-    Attention").
+    Attention"). The shared arguments are :class:`LinAttnBackbone`'s; here:
 
     Args:
-        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'``, ``'large'`` (or t/s/b/l), or a dict
-            with ``embed_dims, depths, num_heads`` (and optionally ``drop_path_rate``,
-            ``layer_scale``).
-        in_channels (int): image channels.
-        attn_type (str | list | None): the core of every block (see
-            :func:`mmlinattn.core.ops.cores.parse_attn_type`): one letter per stage, ``M`` MALA,
-            ``S`` softmax, ``L`` plain linear, ``I`` InLine, ... or a mixed stage in parentheses.
-            Default ``'MMSS'`` as the released models; ``'MMMM'`` is all-MALA.
-        attn_cfg (dict | None): keywords of every block's :class:`QKVOAttention`: the shared
-            ``qkv_bias``, ``kernel``, ``attn_drop``, ``proj_drop``, ``core_options`` (e.g.
-            ``dict(core_options=dict(beta=False))`` for MALA's ablations), and ``use_rope``.
-        out_indices (Sequence[int]): stages whose features are returned.
-        frozen_stages (int): -1 nothing frozen, 0 the stem, k also stages 1..k.
-        norm_eval (bool): keep BatchNorm layers (``conv_norm_cfg``'s) in eval mode while training.
-        with_cp (bool): activation checkpointing of each block while training.
-        drop_path_rate (float | None): stochastic depth at the last block (``None``: the arch's).
-        mlp_ratio (float): ConvFFN hidden width / channels (3.5). ``ffn_ratio``, its former name,
-            is still read, with a ``FutureWarning``.
-        norm_cfg (dict): the family's transformer norm (``LN``, eps 1e-6): the blocks' two norms
-            and the output norms, as in every family.
-        conv_norm_cfg (dict): the norm after each convolution of the stem and the downsampling
-            (``BN``; ``SyncBN`` for multi-GPU, as the released detectors). A BatchNorm config given
-            as ``norm_cfg`` (its meaning before it was the same in every family) is read as this,
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'``, ``'large'``, or a dict (optionally
+            with ``layer_scale``).
+        attn_type: default ``'MMSS'``, as the released models.
+        attn_cfg: for :class:`QKVOAttention`, also ``use_rope``.
+        mlp_ratio (float): ConvFFN hidden width / channels (3.5); ``ffn_ratio``, its former name,
+            is read with a ``FutureWarning``.
+        norm_cfg (dict): ``LN``, eps 1e-6.
+        conv_norm_cfg (dict): the norm after each conv of the stem and the downsampling (``BN``;
+            ``SyncBN`` multi-GPU); a BatchNorm ``norm_cfg`` (its former meaning) is read as this,
             with a ``FutureWarning``.
-        out_norm (bool): add the output norm on each returned stage (the authors' downstream setup).
-        layer_scale_init (float | list | None): override the arch's initial LayerScale values
-            (e.g. a small value to start the blocks near identity when training from scratch).
-        init_cfg (dict | None): ``dict(type='Pretrained', checkpoint=PATH, use_ema=False)`` loads
-            the authors' ``MAViT_*.pth`` directly (``use_ema=True`` picks ``model_ema``).
+        layer_scale_init (float | list | None): override the arch's initial LayerScale values.
+        init_cfg (dict | None): may also set ``use_ema=True`` (the file's ``model_ema``).
     """
     arch_zoo = {
         'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 6, 2], num_heads=[1, 2, 4, 8],
@@ -269,9 +200,3 @@ class MAViT(LinAttnBackbone):
                 if blk.layer_scale is not None:
                     nn.init.constant_(blk.gamma_1, blk.layer_scale)
                     nn.init.constant_(blk.gamma_2, blk.layer_scale)
-
-    def _stage_modules(self, i):
-        return [self.patch_embed] if i == 0 else [self.layers[i - 1]]
-
-    def forward_stem(self, x):
-        return self.patch_embed(x)

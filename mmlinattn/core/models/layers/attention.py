@@ -1,25 +1,8 @@
-"""Attention modules that wrap the pure functions of :mod:`mmlinattn.core.ops`.
-
-``TokenAttention`` works on token sequences (B, N, C) of an H x W map (the InLine-Swin and
-InLine-PVT families); ``QKVOAttention`` is MAViT's channels-first module (qkvo projection, LePE,
-output gate, 2-D RoPE); ``WindowSoftmaxAttention`` (:mod:`.window`) is Swin's window attention.
-
-The attention itself is chosen by a *core* name, an entry of the table
-:data:`mmlinattn.core.ops.cores.CORES` (``'inline'``, ``'linear'``, ``'softmax'``, ``'mala'``, and
-any core registered later), so the papers' ablations are config switches. All three modules derive
-from :class:`AttentionModule` and share one API (docs/design.md section 1.6):
-
-* the constructor ``Module(dim, num_heads, *, core, qkv_bias=True, kernel=None, attn_drop=0.,
-  proj_drop=0., core_options=None, <the module's own options>)`` - everything after ``num_heads``
-  by keyword (see :class:`AttentionModule`);
-* ``forward(x, *context)``; ``attention_matrix(x, *context)`` takes the same arguments and returns
-  the explicit matrix A with core output = A @ v (dropout aside); ``queries_keys(x)`` (plus ``hw``
-  for :class:`TokenAttention`, whose spatial reduction needs it) returns the projected queries and
-  keys the module hands its core.
-
-A backbone's ``attn_cfg`` holds these keywords (and the module's own ones) and every block passes
-it to its module.
-"""
+"""Attention modules: ``TokenAttention`` on (B, N, C) tokens of an H x W map (InLine-Swin,
+InLine-PVT), ``QKVOAttention`` (MAViT's) and ``WindowSoftmaxAttention`` (:mod:`.window`, Swin's),
+each running a core of :data:`mmlinattn.core.ops.cores.CORES` chosen by name (docs/design.md section
+1.6). Their shared keywords are :class:`AttentionModule`'s; ``forward(x, *context)``,
+``attention_matrix(x, *context)`` (the explicit A: core output = A @ v) and ``queries_keys(x)``."""
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -38,8 +21,7 @@ def core_matrix(core: str, q, k, scale: Optional[float] = None, kernel: Optional
 
 
 def _option_owners() -> Dict[str, list]:
-    """option name -> the registered cores that take it (``dropout_p`` excluded: ``attn_drop``
-    sets it)."""
+    """option name -> the cores that take it (``dropout_p`` excluded: ``attn_drop`` sets it)."""
     owners: Dict[str, list] = {}
     for c in CORES.values():
         for o in c.options:
@@ -49,9 +31,7 @@ def _option_owners() -> Dict[str, list]:
 
 
 def check_core_options(core_options: Optional[dict], owner: str) -> dict:
-    """``core_options`` as a dict, each key an option of some registered core (a key that no core
-    takes would be ignored by every one of them: refused, naming the options there are).
-    ``dropout_p`` is refused too: the module's ``attn_drop`` sets it, while training only."""
+    """``core_options`` as a dict of options of some core (not ``dropout_p``: ``attn_drop``)."""
     if core_options is None:
         return {}
     if not isinstance(core_options, dict):
@@ -70,9 +50,7 @@ def check_core_options(core_options: Optional[dict], owner: str) -> dict:
 
 
 def refuse_core_keywords(owner: str, kwargs: dict, removed: Tuple[str, ...] = ()) -> None:
-    """A core's option given as a keyword of a module (MALA's ``beta`` / ``gamma``; ``removed``:
-    keywords the module read until 0.2.0): a ``TypeError`` that says to write
-    ``core_options=dict(...)``."""
+    """A core's option (or a ``removed`` one) as a module's keyword: a ``TypeError``."""
     owners = _option_owners()
     misplaced = {k: v for k, v in kwargs.items() if k in owners or k in removed}
     if not misplaced:
@@ -86,33 +64,26 @@ def refuse_core_keywords(owner: str, kwargs: dict, removed: Tuple[str, ...] = ()
 
 
 class AttentionModule(nn.Module):
-    """Base of the attention modules: the shared constructor vocabulary and the core call.
-
-    Subclasses take ``(dim, num_heads, *, core, qkv_bias, kernel, attn_drop, proj_drop,
-    core_options, <own options>)``, call :meth:`_init_core` first, and implement ``forward``,
-    ``queries_keys`` and ``attention_matrix`` through :meth:`_run_core` and :meth:`_core_matrix`.
+    """Base of the attention modules: subclasses call :meth:`_init_core` first and run the core by
+    :meth:`_run_core` / :meth:`_core_matrix`.
 
     Shared Args:
         dim (int): channels; divisible by ``num_heads``.
         num_heads (int): heads.
         core (str): a core name of :data:`mmlinattn.core.ops.cores.CORES`.
         qkv_bias (bool): biases in the query/key/value projection.
-        kernel (str | None): feature map phi for the cores that take one (``None``: the core's
-            default); a kernel the core does not list is an error, a core without kernels (softmax)
-            ignores it, so one ``attn_cfg`` serves every stage.
-        attn_drop (float): attention dropout, while training, for the cores that take
-            ``dropout_p`` (softmax; the linear cores have no matrix to drop from).
+        kernel (str | None): feature map phi (``None``: the core's default; cores without kernels
+            ignore it).
+        attn_drop (float): attention dropout while training, for cores that take ``dropout_p``.
         proj_drop (float): dropout after the output projection.
-        core_options (dict | None): further switches of the core (e.g. MALA's ``beta`` / ``gamma``);
-            each must be an option of some core, and the module's core gets only those it takes.
+        core_options (dict | None): options of the core (MALA's ``beta`` / ``gamma``).
     """
 
     #: keywords the module read until 0.2.0 (named as removed in the error)
     removed_keywords: Tuple[str, ...] = ()
 
     def __new__(cls, *args, **kwargs):
-        # here rather than in __init__, so that the signatures stay exact (a backbone reads them to
-        # check its attn_cfg) while beta= / gamma= get an error that says what to write instead
+        # here, not in __init__: the signatures stay exact (backbones read them)
         refuse_core_keywords(cls.__name__, kwargs, cls.removed_keywords)
         return super().__new__(cls)
 
@@ -129,12 +100,10 @@ class AttentionModule(nn.Module):
         self.kernel = kernel
         self.attn_drop = attn_drop
         self.core_options = check_core_options(core_options, owner)
-        # checked once, here: a kernel the core does not list fails, listing both
         self._bound = entry.bind(scale=self.scale, kernel=kernel, **self.core_options)
 
     def _run_core(self, q, k, v, **context) -> torch.Tensor:
-        """The core's linear-time output for (..., h, N, d) q, k, v; ``context``: ``rope`` /
-        ``attn_bias``."""
+        """The core's output for (..., h, N, d) q, k, v; ``context``: ``rope`` / ``attn_bias``."""
         return self.core_entry.run(q, k, v, self._bound,
                                    dropout_p=self.attn_drop if self.training else 0., **context)
 
@@ -145,15 +114,8 @@ class AttentionModule(nn.Module):
 
 
 class LocalResidual(nn.Sequential):
-    """InLine's local attention residual weights: mean token -> per-channel 3x3 kernels.
-
-    ``Conv1d(C, C, 1, groups=h) -> GELU -> Conv1d(C, 9C, 1, groups=h)`` (parameter names ``0`` and
-    ``2`` as in the authors' ``residual`` Sequential).
-
-    Args:
-        dim (int): channels C.
-        num_heads (int): heads h (the groups of both convs).
-    """
+    """InLine's local residual: mean token -> Conv1d(C, C) -> GELU -> Conv1d(C, 9C) (grouped by
+    head; the authors' ``0``, ``2``) -> per-channel 3x3 kernels on the values' map."""
 
     def __init__(self, dim: int, num_heads: int):
         super().__init__(nn.Conv1d(dim, dim, 1, groups=num_heads), nn.GELU(),
@@ -166,22 +128,15 @@ class LocalResidual(nn.Sequential):
 
 
 class TokenAttention(AttentionModule):
-    """Global multi-head attention over the N = H*W tokens of a map, any core of the table.
+    """Global multi-head attention over the N = H*W tokens of a map: ``forward(x, hw)``, (B, N, C).
 
     Args:
-        dim, num_heads, core, qkv_bias, kernel, attn_drop, proj_drop, core_options: the shared
-            options (:class:`AttentionModule`); ``core`` is ``'inline'`` by default, ``kernel``
-            ``None`` is the core's default (``identity`` for InLine, ``relu`` for linear).
-        qkv_layout (str): ``'qkv'`` (one ``qkv`` Linear, the Swin family) or ``'q_kv'`` (``q`` and
-            ``kv`` Linears, the PVT family) - the authors' parameter names.
-        local_residual (bool | None): add InLine's local attention residual; ``None``: the core's
-            default (on for ``inline``).
-        sr_ratio (int): spatial reduction of keys/values (PVT's softmax blocks; only cores marked
-            ``reduced_kv`` and the ``'q_kv'`` layout): a strided conv and a LayerNorm (``sr``,
-            ``norm``, eps ``norm_eps``).
-        norm_eps (float): eps of the spatial-reduction LayerNorm (torch's default 1e-5, as PVT v1).
-
-    ``forward(x, hw)``: (B, N, C) tokens of an ``hw`` map -> (B, N, C).
+        dim, num_heads, core, qkv_bias, kernel, attn_drop, proj_drop, core_options: as
+            :class:`AttentionModule` (``core`` ``'inline'`` by default).
+        qkv_layout (str): ``'qkv'`` (one ``qkv`` Linear, Swin) or ``'q_kv'`` (``q``, ``kv``; PVT).
+        local_residual (bool | None): InLine's local residual; ``None``: the core's default.
+        sr_ratio (int): spatial reduction of keys/values (``reduced_kv`` cores, ``'q_kv'``): a
+            strided conv ``sr`` and a LayerNorm ``norm`` of eps ``norm_eps`` (1e-5, as PVT v1).
     """
 
     def __init__(self, dim: int, num_heads: int, *, core: str = 'inline', qkv_bias: bool = True,
@@ -225,13 +180,12 @@ class TokenAttention(AttentionModule):
         b, n, c = x.shape
         if self.qkv_layout == 'qkv':
             q, k, v = self.qkv(x).chunk(3, dim=-1)
-            return self._heads(q), self._heads(k), self._heads(v), v
-        q = self.q(x)
-        kv_in = x
-        if self.sr_ratio > 1:
-            kv_in = self.sr(x.transpose(1, 2).reshape(b, c, *hw)).flatten(2).transpose(1, 2)
-            kv_in = self.norm(kv_in)
-        k, v = self.kv(kv_in).chunk(2, dim=-1)
+        else:
+            q, kv_in = self.q(x), x
+            if self.sr_ratio > 1:
+                kv_in = self.sr(x.transpose(1, 2).reshape(b, c, *hw)).flatten(2).transpose(1, 2)
+                kv_in = self.norm(kv_in)
+            k, v = self.kv(kv_in).chunk(2, dim=-1)
         return self._heads(q), self._heads(k), self._heads(v), v
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
@@ -249,26 +203,19 @@ class TokenAttention(AttentionModule):
     @torch.no_grad()
     def queries_keys(self, x: torch.Tensor,
                      hw: Tuple[int, int]) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The (B, h, N, d) queries and (B, h, M, d) keys the module hands its core for input ``x``
-        (M < N after spatial reduction, which needs the map size ``hw``)."""
+        """The (B, h, N, d) queries and (B, h, M, d) keys the module hands its core."""
         q, k, _, _ = self._qkv(x, hw)
         return q, k
 
     @torch.no_grad()
     def attention_matrix(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-        """The core's explicit (B, h, N, M) matrix for ``forward(x, hw)`` (the local residual, an
-        addition to the core's output, is not in it)."""
+        """The core's explicit (B, h, N, M) matrix for ``forward(x, hw)`` (no local residual)."""
         q, k = self.queries_keys(x, hw)
         return self._core_matrix(q, k)
 
 
 class RoPE(nn.Module):
-    """MAViT's 2-D rotary position embedding; the buffer ``angle`` matches the authors' checkpoints.
-
-    Args:
-        dim (int): channels.
-        num_heads (int): heads; the head dim ``dim // num_heads`` must be divisible by 4.
-    """
+    """MAViT's 2-D rotary position embedding (buffer ``angle``); head dim divisible by 4."""
 
     def __init__(self, dim: int, num_heads: int):
         super().__init__()
@@ -279,23 +226,14 @@ class RoPE(nn.Module):
 
 
 class QKVOAttention(AttentionModule):
-    """MAViT's attention module on channels-first maps (B, C, H, W).
-
-    ``q, k, v, o = split(Conv1x1(C -> 4C)(x))``; ``out = proj((core(q, k, v) + lepe(v)) * o)`` with
-    ``lepe`` a depthwise 5x5 conv. Core ``'mala'`` (stages 1-2 of MAViT) or ``'softmax'`` (stages
-    3-4), both with 2-D RoPE as in the authors' code; any other core of the table for ablations.
+    """MAViT's attention on (B, C, H, W) maps: ``q, k, v, o = split(Conv1x1(C -> 4C)(x))``,
+    ``out = proj((core(q, k, v) + lepe(v)) * o)``, ``lepe`` a depthwise 5x5 conv; core ``'mala'``
+    (stages 1-2) or ``'softmax'`` (3-4). ``forward(x, rope=None)``: the stage's (sin, cos) tables.
 
     Args:
-        dim, num_heads, core, qkv_bias, kernel, attn_drop, proj_drop, core_options: the shared
-            options (:class:`AttentionModule`); ``core`` is ``'mala'`` by default; ``qkv_bias``
-            is the bias of the one ``qkvo`` convolution (o's included); MALA's ``beta``
-            (``False``: beta = 1, the paper's ablation) and ``gamma`` (``False``: gamma = 0) go in
-            ``core_options``. The head dim must be divisible by 4 for RoPE.
-        use_rope (bool): pass the stage's 2-D RoPE tables to the core (cores with ``rope='none'``
-            ignore them).
-
-    ``forward(x, rope=None)``: (B, C, H, W) -> (B, C, H, W); ``rope``: the stage's (sin, cos)
-    tables (:class:`RoPE`).
+        dim, num_heads, core, qkv_bias, kernel, attn_drop, proj_drop, core_options: as
+            :class:`AttentionModule`; ``qkv_bias``: the ``qkvo`` conv's; head dim divisible by 4.
+        use_rope (bool): pass the stage's RoPE tables to the core.
     """
     removed_keywords = ('beta', 'gamma')  # core_options=dict(beta=..., gamma=...) since 0.2.0
 
@@ -328,8 +266,7 @@ class QKVOAttention(AttentionModule):
 
     @torch.no_grad()
     def queries_keys(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The (B, h, N, d) queries and keys the module hands its core for the map ``x``: before
-        any RoPE rotation, which the core applies itself (see :meth:`attention_matrix`)."""
+        """The (B, h, N, d) queries and keys the module hands its core (before any RoPE)."""
         q, k, _, _, _ = self._split(x)
         return q, k
 

@@ -16,11 +16,7 @@ def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 
 class DropPath(nn.Module):
-    """Stochastic depth per sample.
-
-    Args:
-        p (float): probability of dropping a sample's residual branch while training.
-    """
+    """Stochastic depth per sample: drops a sample's residual branch with probability ``p``."""
 
     def __init__(self, p: float = 0.):
         super().__init__()
@@ -34,13 +30,7 @@ class DropPath(nn.Module):
 
 
 class Mlp(nn.Module):
-    """Linear -> GELU -> Linear on tokens (names ``fc1``, ``fc2`` as in timm).
-
-    Args:
-        dim (int): channels in and out.
-        hidden (int): hidden channels.
-        drop (float): dropout after each Linear.
-    """
+    """Linear -> GELU -> Linear on tokens (timm's ``fc1``, ``fc2``), dropout after each."""
 
     def __init__(self, dim: int, hidden: int, drop: float = 0.):
         super().__init__()
@@ -54,15 +44,7 @@ class Mlp(nn.Module):
 
 
 class LayerNorm2d(nn.Module):
-    """A norm over the channels of an NCHW map, a LayerNorm unless ``norm_cfg`` says otherwise (the
-    norm is ``.norm``, the authors' name).
-
-    Args:
-        dim (int): channels.
-        eps (float): LayerNorm epsilon (without ``norm_cfg``).
-        norm_cfg (dict | None): mmcv norm config (``dict(type='LN', eps=1e-6)``, ``'GN'``, ``'BN'``,
-            ...); a LayerNorm normalises each position's channels, the others run on the map as is.
-    """
+    """A norm (``.norm``) over the channels of an NCHW map: LayerNorm(eps), or from ``norm_cfg``."""
 
     def __init__(self, dim: int, eps: float = 1e-6, norm_cfg: Optional[dict] = None):
         super().__init__()
@@ -77,8 +59,7 @@ class LayerNorm2d(nn.Module):
 
 
 def pad_to_multiple(x: torch.Tensor, multiple: int, channels_last: bool = True) -> torch.Tensor:
-    """Zero-pad the bottom/right of a (B, H, W, C) (or (B, C, H, W)) map to a multiple of
-    ``multiple``."""
+    """Zero-pad a (B, H, W, C) (or (B, C, H, W)) map at the bottom/right to multiples."""
     h, w = (x.shape[1], x.shape[2]) if channels_last else (x.shape[2], x.shape[3])
     ph, pw = (-h) % multiple, (-w) % multiple
     if not ph and not pw:
@@ -87,23 +68,8 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, channels_last: bool = True) 
 
 
 class PatchEmbed(nn.Module):
-    """Non-overlapping patch embedding: Conv (kernel = stride = ``patch``) + LayerNorm on the
-    tokens.
-
-    Returns ``(tokens (B, N, C), (h, w))``. Parameter names ``proj`` and ``norm`` (Swin's and
-    PVT's).
-
-    Args:
-        in_channels (int): input channels.
-        dim (int): output channels.
-        patch (int): kernel size and stride of the conv.
-        pad (bool): zero-pad the bottom/right of an input whose size is not a multiple of ``patch``,
-            so the map is ``ceil(H / patch) x ceil(W / patch)`` (Swin). ``False`` lets the strided
-            conv drop the remainder, ``floor(H / patch)`` (PVT v1).
-        eps (float): LayerNorm epsilon (1e-5, torch's default, in both families).
-        norm_cfg (dict | None): build the norm from this mmcv config instead (``eps`` is then
-            unused).
-    """
+    """Conv ``proj`` (kernel = stride = ``patch``) + ``norm`` on the tokens -> ``(tokens, (h, w))``;
+    ``pad``: zero-pad to a multiple of ``patch`` (Swin), else drop the remainder (PVT v1)."""
 
     def __init__(self, in_channels: int, dim: int, patch: int, pad: bool = True, eps: float = 1e-5,
                  norm_cfg: Optional[dict] = None):
@@ -122,8 +88,7 @@ class PatchEmbed(nn.Module):
                              'that embeds it: use a larger input (InLinePVT needs >= 32 px per '
                              'side unless pad_patches=True)')
         x = self.proj(x)
-        # sizes stay traced values under the jit (the legacy ONNX exporter), so that its graph
-        # follows the input's size; ints elsewhere, as before (eager, dynamo)
+        # traced values under the jit (the legacy ONNX exporter's graph follows the input size)
         hw = (x.shape[2], x.shape[3]) if torch.jit.is_tracing() else \
             (int(x.shape[2]), int(x.shape[3]))
         return self.norm(x.flatten(2).transpose(1, 2)), hw
@@ -133,8 +98,7 @@ def resize_pos_embed(pos: torch.Tensor, src_hw: Tuple[int, int],
                      dst_hw: Tuple[int, int]) -> torch.Tensor:
     """Bilinearly resize a (1, H*W, C) position table (align_corners=False, as the authors do)."""
     if tuple(src_hw) == tuple(dst_hw) and not torch.onnx.is_in_onnx_export():
-        # (in a jit ONNX export the comparison would be frozen at the example's size: resized
-        # always, which at the same size is the identity)
+        # (a jit ONNX export would freeze the comparison: it always resizes)
         return pos
     c = pos.shape[-1]
     grid = pos.reshape(1, *src_hw, c).permute(0, 3, 1, 2)

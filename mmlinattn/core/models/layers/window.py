@@ -9,8 +9,7 @@ from .attention import AttentionModule
 
 
 def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
-    """Swin's (Wh*Ww, Wh*Ww) index into a (2*window-1)^2 bias table; ``size`` (h, w) <= window
-    gives the index for a smaller window, reusing the same table entries for the same offsets."""
+    """Swin's (Wh*Ww, Wh*Ww) index into a (2*window-1)^2 bias table (``size``: a smaller window)."""
     h, w = size or (window, window)
     coords = torch.stack(torch.meshgrid(torch.arange(h), torch.arange(w), indexing='ij')).flatten(1)
     rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (window - 1)
@@ -18,20 +17,13 @@ def relative_position_index(window: int, size: Optional[Tuple[int, int]] = None)
 
 
 class WindowSoftmaxAttention(AttentionModule):
-    """Swin's window multi-head self-attention with relative position bias.
-
-    Parameter names follow Swin: ``qkv``, ``proj``, ``relative_position_bias_table``.
+    """Swin's window attention with relative position bias (Swin's names): ``forward(x, window_hw,
+    mask=None)``, (B, nW, N, C) windows of ``window_hw`` tokens, ``mask`` (nW, N, N) of 0 / -100.
 
     Args:
-        dim, num_heads, core, qkv_bias, kernel, attn_drop, proj_drop, core_options: the shared
-            options (:class:`~mmlinattn.core.models.layers.attention.AttentionModule`); ``core``
-            must take an additive attention bias (``bias=True`` in its table entry) and is
-            ``'softmax'``, Swin's, by default.
+        dim, num_heads, core, qkv_bias, kernel, attn_drop, proj_drop, core_options: as
+            :class:`~.attention.AttentionModule`; ``core`` takes a bias (``'softmax'``).
         window_size (int): window side (7); the bias table has (2 * window_size - 1)^2 rows.
-
-    ``forward(x, window_hw, mask=None)``: (B, nW, N, C) windows of ``window_hw`` tokens (N = their
-    product, at most ``window_size`` per side), ``mask`` (nW, N, N) with 0 / -100 entries (Swin's
-    shifted windows) -> (B, nW, N, C).
     """
 
     def __init__(self, dim: int, num_heads: int, *, core: str = 'softmax', qkv_bias: bool = True,
@@ -84,9 +76,7 @@ class WindowSoftmaxAttention(AttentionModule):
 
     @torch.no_grad()
     def queries_keys(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The (B, nW, h, N, d) queries and keys the module hands its core for the windows ``x``
-        (the relative position bias and the mask, which the core adds to the scores, are in
-        :meth:`attention_matrix`)."""
+        """The (B, nW, h, N, d) queries and keys the module hands its core."""
         q, k, _ = self._qkv(x)
         return q, k
 
