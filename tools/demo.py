@@ -2,21 +2,11 @@
 
     make demo            # (installs first) or:  .venv/bin/python tools/demo.py [--quick]
 
-1. writes the toy datasets under data/ if they are missing (tools/misc/make_toy_datasets.py);
-2. for a toy Mask R-CNN (MAViT-T) and a toy Semantic FPN (MAViT-T):
-   a. evaluates the *untrained* model (random init) with tools/test.py - the chance level;
-   b. trains it with tools/train.py (mmengine logs and progress);
-   c. evaluates the final checkpoint with tools/test.py (the real CocoMetric / IoUMetric);
-   d. draws four validation images, ground truth left and the trained model's prediction right
-      (mmdet's / mmseg's visualizers, PNG) into work_dirs/demo_det/predictions,
-      demo_seg/predictions; the detector's pictures show its detections with score >= --score-thr
-      (default 0.8, see SCORE_THR), and a caption above each says so: "K of M detections" and the
-      scores of those not drawn;
-3. prints a table: untrained vs trained bbox/segm AP and mIoU, the pictures' folders and the wall
-   time.
-
-Everything runs on the CPU. The terminal shows the commands, the training / testing progress lines
-and the final table; the full logs are in work_dirs/demo_det and work_dirs/demo_seg (*.log).
+Writes the toy datasets if missing; then, for a toy Mask R-CNN and a toy Semantic FPN (MAViT-T),
+tests the untrained model (the chance level), trains it, tests it again and draws four validation
+images (ground truth | prediction; detections with score >= --score-thr, captioned) into
+work_dirs/demo_{det,seg}/predictions; prints untrained vs trained AP / mIoU. CPU only; full logs in
+work_dirs/demo_det and work_dirs/demo_seg (*.log).
 """
 import argparse
 import os.path as osp
@@ -32,14 +22,9 @@ DET = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py'
 SEG = 'configs/toy/fpn_mavit-t_toy-ade.py'
 # the output lines shown on the terminal (all of it goes to the log files)
 PROGRESS = ('Epoch(', 'Iter(', 'coco/', 'mIoU', 'Error', 'error:')
-# The detector's pictures draw the detections with score >= SCORE_THR. Set from the trained toy
-# Mask R-CNN's own scores in two make demo runs (bbox AP50 0.969 and 0.976): on the 40 validation
-# images (78 objects) it returns 439 / 484 detections (its test_cfg keeps score >= 0.05), of which,
-# matched as COCO does (by score, same class, IoU >= 0.5), 78 are true positives. From 0.8 on
-# remain 75 of those 78 in both runs and 9 / 18 of the others (each over a shape: a duplicate,
-# another class, or a box too loose for IoU 0.5); from mmdet's 0.3 on, 135 / 166 others (5 to 6
-# boxes per image for 2 objects); from 0.9 on, 68 / 73 true positives. The caption states the
-# threshold and the scores left out; --score-thr 0 draws everything.
+# The pictures' score threshold, from two trained toy Mask R-CNNs (40 val images, 78 objects): at
+# 0.8, 75 of the 78 true positives and 9 / 18 other boxes remain (at mmdet's 0.3: 135 / 166 others;
+# at 0.9: 68 / 73 true positives).
 SCORE_THR = 0.8
 
 
@@ -53,9 +38,8 @@ def untrained_checkpoint(config, path):
     import torch
     from mmengine.config import Config
     cfg = Config.fromfile(osp.join(ROOT, config))
-    models = model_registry(cfg)
     torch.manual_seed(0)
-    model = models.build(cfg.model)
+    model = model_registry(cfg).build(cfg.model)
     model.init_weights()
     torch.save({'state_dict': model.state_dict(), 'meta': {}}, osp.join(ROOT, path))
 
@@ -74,7 +58,6 @@ def job(config, work_dir, extra, score_thr=SCORE_THR):
     run('tools/test.py', config, last, '--work-dir', work_dir + '/trained',
         log=osp.join(work_dir, 'test_trained.log'))
     # the pictures, through the OpenMMLab inferencer as a user would call it
-    # (mmlinattn.apis.inference)
     run('-m', 'mmlinattn.apis.inference', config, last,
         '--out-dir', work_dir + '/predictions', '--num-images', 4, '--score-thr', score_thr,
         log=osp.join(work_dir, 'predictions.log'))
@@ -98,12 +81,10 @@ def main(argv=None):
         return 0
     t0 = time.time()
     run('tools/misc/make_toy_datasets.py')
-    det_extra, seg_extra = [], []
-    if args.quick:
-        det_extra = ['--cfg-options', 'train_cfg.max_epochs=1', 'train_cfg.val_interval=1']
-        seg_extra = ['--cfg-options', 'train_cfg.max_iters=20', 'train_cfg.val_interval=20']
-    det = job(DET, 'work_dirs/demo_det', det_extra, args.score_thr)
-    seg = job(SEG, 'work_dirs/demo_seg', seg_extra)
+    det = job(DET, 'work_dirs/demo_det', ['--cfg-options', 'train_cfg.max_epochs=1',
+                                          'train_cfg.val_interval=1'] * args.quick, args.score_thr)
+    seg = job(SEG, 'work_dirs/demo_seg', ['--cfg-options', 'train_cfg.max_iters=20',
+                                          'train_cfg.val_interval=20'] * args.quick)
     wall = time.time() - t0
     rows = [('toy Mask R-CNN, MAViT-T', 'bbox AP50', 'coco/bbox_mAP_50', det),
             ('toy Mask R-CNN, MAViT-T', 'bbox AP', 'coco/bbox_mAP', det),
@@ -122,11 +103,9 @@ def main(argv=None):
     if args.quick:
         return 0
     # learning checks, set from measured runs (README): far above the untrained models
-    problems = []
-    if not seg[1].get('mIoU', 0) >= 50:
-        problems.append(f'toy mIoU {seg[1].get("mIoU")} < 50')
-    if not det[1].get('coco/bbox_mAP_50', 0) >= 0.5:
-        problems.append(f'toy bbox AP50 {det[1].get("coco/bbox_mAP_50")} < 0.5')
+    problems = [f'toy {name} {got.get(key)} < {low}' for name, got, key, low in (
+        ('mIoU', seg[1], 'mIoU', 50), ('bbox AP50', det[1], 'coco/bbox_mAP_50', 0.5))
+        if not got.get(key, 0) >= low]
     if problems:
         print('demo: the models did not learn as expected: ' + '; '.join(problems))
         return 1

@@ -1,30 +1,8 @@
-"""Fine-tuning from a pretrained backbone, shown end to end on data the project generates.
+"""Fine-tuning from a pretrained backbone, shown end to end on data the project generates: pretrain
+the backbone as a classifier on toy_cls, save it in the authors' layout, fine-tune the toy Mask
+R-CNN and Semantic FPN from it and from scratch, print the table (docs/finetuning.md).
 
     python tools/finetune_chain.py [--backbone mavit-t|inline-pvt-t] [--out table.md] [--quick]
-
-The chain a user follows with the authors' ImageNet files, at toy scale on the CPU:
-
-1. **pretrain**: the backbone as an mmpretrain ``ImageClassifier`` (the authors' classification neck
-   and head) on the toy classification set (``data/toy_cls``: which shape is in the middle of the
-   image, the shapes drawn as in the toy detection set), with ``tools/train.py
-   configs/toy/<backbone>_toy-cls.py``;
-2. **save**: the trained classifier is rewritten in the authors' checkpoint layout
-   (``{'model': {<backbone keys>, <neck keys>, 'head.*'}}``, the same keys as their released files);
-3. **fine-tune**: the toy Mask R-CNN (toy COCO) and the toy Semantic FPN (toy ADE20K layout) are
-   trained twice with the same data, schedule and seed: once from random initialisation, once with
-   ``model.backbone.init_cfg=dict(type='Pretrained', checkpoint=<the file of step 2>)`` - the line a
-   user adds to use the authors' weights;
-4. prints (and with ``--out`` writes) fine-tuned vs from-scratch bbox / segm AP and mIoU.
-
-Fine-tuning uses a small part of the toy training sets (``--finetune-images``, 24 of 160) and a
-short budget (``--det-epochs`` 8, ``--seg-iters`` 48; warm-up the first eighth), the regime where a
-pretrained backbone matters: on all 160 images both starts reach the same accuracy within a few
-epochs. Other options: ``--pretrain-epochs`` (10), ``--pretrained FILE`` (skip steps 1-2, e.g. with
-the authors' file), ``--data`` (data/, the toy sets are written there if missing), ``--work-dir``
-(work_dirs/finetune_chain), ``--seed`` (0), ``--skip-scratch``.
-``--quick`` runs the same chain on a few images and iterations: it checks the plumbing only (used by
-the test suite), its numbers mean nothing. Every step is a ``tools/train.py`` run whose full log is
-``<work-dir>/<step>/train.log``.
 """
 import argparse
 import os
@@ -37,20 +15,13 @@ from mmlinattn.training.runs import read_metrics, run_script
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
-# name -> (family of the checkpoint layout, classifier config, detector config, segmentor config)
-BACKBONES = {
-    'mavit-t': ('mavit', 'configs/toy/mavit-t_toy-cls.py',
-                'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py',
-                'configs/toy/fpn_mavit-t_toy-ade.py'),
-    'inline-pvt-t': ('inline_pvt', 'configs/toy/inline-pvt-t_toy-cls.py',
-                     'configs/toy/mask-rcnn_inline-pvt-t_fpn_toy-coco.py',
-                     'configs/toy/fpn_inline-pvt-t_toy-ade.py'),
-}
+# name -> family of the checkpoint layout; the configs: configs/toy/{<name>_toy-cls,
+# mask-rcnn_<name>_fpn_toy-coco, fpn_<name>_toy-ade}.py
+BACKBONES = {'mavit-t': 'mavit', 'inline-pvt-t': 'inline_pvt'}
 
 
 def train(config, work_dir, options):
-    """``tools/train.py config`` in a subprocess; returns (its last validation's metrics, wall
-    seconds)."""
+    """``tools/train.py config`` in a subprocess: (its last validation's metrics, wall seconds)."""
     t0 = time.time()
     run_script(osp.join(ROOT, 'tools/train.py'),
                [config, '--work-dir', work_dir, '--cfg-options', *options], cwd=ROOT,
@@ -63,15 +34,14 @@ def export_authors_layout(classifier_ckpt, family, dst):
     import torch
 
     from mmlinattn.core.models import classifier_to_authors
-    ck = torch.load(classifier_ckpt, map_location='cpu', weights_only=True)
-    state = classifier_to_authors(ck['state_dict'], family)
-    torch.save({'model': state}, dst)
+    from mmlinattn.core.weights import load_runner_checkpoint  # weights-only, mmengine's types
+    ck = load_runner_checkpoint(classifier_ckpt)
+    torch.save({'model': classifier_to_authors(ck['state_dict'], family)}, dst)
     return dst
 
 
 def derived_config(base, work_dir, checkpoint=None):
-    """A config that is ``base`` with (optionally) the backbone initialised from ``checkpoint``, as
-    a user writes it for the authors' files."""
+    """``base``, its backbone initialised from ``checkpoint`` (if given) as a user writes it."""
     os.makedirs(work_dir, exist_ok=True)
     path = osp.join(work_dir, 'config.py')
     with open(path, 'w') as f:
@@ -83,17 +53,10 @@ def derived_config(base, work_dir, checkpoint=None):
 
 
 def data_options(kind, data, quick, train_images=None):
-    if kind == 'cls':
-        opts = [f'{k}.dataset.data_root={data}/toy_cls/'
-                for k in ('train_dataloader', 'val_dataloader')]
-    elif kind == 'det':
-        ann = f'{data}/toy_coco/annotations/instances_val.json'
-        opts = [f'{k}.dataset.data_root={data}/toy_coco/'
-                for k in ('train_dataloader', 'val_dataloader')]
-        opts += [f'val_evaluator.ann_file={ann}']
-    else:
-        opts = [f'{k}.dataset.data_root={data}/toy_ade'
-                for k in ('train_dataloader', 'val_dataloader')]
+    root = {'cls': 'toy_cls/', 'det': 'toy_coco/', 'seg': 'toy_ade'}[kind]
+    opts = [f'{k}.dataset.data_root={data}/{root}' for k in ('train_dataloader', 'val_dataloader')]
+    if kind == 'det':
+        opts += [f'val_evaluator.ann_file={data}/toy_coco/annotations/instances_val.json']
     if quick:
         opts += ['train_dataloader.dataset.indices=8', 'val_dataloader.dataset.indices=4']
     elif train_images:
@@ -127,7 +90,9 @@ def main(argv=None):
     data, work = osp.abspath(args.data), osp.abspath(args.work_dir)
     if args.quick:
         args.pretrain_epochs, args.det_epochs, args.seg_iters = 1, 1, 2
-    family, cls_cfg, det_cfg, seg_cfg = BACKBONES[args.backbone]
+    b, family = args.backbone, BACKBONES[args.backbone]
+    cls_cfg, det_cfg, seg_cfg = (f'configs/toy/{b}_toy-cls.py', f'configs/toy/mask-rcnn_{b}_fpn_'
+                                 'toy-coco.py', f'configs/toy/fpn_{b}_toy-ade.py')
     t0 = time.time()
 
     for name in ('coco', 'ade', 'cls'):
@@ -140,13 +105,11 @@ def main(argv=None):
         pretrained, cls_metrics, cls_s = osp.abspath(args.pretrained), {}, 0.0
     else:
         # 1. pretrain the classifier
-        e = args.pretrain_epochs
-        cls_dir = osp.join(work, 'pretrain')
-        cls_opts = data_options('cls', data, args.quick) + seed + [
+        e, cls_dir = args.pretrain_epochs, osp.join(work, 'pretrain')
+        cls_metrics, cls_s = train(osp.join(ROOT, cls_cfg), cls_dir, data_options(
+            'cls', data, args.quick) + seed + [
             f'train_cfg.max_epochs={e}', f'train_cfg.val_interval={e}',
-            f'param_scheduler.1.end={e}',
-            f'optim_wrapper.optimizer.lr={args.pretrain_lr}']
-        cls_metrics, cls_s = train(osp.join(ROOT, cls_cfg), cls_dir, cls_opts)
+            f'param_scheduler.1.end={e}', f'optim_wrapper.optimizer.lr={args.pretrain_lr}'])
         # 2. save it in the authors' layout
         pretrained = export_authors_layout(
             last_checkpoint(cls_dir), family,
@@ -168,23 +131,15 @@ def main(argv=None):
     results = {}
     for task, base, opts in (('det', det_cfg, det_opts), ('seg', seg_cfg, seg_opts)):
         for start, ckpt in (('scratch', None), ('pretrained', pretrained)):
-            if start == 'scratch' and args.skip_scratch:
-                results[task, start] = ({}, 0.0)
-                continue
             wd = osp.join(work, f'{task}-{start}')
-            results[task, start] = train(derived_config(base, wd, ckpt), wd, opts)
+            results[task, start] = (({}, 0.0) if start == 'scratch' and args.skip_scratch else
+                                    train(derived_config(base, wd, ckpt), wd, opts))
 
-    rows = []
-    for task, model, keys in (('det', 'Mask R-CNN', ('coco/bbox_mAP_50', 'coco/bbox_mAP',
-                                                     'coco/segm_mAP_50')),
-                              ('seg', 'Semantic FPN', ('mIoU',))):
-        for key in keys:
-            rows.append((f'toy {model}, {args.backbone}', key.split('/')[-1],
-                         results[task, 'scratch'][0].get(key),
-                         results[task, 'pretrained'][0].get(key)))
-
-    def fmt(v):
-        return '-' if v is None else f'{v:.3f}'
+    rows = [(f'toy {model}, {args.backbone}', key.split('/')[-1],
+             *(results[task, start][0].get(key) for start in ('scratch', 'pretrained')))
+            for task, model, keys in (('det', 'Mask R-CNN', ('coco/bbox_mAP_50', 'coco/bbox_mAP',
+                                                             'coco/segm_mAP_50')),
+                                      ('seg', 'Semantic FPN', ('mIoU',))) for key in keys]
     acc = cls_metrics.get('accuracy/top1')
     n_img = 8 if args.quick else (args.finetune_images or 'all')
     start = (f'pretrained: {args.pretrained}' if args.pretrained else
@@ -194,7 +149,8 @@ def main(argv=None):
               f'R-CNN) / {args.seg_iters} iterations (Semantic FPN), batch 4, seed {args.seed}'
               + (' - QUICK: plumbing only, the numbers mean nothing' if args.quick else ''))
     table = ['| model | metric | from scratch | fine-tuned from the pretrained backbone |',
-             '|---|---|---|---|'] + [f'| {m} | {k} | {fmt(a)} | {fmt(b)} |' for m, k, a, b in rows]
+             '|---|---|---|---|'] + [f'| {m} | {k} | ' + ' | '.join(
+                 '-' if v is None else f'{v:.3f}' for v in ab) + ' |' for m, k, *ab in rows]
     text = '\n'.join([budget, ''] + table) + '\n'
     print('\n' + text + f'wall time {(time.time() - t0) / 60:.1f} min; logs under {work}')
     if args.out:

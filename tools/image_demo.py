@@ -1,33 +1,14 @@
-"""Run images through a trained detector or segmentor and save the drawn pictures and the
-predictions.
+"""Run images through a trained detector or segmentor; save the drawn pictures and predictions.
 
     python tools/image_demo.py IMAGE CONFIG CHECKPOINT [--out-dir outputs] [--score-thr 0.3]
-                               [--device cuda:0] [--batch-size 1] [--no-save-vis] [--no-save-pred]
-                               [--print-result] [--show [--wait-time S]] [--out-file FILE]
-                               [--opacity A] [--with-labels]
 
-mmdet's and mmseg's demo flags work too: ``IMAGE CONFIG --weights CHECKPOINT`` and
-``--pred-score-thr`` (mmdet's ``demo/image_demo.py``), ``--out-file``, ``--opacity`` and
-``--with-labels`` (mmseg's; the class names are drawn either way here).
-
-IMAGE is an image file or a folder of images. The config's ``default_scope`` picks the inferencer:
-mmdet's ``DetInferencer`` for detection configs (Mask R-CNN, Cascade, RetinaNet), mmseg's
-``MMSegInferencer`` for segmentation configs (Semantic FPN, UperNet). Writes, per image:
-
-- ``OUT/vis/<image name>``: the picture drawn by mmdet's / mmseg's visualizer (boxes and masks with
-  score >= --score-thr; the class overlay);
-- ``OUT/preds/<image stem>.json``: the predictions. Detection: mmdet's own format (``labels``,
-  ``scores``, ``bboxes`` as x1, y1, x2, y2 in image pixels, ``masks`` as COCO RLE). Segmentation:
-  ``classes``, the image ``height``/``width``, ``pixels`` per predicted class and ``label_map``, the
-  file ``OUT/preds/<image stem>.png`` that holds the class index of every pixel.
-
-Bad input (an image path that does not exist, a file that is not a readable image, a folder with no
-image, a config of another toolbox, a checkpoint that is missing, unreadable or of another model,
-a ``--device`` torch cannot use here) stops with one message naming it, exit code 2, before
-anything is written; the results are moved into OUT only once every image has been processed.
-``--no-save-vis`` / ``--no-save-pred`` leave out vis/ / preds/, ``--print-result`` prints the
-predictions, ``--out-file`` (one image) also writes its picture to FILE, ``--show`` opens each
-picture in a window (needs a display).
+IMAGE is an image or a folder of images; the config's ``default_scope`` picks mmdet's
+``DetInferencer`` or mmseg's ``MMSegInferencer``. Writes ``OUT/vis/<image>`` (the picture) and
+``OUT/preds/<stem>.json`` (detection: mmdet's format; segmentation: ``classes``, ``height``,
+``width``, ``pixels`` per class and ``label_map``, the class-index PNG ``<stem>.png``). Bad input
+(image, config, checkpoint, ``--device``) stops with one message, exit code 2, before anything is
+written; results move into OUT only once every image is done. mmdet's and mmseg's demo flags work
+too (``--weights``, ``--pred-score-thr``, ``--out-file``, ``--opacity``, ``--with-labels``).
 """
 import argparse
 import json
@@ -40,13 +21,8 @@ import tempfile
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
 from mmlinattn.apis.inference import ScopeError, build_inferencer, config_scope, load_config
-from mmlinattn.core import settings
-from mmlinattn.core.weights import (
-    CheckpointError,
-    check_model_checkpoint,
-    local_checkpoint,
-    read_checkpoint,
-)
+from mmlinattn.core import settings, weights
+from mmlinattn.training.cli import tool_error
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
 
@@ -56,8 +32,8 @@ class InputError(ValueError):
 
 
 def image_list(path):
-    """The image files to run, each with its (height, width): ``path`` itself, or the images in the
-    folder ``path`` (sorted); each must decode."""
+    """{image file: (height, width)} of ``path`` or of the images in the folder ``path`` (sorted);
+    each must decode."""
     import mmcv
     if not osp.exists(path):
         raise InputError(f'image not found: {path}')
@@ -68,17 +44,15 @@ def image_list(path):
             raise InputError(f'no image ({", ".join(IMAGE_SUFFIXES)}) in the folder {path}')
     else:
         files = [path]
-    unreadable, sizes = [], {}
+    sizes = {}
     for f in files:
         try:
             img = mmcv.imread(f)
-        except Exception:  # mmcv.imread's decoders only (cv2 returns None, PIL and
-            # turbojpeg raise types of their own): every such file is listed as unreadable below
+        except Exception:  # cv2 returns None, PIL and turbojpeg raise types of their own
             img = None
-        if img is None:
-            unreadable.append(f)
-        else:
+        if img is not None:
             sizes[f] = img.shape[:2]
+    unreadable = [f for f in files if f not in sizes]
     if unreadable:
         raise InputError('cannot read as an image (not an image file, or corrupt): '
                          + ', '.join(unreadable))
@@ -86,9 +60,7 @@ def image_list(path):
 
 
 def check_device(device):
-    """:class:`InputError` for a ``--device`` this machine cannot run: a name torch does not know,
-    CUDA where torch sees no GPU, or a GPU index past the last one (checked before any work; the
-    inferencer would fail with a traceback after reading the images and the checkpoint)."""
+    """:class:`InputError` for a ``--device`` this machine cannot run (before any work)."""
     if device is None:
         return
     import torch
@@ -111,23 +83,20 @@ def check_device(device):
 
 
 def check_unique_stems(files):
-    """:class:`InputError` listing the images whose predictions would overwrite each other: preds/
-    names them by the image's stem, as mmdet's demo does (``x.jpg`` and ``x.png``: ``x.json``)."""
+    """:class:`InputError` listing the images whose preds/ files (by stem) would clash."""
     by_stem = {}
     for f in files:
         by_stem.setdefault(osp.splitext(osp.basename(f))[0], []).append(osp.basename(f))
     clashes = [', '.join(names) for names in by_stem.values() if len(names) > 1]
     if clashes:
-        raise InputError(f'preds/ names each prediction by its image\'s name without the suffix '
-                         f'(as mmdet\'s demo does), and these images would overwrite each '
-                         f'other\'s: '
+        raise InputError("preds/ names each prediction by its image's name without the suffix (as "
+                         "mmdet's demo does), and these images would overwrite each other's: "
                          f'{"; ".join(clashes)}. Rename them, run them into separate --out-dir '
                          'folders, or pass --no-save-pred')
 
 
 def seg_predictions(samples, files, classes, pred_dir=None):
-    """Our JSON record (and, into ``pred_dir``, the label map PNG) of each segmentation
-    prediction."""
+    """Our JSON record of each segmentation prediction (its label map PNG into ``pred_dir``)."""
     import numpy as np
     from PIL import Image
     records = []
@@ -147,18 +116,8 @@ def seg_predictions(samples, files, classes, pred_dir=None):
     return records
 
 
-def same_size_groups(sizes):
-    """The files of ``sizes`` (file -> (height, width)) grouped by size, each group in order."""
-    groups = {}
-    for f, size in sizes.items():
-        groups.setdefault(size, []).append(f)
-    return list(groups.values())
-
-
 def run(sizes, inferencer, scope, out_dir, args):
-    """Everything is written into ``out_dir``/vis and ``out_dir``/preds (each unless
-    ``--no-save-vis`` / ``--no-save-pred``; vis/ is drawn for ``--out-file`` either way and left
-    behind by the caller). ``sizes``: the images (file -> (height, width))."""
+    """Write into ``out_dir``/vis and /preds (vis/ is drawn for ``--out-file`` either way)."""
     files = list(sizes)
     draw = not args.no_save_vis or args.out_file
     shown = dict(show=args.show, wait_time=args.wait_time, batch_size=args.batch_size)
@@ -167,18 +126,19 @@ def run(sizes, inferencer, scope, out_dir, args):
                    pred_score_thr=args.score_thr, print_result=args.print_result, **shown)
         return
     extra = {} if args.opacity is None else dict(opacity=args.opacity)
-    by_file = {}
     # mmseg's data preprocessor batches images of one size only at test time: one call per size
-    for group in ([files] if args.batch_size == 1 else same_size_groups(sizes)):
+    groups, by_file = {}, {}
+    for f, size in sizes.items():
+        groups.setdefault(1 if args.batch_size == 1 else size, []).append(f)
+    for group in groups.values():
         out = inferencer(group, return_datasamples=True, out_dir=out_dir if draw else '',
                          img_out_dir='vis', pred_out_dir='', with_labels=True, **extra, **shown)
         by_file.update(zip(group, out if isinstance(out, list) else [out]))
-    samples = [by_file[f] for f in files]
-    records = seg_predictions(samples, files, inferencer.model.dataset_meta['classes'],
+    records = seg_predictions([by_file[f] for f in files], files,
+                              inferencer.model.dataset_meta['classes'],
                               None if args.no_save_pred else osp.join(out_dir, 'preds'))
-    if args.print_result:
-        for record in records:
-            print(json.dumps(record))
+    for record in records if args.print_result else []:
+        print(json.dumps(record))
 
 
 def move_into(src, dst):
@@ -240,30 +200,28 @@ def main(argv=None):
         cfg = load_config(args.config)
         scope = config_scope(cfg, args.config)
         # a URL: fetched once (torch's hub cache)
-        args.checkpoint = local_checkpoint(args.checkpoint)
+        args.checkpoint = weights.local_checkpoint(args.checkpoint)
         if not osp.isfile(args.checkpoint):
             raise InputError(f'checkpoint not found: {args.checkpoint}')
-        read_checkpoint(args.checkpoint)  # a file that is no checkpoint: CheckpointError naming it
+        weights.read_checkpoint(args.checkpoint)  # no checkpoint: CheckpointError naming it
         if args.device is None:
             import torch
             args.device = 'cuda:0' if torch.cuda.is_available() else 'cpu'
         inferencer = build_inferencer(cfg, args.checkpoint, args.device)
         # the inferencers load non-strictly (a checkpoint of another model would run half-random)
-        check_model_checkpoint(inferencer.model, args.checkpoint,
-                               backbone_cfg=cfg.model.get('backbone'),
-                               allow_attention_change=bool(cfg.get('allow_attention_change')))
-    except (InputError, ScopeError, CheckpointError, settings.SettingError) as e:
-        print(f'image_demo.py: error: {e}', file=sys.stderr)
-        return 2
+        weights.check_model_checkpoint(inferencer.model, args.checkpoint,
+                                       backbone_cfg=cfg.model.get('backbone'),
+                                       allow_attention_change=bool(cfg.get('allow_attention_change')))
+    except (InputError, ScopeError, weights.CheckpointError, settings.SettingError) as e:
+        return tool_error('image_demo.py', e)
     parent = osp.dirname(osp.abspath(args.out_dir))
     os.makedirs(parent, exist_ok=True)
     work = tempfile.mkdtemp(prefix='.image_demo-', dir=parent)
     try:
         run(sizes, inferencer, scope, work, args)
         if args.out_file:
-            drawn = osp.join(work, 'vis', osp.basename(files[0]))
             os.makedirs(osp.dirname(osp.abspath(args.out_file)), exist_ok=True)
-            shutil.copyfile(drawn, args.out_file)
+            shutil.copyfile(osp.join(work, 'vis', osp.basename(files[0])), args.out_file)
         if args.no_save_vis:
             shutil.rmtree(osp.join(work, 'vis'), ignore_errors=True)
         moved = move_into(work, args.out_dir)

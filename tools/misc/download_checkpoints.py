@@ -2,58 +2,41 @@
 
     python tools/misc/download_checkpoints.py                      # all eleven files
     python tools/misc/download_checkpoints.py --only MAViT_T InLine_PVT_T
-    python tools/misc/download_checkpoints.py --list               # names, URLs, local names
+    python tools/misc/download_checkpoints.py --list [--markdown]  # names, URLs, local names
 
-The URLs are the ones the authors' READMEs publish (LeapLabTHU/InLine: TsinghuaCloud, in their
-direct ``?dl=1`` form; qhfan/MALA: the Hugging Face repository aldjalkdf/MAViT, ``resolve/main/``
-form), kept in one table, :data:`mmlinattn.core.families.AUTHORS_CHECKPOINTS`. Each file is fetched
-with ``torch.hub.download_url_to_file`` (progress bar; a temporary file renamed into place), checked
-to be a torch checkpoint that reads weights-only (an HTML page or a truncated file is removed and
-named), and its sha256 recorded in ``OUT_DIR/SHA256SUMS`` (``sha256sum -c`` format). A file already
-present is not fetched again: its sha256 is verified against the record (or recorded, for a file put
-there by hand). The authors publish no checksums, so the first download is the reference.
-
-``--base-url URL`` (or ``MMLINATTN_CHECKPOINT_BASE_URL``) fetches ``URL/<local name>`` instead: a
-mirror holding the files under the configs' names (the same variable mirrors the URLs of configs).
-``HF_ENDPOINT`` is honoured for the huggingface.co files.
+The URLs (:data:`mmlinattn.core.families.AUTHORS_CHECKPOINTS`) are those of the authors' READMEs.
+Each file is checked to be a checkpoint that reads weights-only (else removed and named) and its
+sha256 recorded in ``OUT_DIR/SHA256SUMS`` (``sha256sum -c`` format); a file already there is
+verified against the record, not fetched again. ``--base-url URL`` (or
+``MMLINATTN_CHECKPOINT_BASE_URL``) fetches ``URL/<local name>`` from a mirror; ``HF_ENDPOINT`` is
+honoured for the huggingface.co files.
 """
 import argparse
 import hashlib
 import http.client
 import os
 import os.path as osp
+import pathlib
 import sys
 
+from mmlinattn.core import weights
 from mmlinattn.core.families import AUTHORS_CHECKPOINTS
-from mmlinattn.core.weights import (
-    BASE_URL_ENV,
-    CheckpointError,
-    checkpoint_file_problem,
-    extract_state_dict,
-    is_url,
-    read_checkpoint,
-    source_url,
-)
+from mmlinattn.core.weights import BASE_URL_ENV, CheckpointError, is_url, source_url
 from mmlinattn.core.weights.urls import download_failure
 from mmlinattn.training.fileio import write_atomic
 
 SUMS = 'SHA256SUMS'
 
 
-def _key(name: str) -> str:
-    return name.lower().replace('-', '_')
-
-
 def select(names):
     """The table entries for ``names`` (case and ``-``/``_`` ignored; all when empty)."""
-    if not names:
-        return list(AUTHORS_CHECKPOINTS)
-    by_key = {_key(n): n for n in AUTHORS_CHECKPOINTS}
-    unknown = [n for n in names if _key(n) not in by_key]
+    by_key = {n.lower().replace('-', '_'): n for n in AUTHORS_CHECKPOINTS}
+    found = [by_key.get(n.lower().replace('-', '_')) for n in names or ()]
+    unknown = [n for n, f in zip(names or (), found) if f is None]
     if unknown:
         raise SystemExit('download_checkpoints.py: error: unknown backbone(s) '
                          f'{", ".join(unknown)}; choose from {", ".join(AUTHORS_CHECKPOINTS)}')
-    return [by_key[_key(n)] for n in names]
+    return found or list(AUTHORS_CHECKPOINTS)
 
 
 def sha256(path: str) -> str:
@@ -67,32 +50,24 @@ def sha256(path: str) -> str:
 def read_sums(out_dir: str) -> dict:
     """``SHA256SUMS`` as ``{file name: hex digest}`` (empty when there is none)."""
     path = osp.join(out_dir, SUMS)
-    sums = {}
-    if osp.isfile(path):
-        with open(path) as f:
-            for line in f:
-                parts = line.strip().split(None, 1)
-                if len(parts) == 2:
-                    sums[parts[1].lstrip('*')] = parts[0].lower()
-    return sums
+    lines = pathlib.Path(path).read_text().splitlines() if osp.isfile(path) else []
+    return {p[1].lstrip('*'): p[0].lower() for p in (ln.strip().split(None, 1) for ln in lines)
+            if len(p) == 2}
 
 
 def write_sums(out_dir: str, sums: dict) -> None:
     text = ''.join(f'{digest}  {name}\n' for name, digest in sorted(sums.items()))
-
-    def write(tmp):
-        with open(tmp, 'w') as f:
-            f.write(text)
-    write_atomic(osp.join(out_dir, SUMS), write)
+    write_atomic(osp.join(out_dir, SUMS), lambda tmp: pathlib.Path(tmp).write_text(text))
 
 
 def check_readable(url: str, path: str) -> None:
-    """A torch checkpoint with tensors, read weights-only on the meta device; otherwise the file is
-    removed and :class:`CheckpointError` names the URL, the file and the reason."""
-    problem = checkpoint_file_problem(path)
+    """Unless ``path`` reads weights-only (on the meta device) as a checkpoint with tensors: remove
+    it, :class:`CheckpointError` naming the URL, the file and the reason."""
+    problem = weights.checkpoint_file_problem(path)
     if problem is None:
         try:
-            extract_state_dict(read_checkpoint(path, map_location='meta'), path=path)
+            state = weights.read_checkpoint(path, map_location='meta')
+            weights.extract_state_dict(state, path=path)
         except CheckpointError as e:
             problem = str(e)
     if problem:
@@ -104,8 +79,7 @@ def check_readable(url: str, path: str) -> None:
 def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
               progress=True) -> str:
     """Make ``out_dir/<local name>`` the authors' file ``name``, its sha256 in ``sums``; returns a
-    one-line report. Raises :class:`CheckpointError` for a failed download, a file that is no
-    checkpoint or a sha256 that differs from the record."""
+    one-line report, or raises :class:`CheckpointError`."""
     import torch.hub
     entry = AUTHORS_CHECKPOINTS[name]
     url = source_url(entry.url, base_url)
@@ -139,13 +113,12 @@ def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
                               f'records {recorded}; removed it (pass --force to accept the new '
                               'one)')
     sums[entry.filename] = digest
-    size = osp.getsize(dst) / 2**20
-    return f'{name}: downloaded {url} -> {dst} ({size:.1f} MiB, sha256 {digest})'
+    return (f'{name}: downloaded {url} -> {dst} ({osp.getsize(dst) / 2**20:.1f} MiB, sha256 '
+            f'{digest})')
 
 
 def markdown_table(names=None) -> str:
-    """The table of checkpoints/README.md (between its ``checkpoint-table`` markers), from the
-    family table: download key, local name, the authors' URL, the configs that load the file."""
+    """The table of checkpoints/README.md (between its ``checkpoint-table`` markers)."""
     from mmlinattn.core.families import FAMILIES
     lines = ['| backbone (`--only`) | local name (`checkpoints/...`) | URL (the authors\' README) '
              '| configs |', '|---|---|---|---|']
@@ -175,13 +148,10 @@ def main(argv=None):
     if args.base_url and not is_url(args.base_url):
         p.error(f'--base-url / {BASE_URL_ENV}: {args.base_url!r} is not an http(s):// URL')
     names = select(args.only)
-    if args.list and args.markdown:
-        print(markdown_table(names))
-        return 0
     if args.list:
-        for n in names:
-            e = AUTHORS_CHECKPOINTS[n]
-            print(f'{n:14s} {osp.join(args.out_dir, e.filename):32s} {e.url}')
+        print(markdown_table(names) if args.markdown else '\n'.join(
+            f'{n:14s} {osp.join(args.out_dir, e.filename):32s} {e.url}'
+            for n, e in ((n, AUTHORS_CHECKPOINTS[n]) for n in names)))
         return 0
     sums = read_sums(args.out_dir)
     failed = 0

@@ -3,15 +3,9 @@
     python tools/misc/draw_layout.py           # the parts, their modules, the arrows between parts
     python tools/misc/draw_layout.py --dot     # the module graph in Graphviz's dot language
 
-Every ``import`` / ``from ... import`` of every module of ``mmlinattn/`` is read with ``ast`` (those
-inside functions too, relative ones resolved), nothing is imported. The modules are grouped into the
-package's parts: ``core`` (the product), ``training`` (what a run of a config needs: the Runner,
-its checks and hooks), ``apis`` (what a user calls around a trained model) and ``top`` (the
-package's own ``__init__``, ``version``, ``paths``, ``upstream_fixes``). The text output
-lists each part with its modules and the modules of other parts they import; the last block counts
-the arrows between parts. tests/test_structure.py reads the same graph and asserts the rules: the
-core imports nothing outside itself; it also reads every file of the package for imports of the
-tools (the developer tooling, ``tools/workshop``, is outside the package) and finds none.
+Every import of every module of ``mmlinattn/`` (inside functions too, relative ones resolved) is
+read with ``ast``; nothing is imported. The parts: ``core``, ``training``, ``apis`` and ``top`` (the
+package's own top-level modules). tests/test_structure.py asserts its rules on the same graph.
 """
 import argparse
 import ast
@@ -37,14 +31,12 @@ def module_files(package='mmlinattn', root=ROOT):
 
 
 def module_graph(package='mmlinattn', root=ROOT):
-    """{module: modules of the package it imports}, from every import statement (inside functions
-    too); ``from a import b`` points at ``a.b`` where that is a module, else at ``a``; a name
-    inside a module points at the module."""
+    """{module: modules of the package it imports}; ``from a import b`` points at ``a.b`` where that
+    is a module, else at ``a``."""
     files = module_files(package, root)
     graph = {}
     for mod, path in files.items():
-        is_pkg = path.endswith('__init__.py')
-        deps = set()
+        is_pkg, deps = path.endswith('__init__.py'), set()
         with open(path) as f:
             tree = ast.parse(f.read(), path)
         for node in ast.walk(tree):
@@ -76,10 +68,8 @@ def part_of(module, package='mmlinattn'):
 
 
 def draw(graph, package='mmlinattn'):
-    """The text picture: per part its modules and what they import from other parts, then the
-    arrows between parts with their counts."""
-    lines = []
-    between = collections.Counter()
+    """Per part its modules and what they import from other parts; then the arrows between parts."""
+    lines, between = [], collections.Counter()
     for part in ('top',) + PARTS:
         mods = sorted(m for m in graph if part_of(m, package) == part)
         lines.append(f'[{part}] {len(mods)} modules')
@@ -91,8 +81,7 @@ def draw(graph, package='mmlinattn'):
             lines.append(f'    {short}' + (f'  -> {", ".join(d[len(package) + 1:] for d in out)}'
                                             if out else ''))
     lines.append('arrows between parts (importer -> imported: count):')
-    for (a, b), n in sorted(between.items()):
-        lines.append(f'    {a} -> {b}: {n}')
+    lines += [f'    {a} -> {b}: {n}' for (a, b), n in sorted(between.items())]
     return '\n'.join(lines)
 
 

@@ -1,14 +1,10 @@
-"""Write one config per cell of the model matrix (docs/design.md section 4) from a single table.
+"""Write one config per cell of the model matrix (docs/design.md section 4) from the tables below.
 
     python tools/misc/generate_configs.py          # (re)write configs/<family>/*.py
     python tools/misc/generate_configs.py --check  # exit 1 if a committed config differs
 
-Every config is a few lines over ``configs/_base_``: the backbone (arch, drop path, the authors'
-ImageNet checkpoint under ``checkpoints/``), the neck/head input channels, and its source's
-optimizer (type, learning rate, weight decay, the parameters kept out of weight decay), batch,
-precision and any schedule or test-pipeline detail the bases do not share. Each header names the
-source config and any deliberate deviation from it. The tests check that the committed files equal
-what this script writes.
+Each config is a few lines over ``configs/_base_`` (backbone, channels, the source's optimizer,
+batch, precision); its header names the source config and any deliberate deviation from it.
 """
 import argparse
 import os
@@ -24,9 +20,8 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 @dataclass(frozen=True)
 class Recipe:
-    """A family's cell of one recipe of the config matrix: the archs it is written for (letters),
-    its optimizer's lr and weight decay at the source's total batch, and the source config it
-    follows (``{a}``: arch letter, ``{arch}``: arch name)."""
+    """A family's cell of one recipe: its archs (letters), lr and weight decay at the source's total
+    batch, and the source config (``{a}``: arch letter, ``{arch}``: arch name)."""
     archs: str
     lr: float
     weight_decay: float
@@ -37,10 +32,8 @@ _MALA = 'qhfan/MALA '
 _PVT = 'whai362/PVT '
 _SWIN_DET = 'SwinTransformer/Swin-Transformer-Object-Detection configs/swin/'
 _SWIN_SEG = 'SwinTransformer/Swin-Transformer-Semantic-Segmentation configs/swin/'
-#: Each family's cells of the config matrix: family -> recipe -> Recipe. MALA released its
-#: downstream configs; InLine did not, and its paper trains "with the same setting as the
-#: baseline": PVT's and Swin's official downstream configs (mmdet's for the Swin RetinaNet, which
-#: Swin's repository lacks). Per-cell exceptions (drop path, batch, precision, deviations) follow.
+#: family -> recipe -> Recipe. MALA released its downstream configs; InLine trains "with the same
+#: setting as the baseline": PVT's and Swin's (mmdet's Swin RetinaNet). Per-cell exceptions follow.
 FAMILY_RECIPES = {
     'inline_pvt': {
         'mask-rcnn_1x': Recipe('tsml', 2e-4, 1e-4,
@@ -71,19 +64,14 @@ FAMILY_RECIPES = {
         'upernet_160k': Recipe('tsbl', 6e-5, 0.01,
                                _MALA + 'segmentation/configs/MALA/Uper_{a}_2x.py')},
 }
-#: Further backbone keys a family's configs set (name -> Python source). MAViT's released
-#: detectors trained the stem/downsampling BN with SyncBN (their norm_eval never took effect, see
-#: mmlinattn/core/models/backbones/mavit.py).
+#: Further backbone keys (name -> Python source). MAViT's detectors trained the stem/downsampling BN
+#: with SyncBN (see mmlinattn/core/models/backbones/mavit.py).
 FAMILY_EXTRA = {'mavit': {'conv_norm_cfg': "dict(type='SyncBN', requires_grad=True)"}}
 
 
-# ---------------------------------------------------------------------------------------- backbones
 def families():
-    """Everything per family: from its row of the family table (mmlinattn.core.families) the type,
-    config-name prefix, arch names, channels and drop-path rates (from the class's arch table) and
-    the authors' ImageNet file under checkpoints/; from the tables above its recipes and further
-    backbone keys. Read on every call, so that a family registered (and given recipes) after this
-    module was imported is written too."""
+    """Per family: its row of mmlinattn.core.families and its tables here. Read on every call, so
+    that a family registered (and given recipes) after this import is written too."""
     return {name: dict(type=fam.backbone.__name__, prefix=fam.prefix, archs=fam.archs,
                        channels={a: fam.channels(a) for a in fam.archs},
                        drop_path={a: fam.drop_path(a) for a in fam.archs},
@@ -94,10 +82,7 @@ def families():
             for name, fam in FAMILY_ROWS.items()}
 
 
-# --------------------------------------------------------------- recipes (docs/design.md section 4)
-# recipe -> (config name, bases: model, dataset, schedule). The runtime base is the detection or
-# the segmentation one. Which families have a recipe, for which archs, with which lr / weight decay
-# (at the source's total batch) and after which source: FAMILY_RECIPES.
+# recipe -> (config name, bases: model, dataset, schedule); the runtime base follows the dataset.
 _RECIPES = {
     'mask-rcnn_1x': ('mask-rcnn_{bb}_fpn_1x_coco', 'mask-rcnn_fpn', 'coco_instance', 'schedule_1x'),
     'mask-rcnn_3x': ('mask-rcnn_{bb}_fpn_ms-3x_coco', 'mask-rcnn_fpn', 'coco_instance_ms-3x',
@@ -120,14 +105,9 @@ BASE_SWAPS = {
     ('fpn_80k', 'inline_pvt'): {'datasets/ade20k_512x512.py': 'datasets/ade20k_512x512_align32.py'},
 }
 
-# ------------------------------------------------------------------------------- provenance
-# Where each cell's recipe comes from: its FAMILY_RECIPES source, except the cells below
-# (recipe, family, arch) -> source.
-SOURCE_EXCEPTIONS = {
-    ('mask-rcnn_3x', 'inline_swin', 'b'):
-        'SwinTransformer/Swin-Transformer-Object-Detection configs/swin/'
-        'mask_rcnn_swin_small_patch4_window7_mstrain_480-800_adamw_3x_coco.py',
-}
+# A cell's source where it is not its FAMILY_RECIPES one: (recipe, family, arch) -> source.
+SOURCE_EXCEPTIONS = {('mask-rcnn_3x', 'inline_swin', 'b'): _SWIN_DET + 'mask_rcnn_swin_small_'
+                     'patch4_window7_mstrain_480-800_adamw_3x_coco.py'}
 # Cells with no setting in their paper (the InLine paper reports Mask R-CNN 1x for PVT, Cascade 3x
 # for Swin-S/B, Semantic FPN for PVT and UperNet for Swin): the recipe is ours, after the source.
 NO_PAPER_SETTING = {('retinanet_1x', 'inline_pvt'), ('retinanet_1x', 'inline_swin'),
@@ -154,43 +134,25 @@ ONE_PER_GPU = {
     ('mask-rcnn_1x', 'inline_pvt', 'l'): 2e-4 / 1.4,
 }
 
-# ------------------------------------------------------------------------------- optimizer details
 # SGD instead of AdamW: (recipe, family) -> momentum.
 SGD_MOMENTUM = {('retinanet_1x', 'inline_swin'): 0.9}
-# Parameters the source keeps out of weight decay: name substrings (mmengine
-# paramwise_cfg.custom_keys, decay_mult 0), as the source lists them. Cells absent here decay every
-# parameter, as their sources (PVT's configs, MALA's RetinaNet / Semantic FPN, mmdet's Swin
-# RetinaNet).
+# Name substrings the source keeps out of weight decay (paramwise_cfg.custom_keys, decay_mult 0),
+# in its order; other cells decay every parameter, as their sources.
 _SWIN_KEYS = ('absolute_pos_embed', 'relative_position_bias_table', 'norm')
-NO_DECAY_KEYS = {
-    ('mask-rcnn_1x', 'inline_swin'): _SWIN_KEYS,
-    ('mask-rcnn_3x', 'inline_swin'): _SWIN_KEYS,
-    ('cascade_3x', 'inline_swin'): _SWIN_KEYS,
-    ('upernet_160k', 'inline_swin'): _SWIN_KEYS,
-    ('mask-rcnn_1x', 'mavit'): _SWIN_KEYS,
-    ('mask-rcnn_3x', 'mavit'): _SWIN_KEYS,
-    ('cascade_3x', 'mavit'): ('absolute_pos_embed', 'relative_position_bias_table', 'rpe_table',
-                              'norm'),
-    ('upernet_160k', 'mavit'): _SWIN_KEYS,
-}
+NO_DECAY_KEYS = {(r, f): _SWIN_KEYS for f in ('inline_swin', 'mavit')
+                 for r in ('mask-rcnn_1x', 'mask-rcnn_3x', 'cascade_3x', 'upernet_160k')}
+NO_DECAY_KEYS['cascade_3x', 'mavit'] = _SWIN_KEYS[:2] + ('rpe_table', 'norm')
 # paramwise_cfg.norm_decay_mult (no decay on any normalisation layer, BN of the heads included)
 NORM_DECAY_MULT = {('cascade_3x', 'mavit'): 0.}
 # Minimum lr of the poly decay where it differs from the schedule base (schedule_80k: 1e-6).
 POLY_MIN_LR = {('fpn_80k', 'inline_pvt'): 0.0}
 
-# ------------------------------------------------------------------------------- precision
-# How the source trained: None = fp32; 'dynamic' = mixed precision with a dynamic loss scale (MALA's
-# runtime fp16=dict(loss_scale='dynamic'), or apex O1 in Swin's and PVT's configs); a float = fp16
-# with that static loss scale (mmcv's Fp16OptimizerHook). Written as `amp_loss_scale` in each
-# config, which trains in fp32 unless `--amp` is given. Keys (recipe, family[, arch]).
-AMP_LOSS_SCALE = {
-    ('mask-rcnn_1x', 'mavit'): 'dynamic', ('mask-rcnn_3x', 'mavit'): 'dynamic',
-    ('cascade_3x', 'mavit'): 'dynamic', ('retinanet_1x', 'mavit'): 512.0,
-    ('upernet_160k', 'mavit'): 512.0,
-    ('mask-rcnn_1x', 'inline_swin'): 'dynamic', ('mask-rcnn_3x', 'inline_swin'): 'dynamic',
-    ('cascade_3x', 'inline_swin'): 'dynamic',
-    ('retinanet_1x', 'inline_pvt', 'l'): 'dynamic',
-}
+# How the source trained, as `amp_loss_scale` (used with --amp): None = fp32; 'dynamic' = mixed
+# precision, dynamic loss scale (MALA's fp16, apex O1); a float = fp16 with that static loss scale.
+AMP_LOSS_SCALE = {(r, f): 'dynamic' for f in ('inline_swin', 'mavit')
+                  for r in ('mask-rcnn_1x', 'mask-rcnn_3x', 'cascade_3x')}
+AMP_LOSS_SCALE.update({('retinanet_1x', 'mavit'): 512.0, ('upernet_160k', 'mavit'): 512.0,
+                       ('retinanet_1x', 'inline_pvt', 'l'): 'dynamic'})
 _PRECISION_NOTE = {
     None: ['# precision: the source trained in fp32, as this config does '
            '(--amp: mixed precision on a GPU)'],
@@ -201,8 +163,7 @@ _PRECISION_NOTE = {
             '(--amp alone scales dynamically;', '#   fp32 without --amp)'],
 }
 
-# Deliberate deviations from the source, printed in the config header. Keys (recipe, family) or
-# (recipe, family, arch).
+# Deliberate deviations from the source (the header): (recipe, family[, arch]) -> text.
 _SINGLE_SCALE = ("single-scale training as the papers' 1x tables (Swin's 1x config trains "
                  "multi-scale 480-800 with crops)")
 DEVIATIONS = {
@@ -225,37 +186,34 @@ DEVIATIONS = {
         "the literal split)",
 }
 
+
 def matrix():
-    """The matrix: recipe -> {family: the archs it is written for} (:data:`FAMILY_RECIPES`)."""
+    """recipe -> {family: the archs it is written for}."""
     fams = families()
     return {recipe: {name: fam['recipes'][recipe].archs for name, fam in fams.items()
                      if recipe in fam['recipes']} for recipe in RECIPES}
 
 
 def lookup(table, recipe, family, a, default=None):
-    """The entry of (recipe, family, arch), else the cell's (recipe, family), else default."""
-    if (recipe, family, a) in table:
-        return table[(recipe, family, a)]
-    return table.get((recipe, family), default)
+    """The entry of (recipe, family, arch), else of (recipe, family), else default."""
+    return table.get((recipe, family, a), table.get((recipe, family), default))
 
 
 def backbone_lines(family, a, out_indices=(0, 1, 2, 3), recipe=None):
     fam = families()[family]
-    ckpt = fam['ckpt'][a]
     drop_path = DROP_PATH.get((recipe, family), fam['drop_path'])[a]
-    lines = ['    backbone=dict(', '        _delete_=True,', f"        type='{fam['type']}',",
-             f"        arch='{fam['archs'][a]}',", f'        drop_path_rate={drop_path},',
-             f'        out_indices={tuple(out_indices)},']
-    lines += [f'        {k}={v},' for k, v in fam['extra'].items()]
-    lines += [f"        init_cfg=dict(type='Pretrained', checkpoint='{ckpt}')),"]
-    return lines
+    return ['    backbone=dict(', '        _delete_=True,', f"        type='{fam['type']}',",
+            f"        arch='{fam['archs'][a]}',", f'        drop_path_rate={drop_path},',
+            f'        out_indices={tuple(out_indices)},'] + [
+        f'        {k}={v},' for k, v in fam['extra'].items()] + [
+        f"        init_cfg=dict(type='Pretrained', checkpoint='{fam['ckpt'][a]}')),"]
 
 
 def source_of(recipe, family, a):
     fam = families()[family]
-    src = SOURCE_EXCEPTIONS.get((recipe, family, a), fam['recipes'][recipe].source)
-    src = src.format(a=a, arch=fam['archs'][a])
-    if (recipe, family) in NO_PAPER_SETTING or (recipe, family, a) in NO_PAPER_SETTING:
+    src = SOURCE_EXCEPTIONS.get((recipe, family, a), fam['recipes'][recipe].source).format(
+        a=a, arch=fam['archs'][a])
+    if {(recipe, family), (recipe, family, a)} & NO_PAPER_SETTING:
         return f'our choice (no setting in the paper), following {src}'
     return src
 
@@ -263,35 +221,27 @@ def source_of(recipe, family, a):
 def optimizer_lines(recipe, family, a):
     cell = families()[family]['recipes'][recipe]
     lr, wd = cell.lr, cell.weight_decay
-    one_per_gpu = ONE_PER_GPU.get((recipe, family, a))
-    if one_per_gpu:
-        lr = float(f'{one_per_gpu:.4g}')
+    if (recipe, family, a) in ONE_PER_GPU:
+        lr = float(f'{ONE_PER_GPU[recipe, family, a]:.4g}')
     momentum = SGD_MOMENTUM.get((recipe, family))
-    if momentum is not None:
-        opt = (f"optimizer=dict(_delete_=True, type='SGD', lr={lr!r}, momentum={momentum!r}, "
-               f'weight_decay={wd!r})')
-    else:
-        opt = f'optimizer=dict(lr={lr!r}, weight_decay={wd!r})'
+    opt = (f'optimizer=dict(lr={lr!r}, weight_decay={wd!r})' if momentum is None else
+           f"optimizer=dict(_delete_=True, type='SGD', lr={lr!r}, momentum={momentum!r}, "
+           f'weight_decay={wd!r})')
     keys = NO_DECAY_KEYS.get((recipe, family))
     norm_mult = NORM_DECAY_MULT.get((recipe, family))
     if not keys and norm_mult is None:
         line = f'optim_wrapper = dict({opt})'
         return ['# every parameter decays, as in the source (no paramwise rules)'] + (
             [line] if len(line) <= 100 else ['optim_wrapper = dict(', f'    {opt})'])
-    out = []
-    if keys:
-        out.append('# no weight decay on parameters whose names contain these keys, '
-                   'as the source lists them')
-    if norm_mult is not None:
-        out.append(f'# and weight decay x {norm_mult!r} on every normalisation layer '
-                   "(the heads' BN too)")
+    norm = norm_mult is not None
+    out = ['# no weight decay on parameters whose names contain these keys, as the source lists '
+           'them'] * bool(keys) + [f'# and weight decay x {norm_mult!r} on every normalisation '
+                                   "layer (the heads' BN too)"] * norm
     out += ['optim_wrapper = dict(', f'    {opt},', '    paramwise_cfg=dict(']
-    if norm_mult is not None:
-        out.append(f'        norm_decay_mult={norm_mult!r},')
+    out += [f'        norm_decay_mult={norm_mult!r},'] * norm
     if keys:
-        out.append('        custom_keys={')
-        out += [f"            '{k}': dict(decay_mult=0.)," for k in keys]
-        out.append('        },')
+        out += ['        custom_keys={'] + [f"            '{k}': dict(decay_mult=0.),"
+                                             for k in keys] + ['        },']
     out[-1] = out[-1].rstrip(',') + '))'
     return out
 
@@ -309,20 +259,18 @@ def render(recipe, family, a):
         f'Recipe: {source_of(recipe, family, a)}.', f'Deviations from it: {deviation}.')
         for line in textwrap.wrap(text, 100, initial_indent='# ', subsequent_indent='#   ',
                                   break_long_words=False, break_on_hyphens=False)]
-    out += ['_base_ = [']
-    out += [f"    '../_base_/{swaps.get(b, b)}'," for b in rec['bases']]
+    out += ['_base_ = ['] + [f"    '../_base_/{swaps.get(b, b)}'," for b in rec['bases']]
     out += [']', '', 'model = dict(']
-    if recipe.startswith('retinanet'):
-        # FPN starts at stage 2: request only the stages it uses (as mmdet's Swin RetinaNet), so no
-        # output norm is left without a gradient under DDP
-        out += backbone_lines(family, a, out_indices=(1, 2, 3), recipe=recipe)
+    # RetinaNet's FPN starts at stage 2: only the stages it uses (as mmdet's Swin RetinaNet), so no
+    # output norm is left without a gradient under DDP
+    retina = recipe.startswith('retinanet')
+    out += backbone_lines(family, a, (1, 2, 3) if retina else (0, 1, 2, 3), recipe)
+    if retina:
         out += [f'    neck=dict(in_channels={ch[1:]}, start_level=0))']
-    else:
-        out += backbone_lines(family, a, recipe=recipe)
-    if recipe.startswith('upernet'):
+    elif recipe.startswith('upernet'):
         out += [f'    decode_head=dict(in_channels={ch}),',
                 f'    auxiliary_head=dict(in_channels={ch[2]}))']
-    elif not recipe.startswith('retinanet'):
+    else:
         out += [f'    neck=dict(in_channels={ch}))']
     out += [''] + optimizer_lines(recipe, family, a)
     min_lr = POLY_MIN_LR.get((recipe, family))
@@ -354,12 +302,10 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--check', action='store_true', help='only compare with the files on disk')
     args = p.parse_args(argv)
-    stale = []
-    configs = list(all_configs())
+    stale, configs = [], list(all_configs())
     for rel, text in configs:
         path = osp.join(ROOT, rel)
-        old = open(path).read() if osp.exists(path) else None
-        if old != text:
+        if (open(path).read() if osp.exists(path) else None) != text:
             stale.append(rel)
             if not args.check:
                 os.makedirs(osp.dirname(path), exist_ok=True)

@@ -3,12 +3,8 @@
     python tools/misc/generate_zoo_tables.py          # rewrite the tables in configs/*/README.md
     python tools/misc/generate_zoo_tables.py --check  # exit 1 if a README's table is out of date
 
-The metafiles (configs/<family>/metafile.yml, mmdet's schema, read by `mim search`) are the data:
-parameters, FLOPs, the papers' numbers, the ImageNet checkpoint and the recipe source of every
-config. Each README holds its table between the lines ``<!-- zoo-table:start -->`` and
-``<!-- zoo-table:end -->``; this script rewrites what lies between them and nothing else, so the
-prose around the table is edited by hand. tests/test_metafiles.py checks the metafiles against the
-configs and the papers, and that every README's table is what this script writes.
+The metafiles (configs/<family>/metafile.yml, mmdet's schema) are the data. Only what lies between
+``<!-- zoo-table:start -->`` and ``<!-- zoo-table:end -->`` is rewritten; the prose is by hand.
 """
 import argparse
 import os.path as osp
@@ -29,8 +25,7 @@ def readme_path(family):
 
 
 def zoo_models(family):
-    """The metafile's entries for the configs of the family folder (not the classifiers of
-    configs/classification/, which the README does not tabulate), in the metafile's order."""
+    """The metafile's entries for the configs of the family folder (not configs/classification/)."""
     with open(osp.join(ROOT, 'configs', family, 'metafile.yml')) as f:
         models = yaml.safe_load(f)['Models']
     return [m for m in models if m['Config'].startswith(f'configs/{family}/')]
@@ -41,20 +36,18 @@ def _paper_cell(model):
     if 'No Paper Setting' in meta:
         return f'- (no paper setting: {meta["No Paper Setting"]})'
     metrics = {k: v for r in model.get('Results', []) for k, v in r['Metrics'].items()}
-    order = ('box AP (paper)', 'mask AP (paper)', 'mIoU (paper)')
-    values = [str(metrics[k]) for k in order if k in metrics]
-    return ' / '.join(values) if values else '-'
+    return ' / '.join(str(metrics[k]) for k in ('box AP (paper)', 'mask AP (paper)', 'mIoU (paper)')
+                      if k in metrics) or '-'
 
 
 def row(model):
     meta, name = model['Metadata'], model['Name']
-    paper_params = meta.get('Paper Parameters (M)')
     paper_flops = meta.get('Paper FLOPs (G)')
     cells = [
         f'[{name}]({osp.basename(model["Config"])})',
         name.split('_')[1],  # the backbone part of the config name: mavit-t, inline-pvt-s, ...
         _paper_cell(model),
-        '-' if paper_params is None else str(paper_params),
+        str(meta.get('Paper Parameters (M)') or '-'),
         f'{meta["Parameters"] / 1e6:.2f}',
         f'{meta["FLOPs"] / 1e9:.1f}',
         '-' if paper_flops is None
@@ -73,7 +66,7 @@ def table(family):
 
 
 def render(text, table_text):
-    """``text`` (a README) with what lies between the markers replaced by ``table_text``."""
+    """``text`` (a README) with what lies between the markers replaced."""
     if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
         raise ValueError(f'expected one {START} line followed by one {END} line')
     head, rest = text.split(START, 1)

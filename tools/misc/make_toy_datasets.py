@@ -1,23 +1,14 @@
-"""Write small, learnable toy datasets in COCO and ADE20K layout, deterministically from a seed.
+"""Write small, learnable toy datasets in COCO, ADE20K and mmpretrain layout, deterministically.
 
     python tools/misc/make_toy_datasets.py                 # -> data/toy_coco, data/toy_ade
     python tools/misc/make_toy_datasets.py --out DIR --seed 0 --train 160 --val 40 --size 128
 
-* ``toy_coco/``: ``train/*.jpg``, ``val/*.jpg``, ``annotations/instances_{train,val}.json`` with
-  polygon masks; three categories (circle, square, triangle; each with its own colour range) on
-  noisy, textured backgrounds, 1-4 instances per image, some cut by the image border.
-* ``toy_cls/`` (only with ``--only cls`` or ``--with-cls``): ``{train,val}/<class>/*.jpg`` in
-  mmpretrain's ``CustomDataset`` folder layout: which shape is in the middle of the image, drawn as
-  in the other two sets (same colour ranges, backgrounds), sometimes beside a smaller shape of
-  another class. The pretraining set of ``tools/finetune_chain.py``: its objects look like the
-  detection set's, as ImageNet's objects look like COCO's.
-* ``toy_ade/``: ``images/{training,validation}/*.jpg`` and
-  ``annotations/{training,validation}/*.png`` in ADE20K's layout: label 1 = background, 2-4 = the
-  shapes, 0 = a thin unlabelled rim around each shape ("ignore" after ``reduce_zero_label``, as
-  ADE20K's 0).
-
-Each dataset is written to a temporary folder and renamed into place only when complete, so an
-interrupted run leaves no partial dataset and a rerun writes the identical files.
+Three shape classes (circle, square, triangle; each its own colour range) on textured backgrounds.
+``toy_coco``: 1-3 instances per image, polygon / RLE masks, some cut by the border. ``toy_ade``:
+label 1 = background, 2-4 = the shapes, 0 = a thin unlabelled rim ("ignore" after
+``reduce_zero_label``). ``toy_cls`` (``--only cls`` / ``--with-cls``, the pretraining set of
+tools/finetune_chain.py): which shape is in the middle, in mmpretrain's CustomDataset folders. Each
+set is written to a temporary folder and renamed into place when complete (a ``COMPLETE`` file).
 """
 import argparse
 import json
@@ -39,8 +30,7 @@ DEFAULTS = dict(coco=(160, 40, 128), ade=(160, 40, 128), cls=(600, 150, 64))
 
 
 def _background(rng, size):
-    """Grey, low-contrast texture (smooth blobs + stripes + a little colour noise): the shapes stand
-    out by colour and outline, the texture keeps it from being trivial."""
+    """Grey, low-contrast texture: smooth blobs + stripes + a little colour noise."""
     h = w = size
     base = rng.uniform(95, 150)
     coarse = rng.normal(0, 14, size=(h // 8 + 1, w // 8 + 1, 1))
@@ -54,12 +44,10 @@ def _background(rng, size):
 
 
 def _regular_polygon(cls, cx, cy, r, rot):
-    """The vertices of class ``cls``'s shape (circle: a 24-gon, square, triangle) around (cx,
-    cy)."""
-    n = {0: 24, 1: 4, 2: 3}[cls]
+    """The vertices of class ``cls``'s shape (circle: a 24-gon, square, triangle)."""
+    n = (24, 4, 3)[cls]
     return [(cx + r * math.cos(rot + 2 * math.pi * i / n),
-             cy + r * math.sin(rot + 2 * math.pi * i / n))
-            for i in range(n)]
+             cy + r * math.sin(rot + 2 * math.pi * i / n)) for i in range(n)]
 
 
 def _shape_polygon(rng, cls, size):
@@ -67,9 +55,15 @@ def _shape_polygon(rng, cls, size):
     r = rng.uniform(0.14, 0.28) * size
     cx, cy = rng.uniform(-0.05, 1.05, size=2) * size
     rot = rng.uniform(0, 2 * math.pi)
-    pts = _regular_polygon(cls, cx, cy, r, rot)
-    # clamp to the image so that the drawn shape and the stored polygon are the same region
-    return [(min(max(x, 0.0), size - 1.0), min(max(y, 0.0), size - 1.0)) for x, y in pts]
+    # clamped to the image: the drawn shape and the stored polygon are the same region
+    return [(min(max(x, 0.0), size - 1.0), min(max(y, 0.0), size - 1.0))
+            for x, y in _regular_polygon(cls, cx, cy, r, rot)]
+
+
+def _mask(poly, size, fill=1):
+    m = Image.new('L', (size, size), 0)
+    ImageDraw.Draw(m).polygon(poly, fill=fill)
+    return m
 
 
 def _area(poly):
@@ -103,19 +97,12 @@ def _write_coco(root, split, n, size, rng, start_id):
         img = _background(rng, size)
         draw = ImageDraw.Draw(img)
         shapes = _sample_scene(rng, size)
-        masks = []
         for cls, poly, col in shapes:
             draw.polygon(poly, fill=col)
-            m = Image.new('L', (size, size), 0)
-            ImageDraw.Draw(m).polygon(poly, fill=1)
-            masks.append(np.array(m, dtype=bool))
+        masks = [np.array(_mask(poly, size), dtype=bool) for _, poly, _ in shapes]
         # visible part of each shape after later ones are drawn on top of it
-        visible = []
-        for j, m in enumerate(masks):
-            v = m.copy()
-            for later in masks[j + 1:]:
-                v &= ~later
-            visible.append(v)
+        visible = [m & ~np.any(masks[j + 1:] + [np.zeros_like(m)], axis=0)
+                   for j, m in enumerate(masks)]
         name = f'{split}_{i:05d}.jpg'
         img.save(osp.join(img_dir, name), quality=92)
         image_id = start_id + i
@@ -125,8 +112,7 @@ def _write_coco(root, split, n, size, rng, start_id):
                 continue  # mostly hidden: unlabelled (COCO annotates visible objects)
             ys, xs = np.nonzero(v)
             x0, y0, x1, y1 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
-            if not (v.sum() == m.sum()):
-                # partly occluded: store the visible region's outline as a polygon via its mask rle
+            if v.sum() != m.sum():  # partly occluded: the visible region as an RLE
                 from pycocotools import mask as mask_utils
                 rle = mask_utils.encode(np.asfortranarray(v.astype(np.uint8)))
                 seg = dict(size=[size, size], counts=rle['counts'].decode('ascii'))
@@ -145,8 +131,7 @@ def _write_coco(root, split, n, size, rng, start_id):
 
 
 def _write_ade(root, split, n, size, rng):
-    img_dir = osp.join(root, 'images', split)
-    ann_dir = osp.join(root, 'annotations', split)
+    img_dir, ann_dir = osp.join(root, 'images', split), osp.join(root, 'annotations', split)
     os.makedirs(img_dir)
     os.makedirs(ann_dir)
     for i in range(n):
@@ -156,22 +141,14 @@ def _write_ade(root, split, n, size, rng):
         for cls, poly, col in _sample_scene(rng, size):
             draw.polygon(poly, fill=col)
             ldraw.polygon(poly, fill=0, outline=0, width=1)  # unlabelled rim
-            inner = Image.new('L', (size, size), 0)
-            ImageDraw.Draw(inner).polygon(poly, fill=1)
-            inner = np.array(inner.filter(ImageFilter.MinFilter(3)), dtype=bool)
-            lab = np.array(label)
-            lab[inner] = cls + 2
-            label = Image.fromarray(lab)
-            ldraw = ImageDraw.Draw(label)
+            label.paste(cls + 2, mask=_mask(poly, size, 255).filter(ImageFilter.MinFilter(3)))
         name = f'ADE_toy_{split}_{i:05d}'
         img.save(osp.join(img_dir, name + '.jpg'), quality=92)
         label.save(osp.join(ann_dir, name + '.png'))
 
 
 def _write_cls(root, split, n, size, rng):
-    """``n`` images per split, classes in turn: one shape of the class in its colour range, centred
-    within the middle third of the image; in 30 % of them a smaller shape of another class (in its
-    own colour range) as a distractor."""
+    """Classes in turn: one shape centred in the middle third; in 30 % a smaller distractor."""
     for c in CLASSES:
         os.makedirs(osp.join(root, split, c))
     for i in range(n):
@@ -210,48 +187,38 @@ def _atomic_dataset(final_dir, writer, params):
 
 def is_complete(path, params=None):
     """True if ``path`` holds a finished dataset (made with ``params``, if given)."""
-    marker = osp.join(path, 'COMPLETE')
-    if not osp.isfile(marker):
-        return False
-    if params is None:
-        return True
     try:
-        with open(marker) as f:
-            return json.load(f) == params
-    except ValueError:
+        with open(osp.join(path, 'COMPLETE')) as f:
+            return params is None or json.load(f) == params
+    except (OSError, ValueError):
         return False
+
+
+def _two_splits(out, kind, write_split, seed, train, val, size, offset=0):
+    """The dataset ``kind`` of ``write_split(tmp, i, n, rng)`` for split 0 (train) and 1 (val), the
+    generator of split i seeded with ``seed + offset + i``."""
+    params = dict(kind=kind, seed=seed, train=train, val=val, size=size)
+    _atomic_dataset(out, lambda tmp: [write_split(tmp, i, n, np.random.default_rng(
+        seed + offset + i)) for i, n in enumerate((train, val))], params)
+    return params
 
 
 def make_toy_coco(out, seed=0, train=160, val=40, size=128):
-    params = dict(kind='coco', seed=seed, train=train, val=val, size=size)
+    last = [1]  # the val ids follow the train ones (+ 100000)
 
-    def write(tmp):
-        rng = np.random.default_rng(seed)
-        nxt = _write_coco(tmp, 'train', train, size, rng, 1)
-        _write_coco(tmp, 'val', val, size, np.random.default_rng(seed + 1), 100000 + nxt)
-    _atomic_dataset(out, write, params)
-    return params
-
-
-def _two_splits(out, kind, writer, splits, seed_offset, seed, train, val, size):
-    """A dataset of ``writer(root, split, n, size, rng)`` for the train and val ``splits``, each
-    split with its own generator (``seed + seed_offset`` and the next)."""
-    params = dict(kind=kind, seed=seed, train=train, val=val, size=size)
-
-    def write(tmp):
-        writer(tmp, splits[0], train, size, np.random.default_rng(seed + seed_offset))
-        writer(tmp, splits[1], val, size, np.random.default_rng(seed + seed_offset + 1))
-    _atomic_dataset(out, write, params)
-    return params
+    def write(tmp, i, n, rng):
+        last[0] = _write_coco(tmp, ('train', 'val')[i], n, size, rng, 100000 * i + last[0])
+    return _two_splits(out, 'coco', write, seed, train, val, size)
 
 
 def make_toy_ade(out, seed=0, train=160, val=40, size=128):
-    return _two_splits(out, 'ade', _write_ade, ('training', 'validation'), 10, seed, train, val,
-                       size)
+    return _two_splits(out, 'ade', lambda tmp, i, n, rng: _write_ade(
+        tmp, ('training', 'validation')[i], n, size, rng), seed, train, val, size, 10)
 
 
 def make_toy_cls(out, seed=0, train=600, val=150, size=64):
-    return _two_splits(out, 'cls', _write_cls, ('train', 'val'), 20, seed, train, val, size)
+    return _two_splits(out, 'cls', lambda tmp, i, n, rng: _write_cls(
+        tmp, ('train', 'val')[i], n, size, rng), seed, train, val, size, 20)
 
 
 def main(argv=None):
@@ -268,18 +235,14 @@ def main(argv=None):
                    help='also write toy_cls (the classification set)')
     args = p.parse_args(argv)
     for name, fn in (('coco', make_toy_coco), ('ade', make_toy_ade), ('cls', make_toy_cls)):
-        if args.only and args.only != name:
+        if args.only not in (None, name) or (name == 'cls' and not (args.only or args.with_cls)):
             continue
-        if name == 'cls' and not (args.only == 'cls' or args.with_cls):
-            continue
-        train, val, size = DEFAULTS[name]
-        params = dict(kind=name, seed=args.seed, train=args.train or train, val=args.val or val,
-                      size=args.size or size)
+        kw = {k: getattr(args, k) or d for k, d in zip(('train', 'val', 'size'), DEFAULTS[name])}
         path = osp.join(args.out, f'toy_{name}')
-        if is_complete(path, params) and not args.force:
+        if is_complete(path, dict(kind=name, seed=args.seed, **kw)) and not args.force:
             print(f'{path}: complete, kept (use --force to rewrite)')
             continue
-        fn(path, **{k: v for k, v in params.items() if k != 'kind'})
+        fn(path, seed=args.seed, **kw)
         print(f'{path}: written')
     return 0
 

@@ -2,11 +2,9 @@
 
     python tools/model_converters/convert_authors_checkpoint.py FAMILY ARCH SRC DST [--use-ema]
 
-FAMILY is inline_pvt, inline_swin or mavit; ARCH the size (tiny, small, ...). The source is read
-safely (weights-only, foreign objects as inert placeholders) and fitted to our backbone exactly as
-``init_cfg=dict(type='Pretrained')`` would, so a file of the wrong size fails here with the first
-mismatched keys. DST holds ``{'state_dict': ..., 'meta': {...}}`` with our key names (output norms
-excluded); it is written to a temporary file and renamed, so it is never left half-written.
+SRC is read safely (weights-only) and fitted to our backbone as ``init_cfg=dict(type='Pretrained')``
+would (a file of the wrong size fails with the first mismatched keys); DST, written atomically,
+holds ``{'state_dict': ..., 'meta': {...}}`` under our key names (output norms excluded).
 """
 import argparse
 import os.path as osp
@@ -19,15 +17,12 @@ from mmlinattn.core.weights import CheckpointError, extract_state_dict, read_che
 from mmlinattn.training.fileio import write_atomic
 
 
-def _save(obj, dst):
-    write_atomic(dst, lambda tmp: torch.save(obj, tmp))
-
-
 def convert_classifier(family, src, dst, use_ema=False, allow_unsafe=False):
     """The whole classifier (backbone + neck + head) for configs/classification/."""
     state = extract_state_dict(read_checkpoint(src, allow_unsafe=allow_unsafe), use_ema, src)
     out = FAMILIES[family].backbone.authors_layout.to_classifier(state)
-    _save({'state_dict': out, 'meta': dict(source=osp.basename(src), family=family)}, dst)
+    meta = dict(source=osp.basename(src), family=family)
+    write_atomic(dst, lambda tmp: torch.save({'state_dict': out, 'meta': meta}, tmp))
     return out
 
 
@@ -39,7 +34,7 @@ def convert(family, arch, src, dst, use_ema=False, allow_unsafe=False):
     state = {k: v for k, v in model.state_dict().items() if k not in new}
     meta = dict(source=osp.basename(src), family=family, arch=arch, use_ema=use_ema,
                 dropped=report['dropped'], converter='mmlinattn')
-    _save({'state_dict': state, 'meta': meta}, dst)
+    write_atomic(dst, lambda tmp: torch.save({'state_dict': state, 'meta': meta}, tmp))
     return report
 
 
@@ -47,9 +42,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('family', choices=sorted(FAMILIES))
-    p.add_argument('arch')
-    p.add_argument('src')
-    p.add_argument('dst')
+    for name in ('arch', 'src', 'dst'):
+        p.add_argument(name)
     p.add_argument('--use-ema', action='store_true', help='MALA files: take model_ema')
     p.add_argument('--classifier', action='store_true',
                    help='keep the classification parts, renamed for configs/classification/')

@@ -1,11 +1,8 @@
-"""ONNX export of our models' backbone, backbone + neck or whole segmentor, and its check against
-eager PyTorch with ONNX Runtime (CPU). ``tools/deployment/export_onnx.py`` is the command line over
-these functions; its docstring (and docs/deployment.md) describe the parts, the graph's input and
-output, the size rule of dynamic exports and the parity criterion.
-
-Needs the optional packages of ``requirements/deploy.txt`` (onnx, onnxscript, onnxruntime) for
-:func:`export` and :func:`check`; everything else runs without them.
+"""ONNX export of a model's backbone, backbone + neck or whole segmentor, and its check against
+eager PyTorch with ONNX Runtime (CPU): the functions under ``tools/deployment/export_onnx.py``
+(docs/deployment.md). :func:`export` and :func:`check` need requirements/deploy.txt.
 """
+import logging
 import math
 import os
 import os.path as osp
@@ -27,14 +24,11 @@ class ExportError(ValueError):
     """A part or shape that cannot be exported as asked; the message says what to change."""
 
 
-# --------------------------------------------------------------------------------------------------
-# model and the exported module
-# --------------------------------------------------------------------------------------------------
 def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
-    """The config's model, built through its toolbox's registry (``default_scope``), in eval mode on
-    the CPU, SyncBN reverted to BN; the whole-model ``checkpoint`` loaded (it must fit key for key),
-    else a random initialisation (the backbone's ImageNet ``init_cfg`` is not loaded). The file is
-    read once: the fit check and the load take the same contents."""
+    """The config's model in eval mode on the CPU, SyncBN reverted to BN: the whole-model
+    ``checkpoint`` loaded (read once; it must fit key for key), else a random initialisation (no
+    ImageNet ``init_cfg``)."""
+    from mmengine.logging import MMLogger
     from mmengine.model import revert_sync_batchnorm
 
     from mmlinattn.core.weights import check_model_checkpoint, extract_state_dict, read_checkpoint
@@ -45,48 +39,30 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
     model = revert_sync_batchnorm(model_registry(cfg).build(cfg.model))
     if checkpoint:
         obj = read_checkpoint(checkpoint)
-        check_model_checkpoint(model, checkpoint, obj=obj, what='checkpoint',
-                               backbone_cfg=cfg.model.get('backbone'),
+        check_model_checkpoint(model, checkpoint, obj=obj, what='checkpoint', backbone_cfg=backbone,
                                allow_attention_change=bool(cfg.get('allow_attention_change')))
         model.load_state_dict(extract_state_dict(obj, path=checkpoint))
-    else:
-        _quiet_init(model)
-    return model.eval()
-
-
-def _quiet_init(model: nn.Module) -> None:
-    """``init_weights`` without mmengine's one log record per parameter."""
-    import logging
-
-    from mmengine.logging import MMLogger
+        return model.eval()
+    # init_weights without mmengine's one log record per parameter
     logger = MMLogger.get_current_instance()
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+    level, _ = logger.level, logger.setLevel(logging.WARNING)
     try:
         model.init_weights()
     finally:
         logger.setLevel(level)
-
-
-def _kind(model: nn.Module) -> str:
-    """'segmentor', 'detector' or the model's class name."""
-    mro = [c.__module__.split('.')[0] for c in type(model).__mro__]
-    if 'mmseg' in mro and hasattr(model, 'encode_decode'):
-        return 'segmentor'
-    if 'mmdet' in mro:
-        return 'detector'
-    return type(model).__name__
+    return model.eval()
 
 
 class Exportable(nn.Module):
-    """The part of ``model`` that is exported, as a module from the normalised image to a tuple of
-    tensors (see the module docstring for the three parts)."""
+    """The exported ``part`` of ``model``: from the normalised image to a tuple of tensors."""
 
     def __init__(self, model: nn.Module, part: str):
         super().__init__()
         if part not in PARTS:
             raise ExportError(f'--part must be one of {PARTS}, got {part!r}')
-        kind = _kind(model)
+        mro = [c.__module__.split('.')[0] for c in type(model).__mro__]
+        kind = ('segmentor' if 'mmseg' in mro and hasattr(model, 'encode_decode') else
+                'detector' if 'mmdet' in mro else type(model).__name__)
         if not hasattr(model, 'backbone'):
             raise ExportError(f'{type(model).__name__} has no backbone to export')
         if part == 'neck' and not getattr(model, 'with_neck', False):
@@ -116,16 +92,11 @@ class Exportable(nn.Module):
         return [('out' if self.part == 'backbone' else 'neck') + str(i) for i in range(n)]
 
     def features(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """The feature maps whose strides bound the input size: the backbone's outputs for
-        ``part='backbone'``, else ``extract_feat`` (the neck's, or the backbone's without a
-        neck)."""
+        """The backbone's outputs (``part='backbone'``), else ``extract_feat``'s."""
         model = self.model
         return tuple(model.backbone(x) if self.part == 'backbone' else model.extract_feat(x))
 
 
-# --------------------------------------------------------------------------------------------------
-# the size rule of a dynamic export
-# --------------------------------------------------------------------------------------------------
 @dataclass
 class SizeRule:
     """The input sizes one dynamic graph serves, per side: multiples of ``multiple`` in
@@ -153,28 +124,21 @@ class SizeRule:
                               f'dynamic export: {self.text()}')
 
     def dims(self):
-        """torch.export dims of height and width."""
+        """torch.export dims of height and width (a multiple of m: m times a dim of its own)."""
         from torch.export import Dim
-        out = []
-        for i, name in enumerate(('height', 'width')):
-            m, hi = self.multiple, self.high[i]
-            if m == 1:
-                out.append(Dim(name, min=self.low[i], max=hi))
-            else:  # a multiple of m: m times a dim of its own (torch.export's derived dims)
-                out.append(m * Dim(f'{name}_{m}', min=-(-self.low[i] // m),
-                                   max=None if hi is None else hi // m))
-        return out
+        m = self.multiple
+        return [Dim(name, min=lo, max=hi) if m == 1 else
+                m * Dim(f'{name}_{m}', min=-(-lo // m), max=None if hi is None else hi // m)
+                for name, lo, hi in zip(('height', 'width'), self.low, self.high)]
 
     def near(self, shape: Sequence[int]) -> Tuple[int, int]:
-        """A second shape for the parity check: ``shape`` + (64, 32), on the rule's grid,
-        clamped."""
+        """A second shape for the parity check: ``shape`` + (64, 32) on the rule's grid, clamped."""
+        def grid(v):
+            return int(math.ceil(v / self.multiple)) * self.multiple
         out = []
-        for i, (s, step) in enumerate(zip(shape, (64, 32))):
-            v = int(math.ceil((s + step) / self.multiple)) * self.multiple
-            hi = self.high[i]
-            if hi is not None and v > hi:
-                v = int(math.ceil((s - step) / self.multiple)) * self.multiple
-            out.append(max(v, int(math.ceil(self.low[i] / self.multiple)) * self.multiple))
+        for s, step, lo, hi in zip(shape, (64, 32), self.low, self.high):
+            v = grid(s + step)
+            out.append(max(grid(s - step) if hi is not None and v > hi else v, grid(lo)))
         return tuple(out)
 
 
@@ -192,10 +156,8 @@ def _windowed_stages(backbone) -> List[Tuple[int, int]]:
 
 
 def dynamic_blockers(wrapper: Exportable) -> List[str]:
-    """What in the exported part cannot take a dynamic height / width (known cases, found before
-    a long export fails): adaptive pooling to more than 1 x 1 (UperNet's pyramid pooling; ONNX pools
-    with fixed kernels) and upsampling by a scale factor (mmseg's Semantic FPN head, which computes
-    that output size in Python)."""
+    """What in the exported part cannot take a dynamic height / width (known cases, found before a
+    long export fails): adaptive pooling to more than 1 x 1, upsampling by a scale factor."""
     model = wrapper.model
     parts = [('backbone', model.backbone)]
     if wrapper.part in ('neck', 'model') and getattr(model, 'with_neck', False):
@@ -250,9 +212,6 @@ def size_rule(wrapper: Exportable, shape: Sequence[int]) -> SizeRule:
     return rule
 
 
-# --------------------------------------------------------------------------------------------------
-# export and check
-# --------------------------------------------------------------------------------------------------
 def example_input(shape: Sequence[int], batch: int = 1, seed: int = 0) -> torch.Tensor:
     """A normalised-image-like input: standard normal values."""
     g = torch.Generator().manual_seed(seed)
@@ -260,8 +219,7 @@ def example_input(shape: Sequence[int], batch: int = 1, seed: int = 0) -> torch.
 
 
 def default_exporter() -> str:
-    """``'dynamo'`` where this torch has it (torch.export + ``torch.onnx.export(dynamo=True)``),
-    else ``'jit'``."""
+    """``'dynamo'`` where this torch has it (torch >= 2.5), else ``'jit'``."""
     from mmlinattn.core.ops import probes
     return 'dynamo' if probes.has_export() else 'jit'
 
@@ -269,14 +227,10 @@ def default_exporter() -> str:
 def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = False,
            batch: int = 1, opset: Optional[int] = None, meta: Optional[dict] = None,
            exporter: Optional[str] = None) -> Optional[SizeRule]:
-    """Export ``wrapper`` at ``shape`` (H, W) to the ONNX file ``out``; returns the size rule of a
-    dynamic export (None for a static one).
-
-    ``exporter``: ``'dynamo'`` (torch.export, then ``torch.onnx.export(dynamo=True)``; torch >= 2.5)
-    or ``'jit'`` (``torch.onnx.export`` tracing with the jit, the route mmdeploy takes, and the only
-    one before torch 2.5; opset at most 17 there); default :func:`default_exporter`. Both serve the
-    same size rule: the jit records the sizes' arithmetic (the models keep sizes as traced values
-    while the jit traces), and fixes what Python branches on, which the rule keeps constant."""
+    """Export ``wrapper`` at ``shape`` (H, W) to the ONNX file ``out`` with ``exporter`` (default
+    :func:`default_exporter`); returns the size rule of a dynamic export (None for a static one).
+    Both exporters serve the same rule: the jit records the sizes' arithmetic (the models keep
+    sizes as traced values) and fixes what Python branches on, which the rule keeps constant."""
     from mmlinattn.core.ops import probes
     exporter = exporter or default_exporter()
     if exporter not in EXPORTERS:
@@ -297,35 +251,30 @@ def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = 
                               f'width: {shown}. Export without --dynamic, one file per input size.')
     rule = size_rule(wrapper, shape) if dynamic else None
     with torch.no_grad():
-        outs = wrapper(x)
-    names = wrapper.output_names(len(outs))
+        names = wrapper.output_names(len(wrapper(x)))
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     if exporter == 'jit':
         _export_jit(wrapper, x, out, names, opset, dynamic)
     else:
         _export_dynamo(wrapper, x, out, names, opset, rule)
     model = onnx.load(out)
-    props = dict(meta or {}, **{'mmlinattn.part': wrapper.part,
-                                'mmlinattn.exporter': exporter,
-                                'mmlinattn.input': f'{INPUT_NAME}: normalised image (B, 3, H, W), '
-                                                   'float32',
-                                'mmlinattn.size_rule': rule.text() if rule else
-                                f'static {batch}x3x{shape[0]}x{shape[1]}'})
-    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, **props})
+    onnx.helper.set_model_props(model, {
+        **{p.key: p.value for p in model.metadata_props}, **(meta or {}),
+        'mmlinattn.part': wrapper.part, 'mmlinattn.exporter': exporter,
+        'mmlinattn.input': f'{INPUT_NAME}: normalised image (B, 3, H, W), float32',
+        'mmlinattn.size_rule': rule.text() if rule else f'static {batch}x3x{shape[0]}x{shape[1]}'})
     onnx.save(model, out)
     return rule
 
 
 def _export_jit(wrapper: Exportable, x: torch.Tensor, out: str, names: List[str], opset: int,
                 dynamic: bool) -> None:
-    """The legacy exporter: ``torch.onnx.export`` tracing ``wrapper`` with the jit, height and
-    width of the input and of every output named dynamic axes when ``dynamic``."""
+    """The legacy exporter: ``torch.onnx.export`` tracing with the jit (``dynamic``: height and
+    width of the input and of every output as named dynamic axes)."""
     import inspect
     import warnings
-    axes = None
-    if dynamic:
-        axes = {INPUT_NAME: {2: 'height', 3: 'width'},
-                **{n: {2: f'{n}_height', 3: f'{n}_width'} for n in names}}
+    axes = {INPUT_NAME: {2: 'height', 3: 'width'},
+            **{n: {2: f'{n}_height', 3: f'{n}_width'} for n in names}} if dynamic else None
     kw = {'dynamo': False} if 'dynamo' in inspect.signature(torch.onnx.export).parameters else {}
     with torch.no_grad(), warnings.catch_warnings():
         # the jit's TracerWarnings name each Python branch on a size: the size rule keeps every
@@ -345,16 +294,14 @@ def _export_dynamo(wrapper: Exportable, x: torch.Tensor, out: str, names: List[s
             program = torch.export.export(wrapper, (x,), dynamic_shapes=dynamic_shapes,
                                           strict=False)
         except torch._dynamo.exc.UserError as e:  # a guard the size rule did not foresee
-            lines = str(e).splitlines()
             raise ExportError(
                 f'torch.export could not keep height / width dynamic within the size rule '
                 f'({rule.text() if rule else "static"}); a part of the model fixes them (below). '
                 'Export without --dynamic, one file per input size.\n'
-                + '\n'.join(lines[:6])) from None
-    onnx_program = torch.onnx.export(program, (x,), input_names=[INPUT_NAME],
-                                     output_names=names, opset_version=opset, dynamo=True,
-                                     external_data=False, verbose=False)
-    onnx_program.save(out, external_data=False)
+                + '\n'.join(str(e).splitlines()[:6])) from None
+    torch.onnx.export(program, (x,), input_names=[INPUT_NAME], output_names=names,
+                      opset_version=opset, dynamo=True, external_data=False,
+                      verbose=False).save(out, external_data=False)
 
 
 def ort_session(path: str, threads: Optional[int] = None):
@@ -376,18 +323,17 @@ def compare(onnx_outs, eager_outs, names, rtol: float = DEFAULT_RTOL) -> List[di
             rows.append(dict(output=name, shape=list(e.shape), onnx_shape=list(o.shape), ok=False,
                              max_abs=float('nan'), max_rel=float('nan')))
             continue
-        scale = float(np.abs(e).max()) or 1.0
-        err = np.abs(o - e)
-        ok = bool((err <= rtol * (np.abs(e) + scale)).all())
+        scale, err = float(np.abs(e).max()) or 1.0, np.abs(o - e)
         rows.append(dict(output=name, shape=list(e.shape), max_abs=float(err.max()),
-                         max_rel=float(err.max() / scale), ok=ok))
+                         max_rel=float(err.max() / scale),
+                         ok=bool((err <= rtol * (np.abs(e) + scale)).all())))
     return rows
 
 
 def check(path: str, wrapper: Exportable, shapes: Sequence[Sequence[int]], batch: int = 1,
           rtol: float = DEFAULT_RTOL, seed: int = 1) -> List[dict]:
-    """Run the ONNX file with ONNX Runtime (CPU) and eager PyTorch at each shape; one row per output
-    and shape (see :func:`compare`)."""
+    """ONNX Runtime (CPU) against eager PyTorch at each shape: one :func:`compare` row per output
+    and shape."""
     sess = ort_session(path)
     names = [o.name for o in sess.get_outputs()]
     rows = []
@@ -395,17 +341,14 @@ def check(path: str, wrapper: Exportable, shapes: Sequence[Sequence[int]], batch
         x = example_input(shape, batch, seed)
         with torch.no_grad():
             eager = wrapper(x)
-        got = sess.run(None, {INPUT_NAME: x.numpy()})
-        for r in compare(got, eager, names, rtol):
-            rows.append(dict(r, input=list(shape)))
+        rows += [dict(r, input=list(shape)) for r in
+                 compare(sess.run(None, {INPUT_NAME: x.numpy()}), eager, names, rtol)]
     return rows
 
 
 def format_rows(rows: List[dict]) -> str:
-    lines = [f'{"input":>11} | {"output":>10} | {"shape":>22} | {"max abs err":>11} | '
-             f'{"max rel err":>11} | ok']
-    for r in rows:
-        lines.append(f'{"x".join(map(str, r["input"])):>11} | {r["output"]:>10} | '
-                     f'{"x".join(map(str, r["shape"])):>22} | {r["max_abs"]:11.2e} | '
-                     f'{r["max_rel"]:11.2e} | {"yes" if r["ok"] else "NO"}')
-    return '\n'.join(lines)
+    return '\n'.join([f'{"input":>11} | {"output":>10} | {"shape":>22} | {"max abs err":>11} | '
+                      f'{"max rel err":>11} | ok'] + [
+        f'{"x".join(map(str, r["input"])):>11} | {r["output"]:>10} | '
+        f'{"x".join(map(str, r["shape"])):>22} | {r["max_abs"]:11.2e} | '
+        f'{r["max_rel"]:11.2e} | {"yes" if r["ok"] else "NO"}' for r in rows])
