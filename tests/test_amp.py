@@ -28,9 +28,7 @@ def test_cpu_bf16_autocast_cores_keep_half_activations(name):
     q, k, v it was given, in bfloat16 (no float32 copies; they are what the Functions save first),
     and its small states in float32; the gradients are finite."""
     torch.manual_seed(0)
-    model = getattr(backbones, name)(arch='tiny', drop_path_rate=0.0)
-    model.init_weights()
-    model.train()
+    model = getattr(backbones, name)(arch='tiny', drop_path_rate=0.0).train()  # as constructed
     with torch.autocast('cpu', dtype=torch.bfloat16):
         outs = model(torch.randn(1, 3, 64, 64))
     loss = sum(o.float().mean() for o in outs)

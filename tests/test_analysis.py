@@ -12,7 +12,12 @@ from mmlinattn.core.ops import (
     softmax_attention_matrix,
 )
 from tools.analysis_tools import analyze_attention
-from tools.workshop.analysis import collect_attention, confusion_count, local_mass, summarize
+from tools.analysis_tools.analyze_attention import (
+    collect_attention,
+    confusion_count,
+    local_mass,
+    summarize,
+)
 
 
 def test_confusion_zero_for_softmax_on_random_queries():

@@ -107,18 +107,18 @@ def test_backbone_at_224_within_5_percent_of_the_paper(name, arch, convention, p
 
 
 def test_mala_convention_counts_the_layers_only():
-    """MAViT-T at 224 under 'mala' counts what the same model counts under 'all' with every
+    """MAViT-T (at 128x128) under 'mala' counts what the same model counts under 'all' with every
     attention core replaced by one that does no arithmetic (returns v): the layers, no token mixing.
     Under 'all' the difference is at least the softmax stages' QK^T and AV (stages 3 and 4, global
-    attention over N = 14x14 and 7x7 tokens: 2 N^2 C multiply-adds per block)."""
+    attention over N = 8x8 and 4x4 tokens: 2 N^2 C multiply-adds per block)."""
     model = flops.BACKBONES['MAViT'](arch='tiny').eval()
-    x = torch.randn(1, 3, 224, 224)
+    x = torch.randn(1, 3, 128, 128)
     with torch.no_grad():
         all_ = flops.count(model, (x,), 'all')[0]
         mala = flops.count(model, (x,), 'mala')[0]
         softmax = 0
         for i, stage in enumerate(model.layers):
-            n = (224 // (4 * 2 ** i)) ** 2
+            n = (128 // (4 * 2 ** i)) ** 2
             for blk in stage.blocks:
                 softmax += 2 * n * n * blk.attn.dim if blk.attn.core == 'softmax' else 0
                 blk.attn._run_core = lambda q, k, v, **context: v

@@ -5,10 +5,10 @@ import pytest
 
 from tools.workshop.profiling import profile_step, summary_table
 
-MAVIT_CFG = 'configs/mavit/mask-rcnn_mavit-t_fpn_1x_coco.py'
+MAVIT_CFG = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py'  # MAViT-T, the toy's light heads
 
 
-# about 10-25 s on 2 cores: a whole Mask R-CNN, two training steps at 64x64 (one profiled)
+# a whole (toy) Mask R-CNN, two training steps at 64x64 (one profiled)
 pytestmark = pytest.mark.slow
 
 

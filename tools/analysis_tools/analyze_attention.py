@@ -3,32 +3,125 @@
     python tools/analysis_tools/analyze_attention.py --backbone InLinePVT tiny [--checkpoint F]
         [--image photo.jpg] [--size 224] [--query 0.5 0.5] [--out work_dirs/attention]
 
-Prints, per attention layer: its core, tokens, the number of *confused* query pairs (different
-queries, attention distributions closer than 1e-3 in L2 - InLine Fig. 2) and the attention mass in
-each query's 3x3 neighbourhood against the 9/N chance level (InLine Fig. 3). Saves
-``attention_maps.png``: for the first global attention layer, one query's attention map as scored by
-softmax, plain linear, InLine and MALA attention on the *same* queries and keys (InLine Fig. 4,
-MALA Fig. 4/7; no RoPE in these), next to the model's own map. Without --image a synthetic test card
-is used.
+Per attention layer: its core, tokens, confused query pairs (InLine Fig. 2) and the 3x3 attention
+mass against chance (Fig. 3); ``attention_maps.png``: one query's map of the first global layer
+under softmax, linear, InLine and MALA on the same queries and keys, beside the model's own
+(InLine Fig. 4, MALA Fig. 4/7). Without --image, a synthetic test card. docs/attention_analysis.md.
 """
 import argparse
 import os
 import os.path as osp
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 import mmlinattn  # noqa: F401
 from mmlinattn.core.families import backbone_classes
-from tools.workshop.analysis import (
-    attention_map,
-    collect_attention,
-    matrices_for_cores,
-    summarize,
-)
+from mmlinattn.core.models.layers import QKVOAttention, TokenAttention, core_matrix
+from mmlinattn.core.ops.cores import CORES
 
 BACKBONES = backbone_classes()  # InLinePVT, InLineSwin, MAViT
 MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
+Tensor = torch.Tensor
+
+
+@torch.no_grad()
+def confusion_count(attn: Tensor, queries: Tensor, tol: float = 1e-3, q_tol: float = 1e-6,
+                    max_queries: Optional[int] = 512) -> int:
+    """InLine Fig. 2: pairs (i < j) of one head's (N, N) ``attn`` with ``||q_i - q_j|| > q_tol`` but
+    ``||A_i - A_j|| < tol``; over an evenly spaced subset of ``max_queries`` queries."""
+    n = attn.shape[0]
+    idx = torch.arange(n)
+    if max_queries and n > max_queries:
+        idx = torch.linspace(0, n - 1, max_queries).long()
+    a, q = attn[idx].double(), queries[idx].double()
+    close = (torch.cdist(a, a) < tol) & (torch.cdist(q, q) > q_tol)
+    return int(torch.triu(close, diagonal=1).sum())
+
+
+@torch.no_grad()
+def local_mass(attn: Tensor, hw: Tuple[int, int]) -> float:
+    """InLine Fig. 3: the mean attention weight of (..., N, N) ``attn`` on each query's 3x3
+    neighbourhood of the H x W map (itself included)."""
+    h, w = hw
+    n = h * w
+    a = attn.reshape(-1, n, h, w).double()
+    ys, xs = torch.div(torch.arange(n), w, rounding_mode='floor'), torch.arange(n) % w
+    total = torch.zeros(a.shape[0], n, dtype=a.dtype)
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            yy, xx = ys + dy, xs + dx
+            ok = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+            q = torch.arange(n)[ok]
+            total[:, q] += a[:, q, yy[ok], xx[ok]]
+    return float(total.mean())
+
+
+def collect_attention(model: torch.nn.Module, x: Tensor,
+                      max_tokens: int = 4096) -> List[Dict]:
+    """Run ``model(x)`` and return, for every global attention module (TokenAttention,
+    QKVOAttention) with at most ``max_tokens`` tokens, dict(name, core, attn (B, h, N, N),
+    queries and keys (B, h, N, d), hw)."""
+    records, hooks = [], []
+
+    def make_hook(name, mod):
+        def hook(module, args):
+            if isinstance(module, TokenAttention):
+                tokens, hw = args[0], args[1]
+                if tokens.shape[1] > max_tokens:
+                    return
+                q, k = module.queries_keys(tokens, hw)
+                a = module.attention_matrix(tokens, hw)
+            else:
+                inp, rope = args[0], (args[1] if len(args) > 1 else None)
+                hw = tuple(inp.shape[-2:])
+                if hw[0] * hw[1] > max_tokens:
+                    return
+                q, k = module.queries_keys(inp)
+                a = module.attention_matrix(inp, rope)
+            records.append(dict(name=name, core=module.core, attn=a.detach(),
+                                queries=q.detach(), keys=k.detach(), hw=tuple(hw)))
+        return hook
+
+    for name, mod in model.named_modules():
+        if isinstance(mod, (TokenAttention, QKVOAttention)):
+            hooks.append(mod.register_forward_pre_hook(make_hook(name, mod)))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return records
+
+
+@torch.no_grad()
+def matrices_for_cores(q: Tensor, k: Tensor, scale: float, cores: Optional[Sequence[str]] = None,
+                       kernels: Optional[Dict[str, str]] = None) -> Dict[str, Tensor]:
+    """The same (B, h, N, d) queries and keys scored by ``cores`` (default: every core), each with
+    its default kernel unless ``kernels`` names one (default: ELU+1 for linear, as MALA's)."""
+    kernels = {'linear': 'elu'} if kernels is None else kernels
+    return {c: core_matrix(c, q, k, scale, kernel=kernels.get(c))
+            for c in (list(CORES) if cores is None else cores)}
+
+
+def summarize(records: List[Dict], tol: float = 1e-3) -> List[Dict]:
+    """Per layer: confusion count (head 0 of sample 0) and local mass vs chance."""
+    rows = []
+    for r in records:
+        a, q, hw = r['attn'], r['queries'], r['hw']
+        n = hw[0] * hw[1]
+        rows.append(dict(name=r['name'], core=r['core'], tokens=n,
+                         confusion=confusion_count(a[0, 0], q[0, 0], tol),
+                         local_mass=local_mass(a, hw), chance=min(1.0, 9.0 / n)))
+    return rows
+
+
+def attention_map(attn: Tensor, hw: Tuple[int, int], query: Tuple[int, int]) -> Tensor:
+    """The (H, W) map of one query's attention weights (head-averaged)."""
+    i = query[0] * hw[1] + query[1]
+    return attn[..., i, :].reshape(-1, *hw).mean(0)
 
 
 def load_image(path, size):

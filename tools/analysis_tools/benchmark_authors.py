@@ -1,4 +1,4 @@
-"""Our backbones against the authors' own model code: same classifier, same weights, one run.
+"""Our classifiers against the authors' own code: same weights, one run (docs/benchmarks.md 12).
 
     pip install timm einops fvcore          # what the authors' model files import
     git clone https://github.com/LeapLabTHU/InLine PATH/InLine
@@ -7,43 +7,29 @@
     python tools/analysis_tools/benchmark_authors.py --inline-repo PATH/InLine --profile \\
         --families inline_swin --out OUT
 
-For each family whose repository is given, the authors' ImageNet classifier is built from their
-file with their constructor (``tools.workshop.authors_code``; nothing of theirs is copied into
-this project) and ours from ``configs/classification/``; the authors' weights are loaded into ours
-through the family's key layout, as a downloaded file would be, and the two models' logits are
-compared before anything is timed (a mismatch stops the run). Both get stochastic depth 0 (the same
-work in every step, so the comparison is deterministic).
-
-Measured on a random batch (``--batch`` x 3 x ``--size`` x ``--size``):
-
-* inference: ``eval()`` + ``torch.no_grad()`` forward;
-* training step: ``train()`` forward, cross-entropy on random labels, backward, AdamW step,
-  gradients dropped;
-* memory: the peak bytes a training step allocates beyond what existed before it (CPU: the
-  profiler's memory events; CUDA: the allocator's peak); ``--rss`` adds the growth of the peak
-  resident memory over the first training step, each model in a fresh process (what the
-  allocator's events miss, e.g. oneDNN's scratch buffers, included).
-
-Times are the median of ``--reps`` repetitions after one warm-up of each, ours and theirs
-alternating so that both see the same machine state. Time ratios are the authors' time over ours
-(> 1: ours is faster); memory ratios are ours over the authors' (< 1: ours is smaller).
-``--profile`` adds one profiled training step of each: forward / backward milliseconds by part
-(attention, FFN, norms, embedding, head, the rest) and the step's operator self time by kind
-(GEMMs, convolutions, layout copies, ...). Timings are one run on one machine; the CPU is printed
-with them.
+The authors' weights are loaded into ours through the family's key layout and the logits compared
+before anything is timed. Inference, training step (AdamW) and its peak allocation, medians of
+--reps alternating; time ratios authors' / ours, memory ratios ours / authors'.
 """
 import argparse
-import json
-import os
 import os.path as osp
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-from tools.workshop.benchmarking import cpu_name, peak_rss_kb
+from tools.workshop.benchmarking import (
+    in_fresh_process,
+    once,
+    peak_memory,
+    peak_rss_kb,
+    result,
+    rounds,
+    save,
+    synced,
+    where,
+)
 
 
 class Runner:
@@ -51,71 +37,57 @@ class Runner:
 
     def __init__(self, model, ours, x, y, device):
         from tools.workshop.authors_code import logits
-        self.model, self.ours, self.x, self.y = model, ours, x, y
-        self.device = device
+        self.model, self.x, self.y = model, x, y
         self.optim = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
         self.logits = lambda m: logits(m, self.x, ours)
-
-    def sync(self):
-        if self.device.type == 'cuda':
-            torch.cuda.synchronize()
+        self.infer, self.train_step = synced(self._infer, device), synced(self._step, device)
 
     def loss(self, model):
         return F.cross_entropy(self.logits(model), self.y)
 
-    def infer(self):
+    def _infer(self):
         self.model.eval()
         with torch.no_grad():
             self.logits(self.model)
-        self.sync()
 
-    def train_step(self):
+    def _step(self):
         self.model.train()
         self.loss(self.model).backward()
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
-        self.sync()
 
 
-def timed(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
-def measure(family, arch, repo, args, device) -> dict:
-    from tools.workshop.authors_code import build_pair, logits
-    from tools.workshop.benchmarking import peak_memory
+def _runners(family, arch, repo, args, device):
+    """(ours, theirs) with the same weights, and the batch, on ``device``."""
+    from tools.workshop.authors_code import build_pair
     ours, theirs = build_pair(family, arch, repo, drop_path=0.0, seed=args.seed)
-    ours.to(device)
-    theirs.to(device)
     g = torch.Generator().manual_seed(args.seed)
     x = torch.randn(args.batch, 3, args.size, args.size, generator=g).to(device)
     y = torch.randint(0, 1000, (args.batch,), generator=g).to(device)
+    return ours.to(device), theirs.to(device), x, y
+
+
+def measure(family, arch, repo, args, device) -> dict:
+    from tools.workshop.authors_code import logits
+    ours, theirs, x, y = _runners(family, arch, repo, args, device)
     with torch.no_grad():
         diff = (logits(ours, x, True) - logits(theirs, x, False)).abs().max().item()
     if diff > args.atol:
         raise SystemExit(f'{family}-{arch}: our logits differ from the authors\' by {diff:.3g} '
                          f'(> --atol {args.atol:g}) on the same weights; not timing')
-    params = [sum(p.numel() for p in m.parameters()) for m in (ours, theirs)]
     run = {'ours': Runner(ours, True, x, y, device), 'authors': Runner(theirs, False, x, y, device)}
     out = dict(family=family, arch=arch, batch=args.batch, size=args.size,
-               logits_max_abs_diff=diff, params_ours=params[0], params_authors=params[1])
+               logits_max_abs_diff=diff, params_ours=sum(p.numel() for p in ours.parameters()),
+               params_authors=sum(p.numel() for p in theirs.parameters()))
     for what in ('infer', 'train_step'):
         for r in run.values():  # one untimed warm-up of each
             getattr(r, what)()
-        times = {k: [] for k in run}
-        for i in range(args.reps):
-            order = list(run) if i % 2 == 0 else list(run)[::-1]
-            for k in order:
-                times[k].append(timed(getattr(run[k], what)))
-        med = {k: statistics.median(times[k]) for k in run}
-        for k in run:
-            out[f'{what}_s_{k}'] = med[k]
+        times = rounds({k: getattr(r, what) for k, r in run.items()}, args.reps, once, True)
+        med = {k: statistics.median(ts) for k, ts in times.items()}
+        out.update({f'{what}_s_{k}': med[k] for k in run})
         out[f'{what}_ratio'] = round(med['authors'] / med['ours'], 3)
     peak = {k: peak_memory(r.train_step) for k, r in run.items()}
-    for k in run:
-        out[f'train_peak_mb_{k}'] = round(peak[k] / 2 ** 20, 3)
+    out.update({f'train_peak_mb_{k}': round(peak[k] / 2 ** 20, 3) for k in run})
     out['memory_ratio'] = round(peak['ours'] / peak['authors'], 3) if peak['authors'] else None
     if args.profile:
         from tools.workshop.profiling import profile_parts
@@ -124,48 +96,23 @@ def measure(family, arch, repo, args, device) -> dict:
     return out
 
 
-def _params(r) -> str:
-    ours, theirs = r['params_ours'] / 1e6, r['params_authors'] / 1e6
-    return f'{ours:.2f}' if r['params_ours'] == r['params_authors'] else \
-        f'{ours:.2f} (authors: {theirs:.2f})'
+def rss_pair(family, argv) -> dict:
+    """Peak RSS growth (MB) of the first training step of ours and of the authors' model, each
+    in a fresh process (``--rss-one``)."""
+    keep = [a for a in argv if a not in ('--profile', '--rss')]
+    out = {}
+    for which in ('ours', 'authors'):
+        mb, proc = in_fresh_process(osp.abspath(__file__), [*keep, '--rss-one', family, which])
+        if mb is None:
+            raise SystemExit(f'{family} ({which}): the RSS run failed:\n{proc.stdout[-2000:]}')
+        out[f'rss_mb_{which}'] = mb
+    out['rss_ratio'] = (round(out['rss_mb_ours'] / out['rss_mb_authors'], 3)
+                        if out['rss_mb_authors'] else None)
+    return out
 
 
 def _fmt(x) -> str:
     return '-' if x is None else f'{x:.2f}'
-
-
-def rss_one(args, repos) -> int:
-    """(in a fresh process) one training step of one model; prints its peak RSS growth in MB."""
-    from tools.workshop.authors_code import SOURCES, build_pair
-    family, which = args.rss_one
-    ours, theirs = build_pair(family, args.arch, repos[SOURCES[family][0]], 0.0, args.seed)
-    g = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(args.batch, 3, args.size, args.size, generator=g)
-    y = torch.randint(0, 1000, (args.batch,), generator=g)
-    r = Runner(ours, True, x, y, torch.device('cpu')) if which == 'ours' else \
-        Runner(theirs, False, x, y, torch.device('cpu'))
-    base = peak_rss_kb()
-    r.train_step()
-    print(f'RSS {(peak_rss_kb() - base) / 1024:.1f}')
-    return 0
-
-
-def rss_pair(family, argv) -> dict:
-    """Peak RSS growth (MB) of the first training step of ours and of the authors' model, each
-    in a fresh process."""
-    import subprocess
-    keep = [a for a in argv if a not in ('--profile', '--rss')]
-    out = {}
-    for which in ('ours', 'authors'):
-        cmd = [sys.executable, osp.abspath(__file__), *keep, '--rss-one', family, which]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [ln for ln in res.stdout.splitlines() if ln.startswith('RSS ')]
-        if res.returncode or not lines:
-            raise SystemExit(f'{family} ({which}): the RSS run failed:\n{res.stderr[-2000:]}')
-        out[f'rss_mb_{which}'] = float(lines[-1].split()[1])
-    out['rss_ratio'] = round(out['rss_mb_ours'] / out['rss_mb_authors'], 3) \
-        if out['rss_mb_authors'] else None
-    return out
 
 
 def table(results) -> str:
@@ -173,8 +120,10 @@ def table(results) -> str:
             'authors / ours (ratio) | step peak MB: authors / ours (ratio ours/authors) |',
             '|---|---|---|---|---|']
     for r in results:
+        ours, theirs = r['params_ours'] / 1e6, r['params_authors'] / 1e6
+        params = f'{ours:.2f}' + ('' if ours == theirs else f' (authors: {theirs:.2f})')
         rows.append(
-            f"| {r['family']}-{r['arch']} | {_params(r)} | "
+            f"| {r['family']}-{r['arch']} | {params} | "
             f"{r['infer_s_authors']:.3f} / {r['infer_s_ours']:.3f} (**{r['infer_ratio']:.2f}x**) | "
             f"{r['train_step_s_authors']:.3f} / {r['train_step_s_ours']:.3f} "
             f"(**{r['train_step_ratio']:.2f}x**) | {r['train_peak_mb_authors']:.0f} / "
@@ -188,42 +137,32 @@ def table(results) -> str:
     return '\n'.join(rows)
 
 
-def _part(path: str) -> str:
-    parts = path.split('/')
-    if parts[-1] == 'local' or parts[-1].startswith('core:'):
-        return 'attn: ' + parts[-1]
-    return parts[0]
-
-
 def profile_table(results) -> str:
     """Forward + backward ms by part, and self ms by operator kind, authors beside ours."""
     out = []
     for r in results:
-        name = f"{r['family']}-{r['arch']}"
+        name, pa, po = f"{r['family']}-{r['arch']}", r['profile_authors'], r['profile_ours']
         parts = {}
-        for k in ('authors', 'ours'):
-            for row in r[f'profile_{k}']['rows']:
-                p = parts.setdefault(_part(row['path']), {'authors': 0., 'ours': 0.})
-                p[k] += row['fwd_ms'] + row['bwd_ms']
+        for k, pr in (('authors', pa), ('ours', po)):
+            for row in pr['rows']:
+                leaf = row['path'].split('/')
+                part = ('attn: ' + leaf[-1] if leaf[-1] == 'local' or leaf[-1].startswith('core:')
+                        else leaf[0])
+                parts.setdefault(part, {'authors': 0., 'ours': 0.})[k] += row['fwd_ms'] + \
+                    row['bwd_ms']
         out += [f'**{name}**, one training step by part (forward + backward ms; ours\' core and '
                 'local residual are inside its attention row and also shown alone):', '',
                 '| part | authors | ours | authors - ours |', '|---|---|---|---|']
         for p in sorted(parts, key=lambda p: -parts[p]['authors']):
             a, o = parts[p]['authors'], parts[p]['ours']
-            if p.startswith('attn: '):
-                out.append(f'| {p} | - | {o:.0f} | |')
-            else:
-                out.append(f'| {p} | {a:.0f} | {o:.0f} | {a - o:+.0f} |')
-        for k in ('authors', 'ours'):
-            pr = r[f'profile_{k}']
-            parts.setdefault('step', {})[k] = 1e3 * (pr['forward_s'] + pr['backward_s'] +
-                                                     pr['optimizer_s'])
-        a, o = parts['step']['authors'], parts['step']['ours']
+            out.append(f'| {p} | - | {o:.0f} | |' if p.startswith('attn: ') else
+                       f'| {p} | {a:.0f} | {o:.0f} | {a - o:+.0f} |')
+        a, o = (1e3 * (pr['forward_s'] + pr['backward_s'] + pr['optimizer_s']) for pr in (pa, po))
         out += [f'| **step (wall, incl. optimizer)** | {a:.0f} | {o:.0f} | {a - o:+.0f} |', '',
                 f'**{name}**, the same step by operator kind (self ms, forward + backward + '
                 'optimizer):', '', '| operators | authors | ours | authors - ours |',
                 '|---|---|---|---|']
-        ka, ko = r['profile_authors']['op_kinds'], r['profile_ours']['op_kinds']
+        ka, ko = pa['op_kinds'], po['op_kinds']
         for kind in sorted(set(ka) | set(ko), key=lambda k: -ka.get(k, 0.)):
             a, o = ka.get(kind, 0.), ko.get(kind, 0.)
             out.append(f'| {kind} | {a:.0f} | {o:.0f} | {a - o:+.0f} |')
@@ -270,11 +209,15 @@ def main(argv=None):
                     f'{sorted(SOURCES[f][2])}')
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.rss_one:
-        return rss_one(args, repos)
+    if args.rss_one:  # (in a fresh process) one training step of one model: its peak RSS growth
+        family, which = args.rss_one
+        ours, theirs, x, y = _runners(family, args.arch, repos[SOURCES[family][0]], args, 'cpu')
+        r = Runner(ours, True, x, y, 'cpu') if which == 'ours' else \
+            Runner(theirs, False, x, y, 'cpu')
+        base = peak_rss_kb()
+        r.train_step()
+        return result(round((peak_rss_kb() - base) / 1024, 1)) or 0
     device = torch.device(args.device)
-    where = torch.cuda.get_device_name(device) if device.type == 'cuda' else \
-        f'{cpu_name()}, {torch.get_num_threads()} threads'
     results = []
     for f in families:
         try:
@@ -288,18 +231,13 @@ def main(argv=None):
               f"{r['infer_ratio']:.2f}x, training step {r['train_step_ratio']:.2f}x, memory "
               f"{_fmt(r['memory_ratio'])} (time: authors' / ours; memory: ours / authors')",
               flush=True)
-    head = (f'{where}; torch {torch.__version__}; batch {args.batch} at {args.size}x{args.size}, '
-            f'fp32, median of {args.reps}; one run')
-    md = head + '\n\n' + table(results)
+    md = (f'{where(device)}; batch {args.batch} at {args.size}x{args.size}, fp32, median of '
+          f'{args.reps}; one run\n\n' + table(results))
     if args.profile:
         md += '\n\n' + profile_table(results)
     print('\n' + md)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(osp.join(args.out, 'results.json'), 'w') as fh:
-            json.dump(dict(where=where, torch=torch.__version__, results=results), fh, indent=1)
-        with open(osp.join(args.out, 'results.md'), 'w') as fh:
-            fh.write(md + '\n')
+        save(osp.join(args.out, 'results'), dict(where=where(device), results=results), md)
     return 0
 
 

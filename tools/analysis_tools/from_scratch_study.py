@@ -1,25 +1,15 @@
-"""Why do detectors with our backbones learn slowly from scratch? A controlled comparison on the toy
-COCO set: the same Mask R-CNN (toy heads), data, schedule and optimizer, only the backbone (and its
-output norms) changing, with mmdet's own Swin-T-shaped SwinTransformer and ResNet-18 as references.
+"""Why do detectors with our backbones learn slowly from scratch? The same toy-COCO Mask R-CNN,
+data, schedule and optimizer, only the backbone changing (mmdet's Swin-T, PVT-T and ResNet-18 as
+references): the FPN inputs' statistics at initialisation, then bbox / segm AP50
+(docs/from_scratch.md).
 
-For each variant it prints, at initialisation, the statistics of the feature maps that reach the FPN
-(per stage: RMS over all values, and the share of the energy that varies from position to position -
-the signal that tells an object from the background), then trains with tools/train.py and reports
-bbox / segm AP50.
-
-    python tools/analysis_tools/from_scratch_study.py [--epochs 4]
-        [--variants mavit-t,mavit-t-nonorm,...]
-        [--lr 2e-4] [--data data] [--work-dir work_dirs/from_scratch_study] [--out table.md]
-        [--cfg-options key=value ...] [--tag NAME] [--seeds N]
-
-With ``--seeds N`` every variant trains N times (seeds 1..N) and the table gives each run's AP50
-and, per variant, the mean and the spread (min - max): at this budget one run decides nothing.
-
-All variants run one after another (one heavy thing at a time); on a 2-core CPU each takes a few
-minutes for 4 epochs of the 160-image toy set.
+    python tools/analysis_tools/from_scratch_study.py [--epochs 4] [--variants mavit-t,...]
+        [--lr 2e-4] [--data data] [--work-dir DIR] [--out table.md] [--cfg-options k=v ...]
+        [--tag NAME] [--seeds N] [--stats-only]
 """
 import argparse
 import json
+import math
 import os
 import os.path as osp
 import sys
@@ -29,7 +19,7 @@ from mmlinattn.core.models import out_channels
 from mmlinattn.training.cli import load_config
 from mmlinattn.training.config import model_registry
 from mmlinattn.training.runs import read_metrics, run_script
-from tools.workshop.benchmarking import REFERENCE_BACKBONES, reference_cfg
+from tools.workshop.benchmarking import REFERENCE_BACKBONES, reference_cfg, where
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
@@ -38,43 +28,40 @@ CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
 # against InLine-PVT-T's 2/4/10/16)
 PVT_T = dict(embed_dims=[64, 128, 320, 512], depths=[2, 2, 2, 2], num_heads=[1, 2, 5, 8],
              mlp_ratio=[8, 8, 4, 4])
+
+
+def _v(kind, out_norm=False, **kw):
+    return dict(type=kind, arch='tiny', drop_path_rate=0.0, out_norm=out_norm, **kw)
+
+
+MMDET_INIT = dict(init_scheme='mmdet_pvt')
 # name -> backbone config; the FPN gets the channels the backbone returns (models.out_channels)
 VARIANTS = {
-    'mavit-t': dict(type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=True),
-    'mavit-t-nonorm': dict(type='MAViT', arch='tiny', drop_path_rate=0.0, out_norm=False),
-    'inline-pvt-t': dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0, out_norm=True),
-    'inline-pvt-t-nonorm': dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0, out_norm=False),
-    'inline-pvt-t-nonorm-mmdet-init': dict(type='InLinePVT', arch='tiny', drop_path_rate=0.0,
-                                           out_norm=False, init_scheme='mmdet_pvt'),
-    'inline-swin-t': dict(type='InLineSwin', arch='tiny', drop_path_rate=0.0, out_norm=True),
-    'inline-swin-t-softmax': dict(type='InLineSwin', arch='tiny', attn_type='SSSS',
-                                  drop_path_rate=0.0,
-                                  out_norm=True),
+    'mavit-t': _v('MAViT', True),
+    'mavit-t-nonorm': _v('MAViT'),
+    'inline-pvt-t': _v('InLinePVT', True),
+    'inline-pvt-t-nonorm': _v('InLinePVT'),
+    'inline-pvt-t-nonorm-mmdet-init': _v('InLinePVT', **MMDET_INIT),
+    'inline-swin-t': _v('InLineSwin', True),
+    'inline-swin-t-softmax': _v('InLineSwin', True, attn_type='SSSS'),
     # PVT-T's scaffold (softmax with spatial reduction in every stage) with InLine-PVT's heads, with
     # our default init and with mmdet's PVT init (docs/design.md, "InLine-PVT's scaffold against
     # mmdet's PVT v1")
-    'inline-pvt-t-ssss': dict(type='InLinePVT', arch='tiny', attn_type='SSSS', drop_path_rate=0.0,
-                              out_norm=False),
-    'inline-pvt-t-ssss-mmdet-init': dict(type='InLinePVT', arch='tiny', attn_type='SSSS',
-                                         drop_path_rate=0.0, out_norm=False,
-                                         init_scheme='mmdet_pvt'),
+    'inline-pvt-t-ssss': _v('InLinePVT', attn_type='SSSS'),
+    'inline-pvt-t-ssss-mmdet-init': _v('InLinePVT', attn_type='SSSS', **MMDET_INIT),
     # exactly PVT-T (its heads too: the function mmdet's PVT-T computes,
     # tests/test_pvt_mmdet_oracle.py) from mmdet's init
-    'inline-pvt-t-ssss-pvt-heads-mmdet-init': dict(type='InLinePVT', arch=PVT_T, attn_type='SSSS',
-                                                   drop_path_rate=0.0, out_norm=False,
-                                                   init_scheme='mmdet_pvt'),
+    'inline-pvt-t-ssss-pvt-heads-mmdet-init': dict(_v('InLinePVT', attn_type='SSSS',
+                                                      **MMDET_INIT), arch=PVT_T),
 }
 # mmdet's own backbones as references (tools.workshop.benchmarking): name -> (backbone config,
 # channels of its four maps), trained here without drop path
-_REF_ARGS = dict(out_indices=(0, 1, 2, 3))
 REFERENCES = {
-    'mmdet-swin-t': (reference_cfg('Swin-T', drop_path_rate=0.0, **_REF_ARGS),
-                     REFERENCE_BACKBONES['Swin-T'][2]),
-    'mmdet-pvt-t': (reference_cfg('PVT-T', drop_path_rate=0.0, **_REF_ARGS),
-                    REFERENCE_BACKBONES['PVT-T'][2]),
-    'mmdet-resnet-18': (reference_cfg('ResNet-18', **_REF_ARGS),
-                        REFERENCE_BACKBONES['ResNet-18'][2]),
-}
+    f'mmdet-{name.lower()}': (reference_cfg(name, out_indices=(0, 1, 2, 3),
+                                            **({} if name == 'ResNet-18' else
+                                               dict(drop_path_rate=0.0))),
+                              REFERENCE_BACKBONES[name][2])
+    for name in ('Swin-T', 'PVT-T', 'ResNet-18')}
 
 
 def backbone(name):
@@ -92,19 +79,16 @@ def feature_stats(backbone_cfg, data_root, n_images=8, size=128):
     import numpy as np
     import torch
     from PIL import Image
-    cfg = load_config(CFG)
-    models = model_registry(cfg)
     torch.manual_seed(0)
-    bb = models.build(dict(backbone_cfg, init_cfg=None))
+    bb = model_registry(load_config(CFG)).build(dict(backbone_cfg, init_cfg=None))
     bb.init_weights()
     bb.train()  # as the detector sees them while training (BN on batch statistics)
     folder = osp.join(data_root, 'toy_coco', 'train')
-    files = sorted(os.listdir(folder))[:n_images]
     mean = torch.tensor([123.675, 116.28, 103.53]).view(1, 3, 1, 1)
     std = torch.tensor([58.395, 57.12, 57.375]).view(1, 3, 1, 1)
     x = torch.stack([torch.from_numpy(np.asarray(Image.open(osp.join(folder, f)).convert('RGB')
                                                  .resize((size, size)))).permute(2, 0, 1).float()
-                     for f in files])
+                     for f in sorted(os.listdir(folder))[:n_images]])
     with torch.no_grad():
         outs = bb((x - mean) / std)
     stats = []
@@ -140,9 +124,15 @@ def train_and_eval(name, backbone_cfg, in_channels, args, seed):
                cwd=ROOT, log=osp.join(work, 'train.log'), show=False)
     wall = time.time() - t0
     found = read_metrics(work)  # its last validation
-    keys = ('coco/bbox_mAP_50', 'coco/segm_mAP_50')
-    ap = {key.split('/')[1]: found.get(key, float('nan')) for key in keys}
-    return ap, wall
+    return {k: found.get(f'coco/{k}', float('nan')) for k in ('bbox_mAP_50', 'segm_mAP_50')}, wall
+
+
+def spread(values):
+    """'mean (min - max)' of the finite values."""
+    vals = [v for v in values if not math.isnan(v)]
+    if not vals:
+        return 'nan'
+    return f'{sum(vals) / len(vals):.3f} ({min(vals):.3f} - {max(vals):.3f})'
 
 
 def main(argv=None):
@@ -164,18 +154,28 @@ def main(argv=None):
     args = p.parse_args(argv)
     if not osp.isdir(osp.join(args.data, 'toy_coco')):
         run_script(osp.join(ROOT, 'tools/misc/make_toy_datasets.py'), ['--out', args.data],
-                   cwd=ROOT,
-                   show=False)
+                   cwd=ROOT, show=False)
     names = [n.strip() for n in args.variants.split(',') if n.strip()]
     unknown = [n for n in names if n not in VARIANTS and n not in REFERENCES]
     if unknown:
         p.error(f'unknown variant(s) {unknown}; choose from {[*VARIANTS, *REFERENCES]}')
-    if args.seeds:
-        return seeded_table(names, args)
-    head = ('| backbone | FPN-input RMS, stages 1-4 | spatially varying share of the energy | '
-            'bbox AP50 | segm AP50 | train+val s |\n|---|---|---|---|---|---|')
+    seeds = list(range(1, args.seeds + 1))
+    if seeds:  # every variant with seeds 1..N: per-run AP50s, then mean and spread per variant
+        note = f'seeds={seeds}'
+        head = ('| backbone | bbox AP50 per seed (' + ', '.join(map(str, seeds)) + ') | bbox '
+                'AP50 mean (min - max) | segm AP50 mean (min - max) | train+val s per run '
+                '|\n|---|---|---|---|---|')
+    else:
+        note = f'seed={args.seed}'
+        head = ('| backbone | FPN-input RMS, stages 1-4 | spatially varying share of the energy | '
+                'bbox AP50 | segm AP50 | train+val s |\n|---|---|---|---|---|---|')
 
     def row(name, label, bb, ch):
+        if seeds:
+            runs = [train_and_eval(name, bb, ch, args, seed) for seed in seeds]
+            bbox, segm = ([ap[k] for ap, _ in runs] for k in ('bbox_mAP_50', 'segm_mAP_50'))
+            return (f'| {label} | {", ".join(f"{v:.3f}" for v in bbox)} | {spread(bbox)} | '
+                    f'{spread(segm)} | {sum(w for _, w in runs) / len(runs):.0f} |')
         stats = feature_stats(bb, args.data)
         rms = ' / '.join(f'{s[0]:.2f}' for s in stats)
         cv = ' / '.join(f'{s[1]:.2f}' for s in stats)
@@ -184,49 +184,16 @@ def main(argv=None):
         ap, wall = train_and_eval(name, bb, ch, args, args.seed)
         return (f'| {label} | {rms} | {cv} | {ap["bbox_mAP_50"]:.3f} | {ap["segm_mAP_50"]:.3f} | '
                 f'{wall:.0f} |')
-    return _table(names, args, head, row, f'seed={args.seed}')
-
-
-def _table(names, args, head, row, seed_note):
-    """Print ``head``, then ``row(name, label, backbone cfg, FPN channels)`` per variant as it
-    comes; write the table to ``--out``."""
     rows = []
-    print(head, flush=True)
+    print(f'{where()}\n\n{head}', flush=True)
     for name in names:
-        bb, ch = backbone(name)
-        rows.append(row(name, f'{name}{" " + args.tag if args.tag else ""}', bb, ch))
+        rows.append(row(name, f'{name}{" " + args.tag if args.tag else ""}', *backbone(name)))
         print(rows[-1], flush=True)
     if args.out:
         with open(args.out, 'w') as f:
-            f.write(f'epochs={args.epochs} lr={args.lr} {seed_note}\n\n{head}\n'
+            f.write(f'epochs={args.epochs} lr={args.lr} {note}; {where()}\n\n{head}\n'
                     + '\n'.join(rows) + '\n')
     return 0
-
-
-def spread(values):
-    """'mean (min - max)' of the finite values."""
-    import math
-    vals = [v for v in values if not math.isnan(v)]
-    if not vals:
-        return 'nan'
-    return f'{sum(vals) / len(vals):.3f} ({min(vals):.3f} - {max(vals):.3f})'
-
-
-def seeded_table(names, args):
-    """Every variant with seeds 1..N: per-run AP50s, then mean and spread per variant."""
-    seeds = list(range(1, args.seeds + 1))
-    head = ('| backbone | bbox AP50 per seed (' + ', '.join(map(str, seeds)) + ') | bbox AP50 mean '
-            '(min - max) | segm AP50 mean (min - max) | train+val s per run '
-            '|\n|---|---|---|---|---|')
-
-    def row(name, label, bb, ch):
-        runs = [train_and_eval(name, bb, ch, args, seed) for seed in seeds]
-        bbox = [ap['bbox_mAP_50'] for ap, _ in runs]
-        segm = [ap['segm_mAP_50'] for ap, _ in runs]
-        walls = [w for _, w in runs]
-        return (f'| {label} | {", ".join(f"{v:.3f}" for v in bbox)} | {spread(bbox)} | '
-                f'{spread(segm)} | {sum(walls) / len(walls):.0f} |')
-    return _table(names, args, head, row, f'seeds={seeds}')
 
 
 if __name__ == '__main__':

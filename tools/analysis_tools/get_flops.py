@@ -8,12 +8,8 @@
     python tools/analysis_tools/get_flops.py --all-backbones     # backbones at 224 vs the papers
     python tools/analysis_tools/get_flops.py --zoo [--json OUT]  # every zoo config vs the papers
 
-A config is counted whole (RoI heads included) on one image of the paper's size (COCO 1280x800,
-ADE20K 2048x512) unless --shape H [W] is given (one value: a square, as mmseg's tool reads it), or
-averaged over the first N images of its validation set at their pipeline sizes with --num-images N
-(mmdet's flag; the dataset must be on disk). --cfg-options overrides the config as in every tool.
-The counting rules and the papers' conventions are in tools.workshop.flops (and
-docs/benchmarks.md section 3).
+A config is counted whole on one image of the paper's size unless --shape is given. The rules:
+tools.workshop.flops, docs/benchmarks.md section 3.
 """
 import argparse
 import json
@@ -36,12 +32,10 @@ def _pct(x):
 
 def all_backbones():
     print('| backbone | params (M) | GFLOPs @224, all matmuls | diff | layers only (mala) '
-          '| diff | paper |')
-    print('|---|---|---|---|---|---|---|')
+          '| diff | paper |\n|---|---|---|---|---|---|---|')
     for (name, arch), paper in F.PAPER_BACKBONE_GFLOPS.items():
         params, flops, _ = F.backbone_flops(name, arch)
-        _, flops_ns, _ = F.backbone_flops(name, arch, convention='mala')
-        g, gn = flops / 1e9, flops_ns / 1e9
+        g, gn = flops / 1e9, F.backbone_flops(name, arch, convention='mala')[1] / 1e9
         print(f'| {name}-{arch} | {params / 1e6:.2f} | {g:.2f} | {_pct((g - paper) / paper)} '
               f'| {gn:.2f} | {_pct((gn - paper) / paper)} | {paper} |', flush=True)
 
@@ -50,8 +44,7 @@ def zoo(out=None):
     MMLogger.get_current_instance().setLevel(logging.ERROR)   # scope switches mmdet <-> mmseg
     rows = []
     print('| config | input | params (M) | GFLOPs (ours) | convention '
-          '| GFLOPs (paper convention) | paper | diff |')
-    print('|---|---|---|---|---|---|---|---|')
+          '| GFLOPs (paper convention) | paper | diff |\n|---|---|---|---|---|---|---|---|')
     for config in F.zoo_configs():
         r = F.zoo_row(config)
         rows.append(r)
@@ -62,6 +55,35 @@ def zoo(out=None):
     if out:
         with open(out, 'w') as f:
             json.dump(rows, f, indent=1)
+
+
+def count_config(p, args, shape):
+    """A config's whole model; returns the ops not counted."""
+    try:
+        cfg = load_config(args.config, args.cfg_options)
+        if args.num_images:
+            preflight(cfg, ('val_dataloader',))
+    except ConfigError as e:
+        p.exit(2, f'{p.prog}: error: {e}\n')
+    name, conv = osp.splitext(osp.basename(args.config))[0], args.convention
+    if args.num_images:
+        params, flops, skipped, shapes = F.dataset_flops(cfg, args.num_images, conv)
+        sizes = sorted(set(shapes))
+        print(f'{name} over {len(shapes)} validation image(s), input sizes (H, W) '
+              f'{", ".join(map(str, sizes[:5]))}{" ..." if len(sizes) > 5 else ""}: params '
+              f'{params / 1e6:.2f} M, mean FLOPs {flops / 1e9:.1f} G (whole model, convention '
+              f'{conv!r})')
+        return skipped
+    params, flops, skipped, shape = F.model_flops(cfg, shape, conv)
+    print(f'{name} @ {shape[1]}x{shape[0]}: params {params / 1e6:.2f} M, '
+          f'FLOPs {flops / 1e9:.1f} G (whole model, convention {conv!r})')
+    paper = F.PAPER_GFLOPS.get(name)
+    if paper is not None and args.shape is None and not args.cfg_options:
+        pconv = F.paper_convention(args.config)
+        pf = (F.model_flops(cfg, shape, pconv)[1] if pconv != conv else flops) / 1e9
+        print(f'paper: {paper} G; ours under its convention {pconv!r}: {pf:.1f} G '
+              f'({_pct((pf - paper) / paper)})')
+    return skipped
 
 
 def main(argv=None):
@@ -88,11 +110,9 @@ def main(argv=None):
         p.error('--num-images takes N >= 1 and no --shape (each image has its own size)')
     shape = (tuple(args.shape) * 2)[:2] if args.shape else None
     if args.all_backbones:
-        all_backbones()
-        return 0
+        return all_backbones() or 0
     if args.zoo:
-        zoo(args.json)
-        return 0
+        return zoo(args.json) or 0
     if args.backbone:
         name, arch = args.backbone
         shape = shape or (224, 224)
@@ -100,42 +120,13 @@ def main(argv=None):
         print(f'{name}-{arch} @ {shape}: params {params / 1e6:.2f} M, FLOPs {flops / 1e9:.2f} G '
               f'({args.convention})')
     elif args.config:
-        try:
-            cfg = load_config(args.config, args.cfg_options)
-            if args.num_images:
-                preflight(cfg, ('val_dataloader',))
-        except ConfigError as e:
-            p.exit(2, f'{p.prog}: error: {e}\n')
-        name = osp.splitext(osp.basename(args.config))[0]
-        if args.num_images:
-            params, flops, skipped, shapes = F.dataset_flops(cfg, args.num_images, args.convention)
-            sizes = sorted(set(shapes))
-            print(f'{name} over {len(shapes)} validation image(s), input sizes (H, W) '
-                  f'{", ".join(map(str, sizes[:5]))}{" ..." if len(sizes) > 5 else ""}: params '
-                  f'{params / 1e6:.2f} M, mean FLOPs {flops / 1e9:.1f} G (whole model, convention '
-                  f'{args.convention!r})')
-            print_skipped(skipped)
-            return 0
-        params, flops, skipped, shape = F.model_flops(cfg, shape, args.convention)
-        print(f'{name} @ {shape[1]}x{shape[0]}: params {params / 1e6:.2f} M, '
-              f'FLOPs {flops / 1e9:.1f} G (whole model, convention {args.convention!r})')
-        paper = F.PAPER_GFLOPS.get(name)
-        if paper is not None and args.shape is None and not args.cfg_options:
-            conv = F.paper_convention(args.config)
-            pf = F.model_flops(cfg, shape, conv)[1] / 1e9 if conv != args.convention \
-                else flops / 1e9
-            print(f'paper: {paper} G; ours under its convention {conv!r}: {pf:.1f} G '
-                  f'({_pct((pf - paper) / paper)})')
+        skipped = count_config(p, args, shape)
     else:
         p.error('give a config, --backbone TYPE ARCH, --all-backbones or --zoo')
-    print_skipped(skipped)
-    return 0
-
-
-def print_skipped(skipped):
     if skipped:
         print('ops not counted (elementwise, as fvcore): ' +
               ', '.join(f'{k} x{v}' for k, v in sorted(skipped.items())))
+    return 0
 
 
 if __name__ == '__main__':

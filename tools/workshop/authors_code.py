@@ -1,15 +1,9 @@
-"""The authors' own model code, built from a local clone of their repositories, beside ours.
-
-Used by ``tools/analysis_tools/benchmark_authors.py`` (time and memory of the same classifier,
-same weights, in both implementations) and ``tests/data/authors_keys/make_manifests.py`` (the
-key manifests the tests compare our layouts with). Nothing here ships or copies the authors'
-code: it imports their model files from the path the user gives (a clone of LeapLabTHU/InLine or
-qhfan/MALA), which need ``timm``, ``einops`` and ``fvcore`` installed
-(``pip install timm einops fvcore``; the MALA file imports all three, the InLine files timm).
-
-:func:`build_pair` builds the authors' ImageNet classifier with their constructor and arguments,
-our mmpretrain ImageClassifier of the same arch (``configs/classification/``), and loads the
-authors' weights into ours through the family's key layout, exactly as a downloaded file would.
+"""The authors' own model code, built from a local clone of their repositories, beside ours
+(``benchmark_authors.py``, ``tests/data/authors_keys/make_manifests.py``). Nothing of theirs ships
+or is copied: their model files are imported from the path given (a clone of LeapLabTHU/InLine or
+qhfan/MALA; ``pip install timm einops fvcore``). :func:`build_pair` builds their ImageNet
+classifier and ours (``configs/classification/``) and loads their weights into ours through the
+family's key layout, as a downloaded file would be.
 """
 import importlib.util
 import os.path as osp

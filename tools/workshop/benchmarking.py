@@ -1,16 +1,16 @@
-"""What the benchmark tools share (tools/analysis_tools/benchmark*.py,
-from_scratch_study.py): timing and memory helpers, mmdet's reference backbones (Swin-T, PVT-S)
-defined once, the config matrix as it is on disk, synthetic detection / segmentation batches, and
-one measured training step + inference of a whole config (:func:`measure_one`).
-
-Nothing here runs at import; the tools are thin command lines over it.
-"""
+"""What the benchmark tools share: the machine named beside every figure, timing, memory, results
+files, fresh processes, mmdet's reference backbones, the config matrix, synthetic batches, and one
+measured training step + inference of a whole config (:func:`measure_one`)."""
+import functools
+import json
 import os
 import os.path as osp
 import platform
 import re
 import resource
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -26,16 +26,46 @@ CONFIG_DIRS = tuple(FAMILIES)
 BACKBONE_IN_NAME = re.compile('(' + '|'.join(f.prefix for f in FAMILIES.values()) + r')-([a-z])')
 
 
-def cpu_name() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo, else the platform's), printed beside timings."""
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or 'unknown CPU'
+@functools.lru_cache(None)
+def cpu_info() -> dict:
+    """The CPU's model name and flags (/proc/cpuinfo, else lscpu, else the platform's)."""
+    fields = {}
+    for cmd in (['cat', '/proc/cpuinfo'], ['lscpu']):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True).stdout
+        except OSError:
+            continue
+        for line in out.splitlines():
+            key, _, value = line.partition(':')
+            fields.setdefault(key.strip().lower(), value.strip())
+    return dict(model_name=fields.get('model name') or platform.processor() or platform.machine(),
+                flags=set(fields.get('flags', '').split()), cores=os.cpu_count())
+
+
+def where(device='cpu') -> str:
+    """The machine the figures come from, printed beside them."""
+    device = torch.device(device)
+    name = (torch.cuda.get_device_name(device) if device.type == 'cuda' else
+            f'CPU: {cpu_info()["model_name"]}, {torch.get_num_threads()} threads')
+    return f'{name}; torch {torch.__version__}'
+
+
+def synced(fn, device):
+    """``fn`` that returns once its work is done (on CUDA it synchronizes)."""
+    if torch.device(device).type != 'cuda':
+        return fn
+
+    def run():
+        out = fn()
+        torch.cuda.synchronize(device)
+        return out
+    return run
+
+
+def once(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
 
 
 def timeit(fn, min_time: float = 0.3, max_reps: int = 50) -> float:
@@ -43,13 +73,22 @@ def timeit(fn, min_time: float = 0.3, max_reps: int = 50) -> float:
     fn()
     reps, total, best = 0, 0.0, float('inf')
     while reps < max_reps and (total < min_time or reps < 3):
-        t = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t
+        dt = once(fn)
         best, total, reps = min(best, dt), total + dt, reps + 1
         if dt > 2.0:
             break
     return best
+
+
+def rounds(ops: dict, repeats: int = 1, time_one=once, rotate: bool = False) -> dict:
+    """``{name: [time_one(op) per round]}``, the ops (name -> callable) interleaved in each round so
+    that all see the same machine state; ``rotate``: each round starts one op later."""
+    names, times = list(ops), {n: [] for n in ops}
+    for r in range(repeats):
+        k = r % len(names) if rotate else 0
+        for n in names[k:] + names[:k]:
+            times[n].append(time_one(ops[n]))
+    return times
 
 
 def peak_memory(fn) -> int:
@@ -76,9 +115,71 @@ def peak_memory(fn) -> int:
     return peak
 
 
-#: mmdet's own backbones that our families are measured against: name -> (type, kwargs, channels of
-#: the four stages). Swin-T and PVT-S have the sizes of InLine-Swin-T / InLine-PVT-S (the papers'
-#: baselines); PVT-T and ResNet-18 serve the from-scratch study.
+def status_kb(key: str) -> float:
+    """A figure of ``/proc/self/status`` in KB (``VmRSS``, ``VmHWM``, ...)."""
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(key + ':'):
+                return float(line.split()[1])
+    raise KeyError(key)
+
+
+def peak_rss_kb() -> float:
+    """This process's peak resident memory in KB: VmHWM (``ru_maxrss`` is inherited across fork +
+    exec: a child would report a large parent's peak), else ``ru_maxrss``."""
+    try:
+        return status_kb('VmHWM')
+    except (OSError, KeyError):
+        return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def save(stem: str, data, md: str = None) -> None:
+    """``stem``.json and, with ``md``, ``stem``.md."""
+    os.makedirs(osp.dirname(osp.abspath(stem)), exist_ok=True)
+    with open(stem + '.json', 'w') as f:
+        json.dump(data, f, indent=1)
+    if md is not None:
+        with open(stem + '.md', 'w') as f:
+            f.write(md + '\n')
+
+
+def result(obj) -> None:
+    """Print ``obj`` as the result line :func:`in_fresh_process` reads."""
+    print('RESULT ' + json.dumps(obj), flush=True)
+
+
+def in_fresh_process(script: str, argv, **env):
+    """``python script *argv`` in a fresh process (its own peak memory): (the object of its last
+    :func:`result` line or None if it failed, the process, stdout and stderr in ``stdout``)."""
+    proc = subprocess.run([sys.executable, script, *map(str, argv)], cwd=ROOT, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          env={**os.environ, **env})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('RESULT ')]
+    return (json.loads(lines[-1][7:]) if proc.returncode == 0 and lines else None), proc
+
+
+def plot(path: str, curves: list, xlabel: str, title: str, xbase: float = 10) -> None:
+    """Two log-log panels: ``curves`` of (label, style, [(x, ms)], [(x, MB)])."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for label, style, *series in curves:
+        for ax, pts in zip(axes, series):
+            if pts:
+                ax.plot(*zip(*pts), style, label=label)
+    for ax, lab, what in zip(axes, ('time (ms)', 'peak extra memory (MB)'), (title, 'peak memory')):
+        ax.set(xlabel=xlabel, ylabel=lab, title=what)
+        ax.set_xscale('log', base=xbase)
+        ax.set_yscale('log')
+        ax.grid(True, which='both', alpha=.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+#: mmdet's backbones ours are measured against: name -> (type, kwargs, channels of the four stages)
 REFERENCE_BACKBONES = {
     'Swin-T': ('mmdet.SwinTransformer',
                dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], window_size=7,
@@ -88,10 +189,9 @@ REFERENCE_BACKBONES = {
               [64, 128, 320, 512]),
     'PVT-T': ('mmdet.PyramidVisionTransformer', dict(num_layers=[2, 2, 2, 2], drop_path_rate=0.1),
               [64, 128, 320, 512]),
-    'ResNet-18': ('mmdet.ResNet', dict(depth=18, num_stages=4, frozen_stages=-1,
-                                       norm_cfg=dict(type='BN',
-                                                     requires_grad=True), norm_eval=False,
-                                       style='pytorch'),
+    'ResNet-18': ('mmdet.ResNet', dict(depth=18, num_stages=4, frozen_stages=-1, style='pytorch',
+                                       norm_cfg=dict(type='BN', requires_grad=True),
+                                       norm_eval=False),
                   [64, 128, 256, 512]),
 }
 #: the reference rows of the step benchmarks (their two ratio columns)
@@ -99,22 +199,41 @@ REFERENCES = {k: REFERENCE_BACKBONES[k] for k in ('Swin-T', 'PVT-S')}
 
 
 def reference_cfg(name: str, **overrides) -> dict:
-    """The backbone config of mmdet's backbone ``name`` (a key of :data:`REFERENCE_BACKBONES`)."""
+    """The backbone config of mmdet's backbone ``name``."""
     kind, kwargs, _ = REFERENCE_BACKBONES[name]
     return dict(type=kind, **{**kwargs, **overrides})
 
 
 def build_reference(name: str, **overrides):
-    """mmdet's backbone ``name`` (a key of :data:`REFERENCE_BACKBONES`), built from its registry."""
+    """mmdet's backbone ``name``, built from its registry."""
     from mmdet.registry import MODELS
     cfg = reference_cfg(name, init_cfg=None, **overrides)
     cfg['type'] = cfg['type'].split('.')[-1]
     return MODELS.build(cfg)
 
 
+def family_in_name(name):
+    """(family row, arch letter) of the backbone a config name names, or None."""
+    m = BACKBONE_IN_NAME.search(name)
+    if m is None:
+        return None
+    return next(f for f in FAMILIES.values() if f.prefix == m.group(1)), m.group(2)
+
+
+def recipe_name(name):
+    """The config name without its backbone (rows of one detector / segmentor share it)."""
+    return BACKBONE_IN_NAME.sub('{}', name)
+
+
+def _smallest_first(name):
+    """Sort key: the arch's place in its family's table (smallest first), then the name."""
+    found = family_in_name(name)
+    letters = list(found[0].archs) if found else []
+    return (letters.index(found[1]), name) if found and found[1] in letters else (99, name)
+
+
 def matrix_cells():
-    """The config matrix as it is on disk: {recipe: the smallest variant of each family that has
-    it}, recipes in name order, families in folder order."""
+    """The config matrix on disk: {recipe: the smallest variant of each family that has it}."""
     cells = {}
     for family in CONFIG_DIRS:
         folder = osp.join('configs', family)
@@ -124,40 +243,19 @@ def matrix_cells():
     return {recipe: list(fams.values()) for recipe, fams in sorted(cells.items())}
 
 
-def family_in_name(name):
-    """(family row, arch letter) of the backbone a config name names (``mask-rcnn_mavit-t_...``:
-    MAViT's row and ``'t'``), or None."""
-    m = BACKBONE_IN_NAME.search(name)
-    if m is None:
-        return None
-    return next(f for f in FAMILIES.values() if f.prefix == m.group(1)), m.group(2)
-
-
-def _smallest_first(name):
-    """Sort key: the arch's place in its family's arch table (smallest first), then the name."""
-    found = family_in_name(name)
-    if found:
-        fam, letter = found
-        letters = list(fam.archs)
-        if letter in letters:
-            return (letters.index(letter), name)
-    return (99, name)
-
-
 def matrix_configs():
     return [cfg for cfgs in matrix_cells().values() for cfg in cfgs]
 
 
 def reference_jobs():
-    """(config, reference name): per detector / segmentor recipe, its first family's smallest config
-    with each reference backbone."""
+    """(config, reference): per recipe, its first smallest config with each reference backbone."""
     return [(cfgs[0], ref) for cfgs in matrix_cells().values() for ref in REFERENCES]
 
 
 def swap_backbone(cfg, ref):
+    """mmdet's backbone ``ref`` into the config, and its channels into the neck or heads."""
     ch = REFERENCE_BACKBONES[ref][2]
-    old = cfg.model.backbone
-    out_indices = tuple(old.get('out_indices', (0, 1, 2, 3)))
+    out_indices = tuple(cfg.model.backbone.get('out_indices', (0, 1, 2, 3)))
     cfg.model.backbone = reference_cfg(ref, out_indices=out_indices, init_cfg=None)
     used = [ch[i] for i in out_indices]
     if cfg.model.get('neck') and 'in_channels' in cfg.model.neck:
@@ -180,21 +278,20 @@ def _scales(cfg, size=None):
     return (800, 1333), (800, 1333)
 
 
-def det_batch(n, hw, with_mask):
+def det_batch(n, hw, with_mask, num_classes=80):
     from mmdet.structures import DetDataSample
     from mmdet.structures.mask import BitmapMasks
     from mmengine.structures import InstanceData
     g = torch.Generator().manual_seed(0)
+    h, w = hw
     inputs, samples = [], []
     for _ in range(n):
         s = DetDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw,
-                                        scale_factor=(1., 1.),
-                                        batch_input_shape=hw))
-        h, w = hw
+                                        scale_factor=(1., 1.), batch_input_shape=hw))
         boxes = torch.tensor([[0.1 * w, 0.1 * h, 0.4 * w, 0.5 * h],
                               [0.5 * w, 0.3 * h, 0.9 * w, 0.9 * h],
                               [0.2 * w, 0.6 * h, 0.35 * w, 0.8 * h]])
-        inst = InstanceData(bboxes=boxes, labels=torch.tensor([0, 5, 17]))
+        inst = InstanceData(bboxes=boxes, labels=torch.tensor([0, 5, 17]) % num_classes)
         if with_mask:
             masks = torch.zeros(3, h, w, dtype=torch.uint8)
             for j, (x0, y0, x1, y1) in enumerate(boxes.int().tolist()):
@@ -219,45 +316,21 @@ def seg_batch(n, hw):
     return dict(inputs=inputs, data_samples=samples)
 
 
-def peak_rss_kb() -> float:
-    """This process's peak resident memory in KB: Linux's VmHWM (its own address space's high-water
-    mark; ``ru_maxrss`` is inherited across fork + exec, so a child started by a large parent would
-    report the parent's peak), else ``ru_maxrss``."""
-    try:
-        with open('/proc/self/status') as f:
-            for line in f:
-                if line.startswith('VmHWM:'):
-                    return float(line.split()[1])
-    except OSError:
-        pass
-    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-
-
 def same_head_work(test_cfg) -> None:
-    """Make a detector's test-time heads do the same work whatever its backbone outputs: no
-    proposal or detection is dropped by a score threshold or by NMS, so the RPN hands on its full
-    ``max_per_img`` proposals and the box / mask heads run on ``max_per_img`` detections. (With
-    randomly initialised weights the kept counts otherwise differ from model to model and from run
-    to run, and with them the heads' time.)"""
-    if not test_cfg:
-        return
-    for part in (test_cfg, test_cfg.get('rpn'), test_cfg.get('rcnn')):
-        if not part:
-            continue
-        if 'score_thr' in part:
+    """A detector's test-time heads drop no proposal or detection (score threshold, NMS), so that
+    they do the same work behind every (randomly initialised) backbone."""
+    for part in (test_cfg, (test_cfg or {}).get('rpn'), (test_cfg or {}).get('rcnn')):
+        if part and 'score_thr' in part:
             part['score_thr'] = 0.0
-        if isinstance(part.get('nms'), dict):
+        if part and isinstance(part.get('nms'), dict):
             part['nms']['iou_threshold'] = 1.0
 
 
 def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None, compiled=False,
                 fixed_heads=False):
-    """The model of ``config`` (optionally with a reference backbone) built as the benchmarks time
-    it, with its optimizer: a namespace with ``model``, ``train_step()`` (forward + backward +
-    optimizer step on a synthetic batch at the training scale), ``infer()`` (predict on one image at
-    the test scale), ``infer_backbone()`` (the backbone alone on that image), ``n`` (images per
-    training step), ``train_hw``, ``test_hw`` and ``params_m``. ``fixed_heads``: the detector's
-    test-time heads do the same work for every backbone (:func:`same_head_work`)."""
+    """The model of ``config`` (optionally with a reference backbone) and its optimizer: a namespace
+    with ``train_step()`` (on a synthetic batch of ``n`` at ``train_hw``; returns the log_vars),
+    ``infer()`` (predict on one image at ``test_hw``), ``infer_backbone()``, ``params_m``."""
     from types import SimpleNamespace
 
     from mmengine.config import Config
@@ -272,80 +345,77 @@ def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None
     train_hw, test_hw = _scales(cfg, size)
     if fixed_heads:
         same_head_work(cfg.model.get('test_cfg'))
-    models = model_registry(cfg)
-    model = revert_sync_batchnorm(models.build(cfg.model)).to(device)
+    model = revert_sync_batchnorm(model_registry(cfg).build(cfg.model)).to(device)
     model.init_weights()
     if compiled:
         model.backbone = torch.compile(model.backbone)
     n = batch or cfg.train_dataloader.batch_size
     det = cfg.default_scope == 'mmdet'
-    make = (lambda k, hw: det_batch(k, hw, 'mask_head' in str(cfg.model))) if det else seg_batch
+    classes = min(map(int, re.findall(r"'num_classes': (\d+)", str(cfg.model))), default=80)
+    make = (lambda k, hw: det_batch(k, hw, 'mask_head' in str(cfg.model), classes)) if det else \
+        seg_batch
     ow_cfg = dict(cfg.optim_wrapper)
     if amp and device == 'cuda':
         ow_cfg.update(type='AmpOptimWrapper', loss_scale='dynamic')
     optim = build_optim_wrapper(model, ow_cfg)
-    ac_dtype = torch.float16 if device == 'cuda' else torch.bfloat16
+    autocast = lambda: torch.autocast(device, enabled=amp,  # noqa: E731
+                                      dtype=torch.float16 if device == 'cuda' else torch.bfloat16)
 
     def train_step():
         model.train()
         data = model.data_preprocessor(make(n, train_hw), True)
-        with torch.autocast(device, dtype=ac_dtype, enabled=amp):
-            losses = model(**data, mode='loss')
-            loss, _ = model.parse_losses(losses)
+        with autocast():
+            loss, log_vars = model.parse_losses(model(**data, mode='loss'))
         optim.update_params(loss)
+        return log_vars
 
     test = make(1, test_hw)
+    test_inputs = []  # the preprocessed test image, made once: only the backbone is timed
 
     def infer():
         model.eval()
-        with torch.no_grad(), torch.autocast(device, dtype=ac_dtype, enabled=amp):
+        with torch.no_grad(), autocast():
             model(**model.data_preprocessor(test, False), mode='predict')
-
-    test_inputs = []  # the preprocessed test image, made once: only the backbone is timed
 
     def infer_backbone():
         model.eval()
-        with torch.no_grad(), torch.autocast(device, dtype=ac_dtype, enabled=amp):
+        with torch.no_grad(), autocast():
             if not test_inputs:
                 test_inputs.append(model.data_preprocessor(test, False)['inputs'])
             model.backbone(test_inputs[0])
     return SimpleNamespace(cfg=cfg, model=model, optim=optim, train_step=train_step, infer=infer,
                            infer_backbone=infer_backbone, n=n, train_hw=train_hw, test_hw=test_hw,
-                           make=make,
-                           params_m=sum(p.numel() for p in model.parameters()) / 1e6)
+                           make=make, params_m=sum(p.numel() for p in model.parameters()) / 1e6)
+
+
+def _round(x, digits):
+    return None if x is None else round(x, digits)
 
 
 def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1, size=None,
                 compiled=False, train=True, infer_reps=1, fixed_heads=False):
-    """Time one training step (unless ``train`` is False) and one inference of
-    :func:`bench_model`'s model after ``warmup`` untimed steps; returns a dict. ``infer_reps`` > 1:
-    the inference time is the median of that many, and the backbone alone is timed the same way
-    (``infer_backbone_s``)."""
+    """One training step (``train``) after ``warmup`` untimed ones and one inference: time and peak
+    memory (CUDA: torch's; CPU: the growth of the peak RSS after building). ``infer_reps`` > 1:
+    median inference time of that many, and the backbone alone timed the same way."""
     bench = bench_model(config, ref, device, amp, batch, size, compiled, fixed_heads)
     if compiled:
         warmup = max(warmup, 1)  # the first call compiles
     cuda = device == 'cuda'
 
     def timed(fn, untimed):
-        """Run ``fn`` ``untimed`` times, then once timed: (seconds, peak memory in MB)."""
         base_rss = peak_rss_kb() / 1024  # after building the model, before any step
         for _ in range(untimed):
             fn()
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
+        seconds = once(synced(fn, device))
         peak = (torch.cuda.max_memory_allocated() / 2 ** 20 if cuda
                 else peak_rss_kb() / 1024 - base_rss)
         return seconds, peak
 
     t_train, mem_train = timed(bench.train_step, warmup) if train else (None, None)
     t_infer, mem_infer = timed(bench.infer, 1)
-    mem_infer = mem_infer if cuda else None
     t_backbone = None
     if infer_reps > 1:
         t_infer = statistics.median([t_infer] + [timed(bench.infer, 0)[0]
@@ -357,49 +427,28 @@ def measure_one(config, ref=None, device='cpu', amp=False, batch=None, warmup=1,
                 test_hw=list(bench.test_hw), size=list(size) if size else None, compiled=compiled,
                 train_s=_round(t_train, 3), infer_s=round(t_infer, 3),
                 infer_backbone_s=_round(t_backbone, 3), infer_reps=infer_reps,
-                fixed_heads=fixed_heads,
-                train_mem_mb=_round(mem_train, 1), infer_mem_mb=_round(mem_infer, 1),
-                device=device, amp=amp, threads=torch.get_num_threads())
+                fixed_heads=fixed_heads, train_mem_mb=_round(mem_train, 1),
+                infer_mem_mb=_round(mem_infer, 1) if cuda else None, device=device, amp=amp,
+                threads=torch.get_num_threads(), where=where(device))
 
 
 def infer_together(jobs, device='cpu', size=None, reps=5) -> list:
-    """Inference of several detectors / segmentors built in ONE process, with the same head work
-    (:func:`same_head_work`), timed in turn: each repetition runs every model once (whole
-    ``predict`` and the backbone alone), in an order that rotates; the medians are returned. In
-    separate processes the same heads on the same work differ by up to ~25 % between processes on
-    a shared machine; here every model sees the same process and machine state. ``jobs``: (config,
-    reference backbone or None) pairs."""
+    """Inference (whole, then the backbone alone) of the (config, reference) ``jobs``, all built in
+    ONE process with the same head work and timed in turn, rotating: medians of ``reps``. (Separate
+    processes time the same heads up to ~25 % apart on a shared machine.)"""
     benches = [(config, ref, bench_model(config, ref, device, size=size, fixed_heads=True))
                for config, ref in jobs]
     for _, _, b in benches:  # warm-up: one call of each
         b.infer()
         b.infer_backbone()
-    times = {i: ([], []) for i in range(len(benches))}
-    for rep in range(reps):
-        order = list(range(len(benches)))
-        order = order[rep % len(order):] + order[:rep % len(order)]
-        for i in order:
-            b = benches[i][2]
-            for j, fn in enumerate((b.infer, b.infer_backbone)):
-                t = time.perf_counter()
-                fn()
-                if device == 'cuda':
-                    torch.cuda.synchronize()
-                times[i][j].append(time.perf_counter() - t)
+    times = rounds({i: b for i, (_, _, b) in enumerate(benches)}, reps, rotate=True,
+                   time_one=lambda b: [once(synced(fn, device))
+                                       for fn in (b.infer, b.infer_backbone)])
     return [dict(config=osp.basename(config)[:-3], backbone=ref or b.cfg.model.backbone.type,
                  params_m=round(b.params_m, 2), test_hw=list(b.test_hw),
-                 infer_s=round(statistics.median(times[i][0]), 3),
-                 infer_backbone_s=round(statistics.median(times[i][1]), 3), infer_reps=reps,
-                 fixed_heads=True, together=True, train_s=None, train_mem_mb=None, batch=None,
-                 size=list(size) if size else None, device=device,
-                 threads=torch.get_num_threads())
+                 infer_s=round(statistics.median(t[0] for t in times[i]), 3),
+                 infer_backbone_s=round(statistics.median(t[1] for t in times[i]), 3),
+                 infer_reps=reps, fixed_heads=True, together=True, train_s=None,
+                 train_mem_mb=None, batch=None, size=list(size) if size else None, device=device,
+                 threads=torch.get_num_threads(), where=where(device))
             for i, (config, ref, b) in enumerate(benches)]
-
-
-def _round(x, digits):
-    return None if x is None else round(x, digits)
-
-
-def recipe_name(name):
-    """The config name without its backbone: rows of the same detector / segmentor share it."""
-    return BACKBONE_IN_NAME.sub('{}', name)

@@ -1,33 +1,13 @@
-"""FLOPs of a backbone or of a whole detector / segmentor, counted the way the papers count them.
-
-One multiply-add is one FLOP (the fvcore convention the papers use). mmengine's ``FlopAnalyzer``
-(fvcore's rules: convolutions, linear layers, matmuls, norms, bilinear upsampling; elementwise ops
-are not counted) does the counting, with two handles it lacks: ``scaled_dot_product_attention`` (the
-softmax blocks' QK^T and AV products, which it would skip without a word) and ``baddbmm`` (InLine's
-output GEMM).
-
-The whole model is counted as mmdet's / mmseg's ``get_flops`` of the papers' time did it
-(``forward_dummy``), on one image of the paper's size (COCO 1280x800, ADE20K 2048x512):
-
-* a segmentor: backbone, neck and decode head (not the auxiliary head);
-* a one-stage detector: backbone, neck and dense head;
-* a two-stage detector: backbone, neck, RPN head, then the RoI heads on ``num_proposals`` = 1000
-  boxes (every bbox head of a cascade) and the mask heads on the first ``num_mask_rois`` = 100 of
-  them (every mask head of a cascade). mmdet 3's ``mode='tensor'`` differs only in taking the boxes
-  from the RPN's NMS (how many survive depends on the image) and in running a cascade's mask heads
-  on every box; the fixed counts keep the number a property of the model.
-
-Conventions (:data:`CONVENTIONS`), each the one that reproduces its paper's whole-model columns
-(docs/benchmarks.md section 3 lists every cell; all within 0.4 %):
-
-* ``'all'`` (ours, the zoo tables' "GFLOPs"): every matmul, the softmax blocks' QK^T / AV included.
-* ``'inline'`` (InLine paper, Tab. 5, 7, 9): the same as ``'all'``.
-* ``'mala'`` (MALA paper, Tab. 2-5): the layers only (convolutions, linear layers, norms, the
-  LePE and FFN convolutions included): none of the attention cores' token-mixing products, neither
-  the softmax stages' QK^T / AV nor MALA's phi(K)^T V and phi(Q) (kv) (RoPE is elementwise and never
-  counted). Leaving out only the softmax products (``Convention(softmax_matmuls=False)``) leaves the
-  whole models 0.2-2.9 % above the paper; leaving out both brings every cell within 0.3 %.
+"""FLOPs of a backbone or of a whole detector / segmentor, counted the way the papers count them
+(docs/benchmarks.md section 3): one multiply-add is one FLOP (fvcore's convention), counted by
+mmengine's ``FlopAnalyzer`` with the two handles it lacks, ``scaled_dot_product_attention`` (QK^T
+and AV) and ``baddbmm`` (InLine's output GEMM). A whole model runs as the papers' ``forward_dummy``
+did (:class:`WholeModel`) on one image of the paper's size; :data:`CONVENTIONS` are what each paper
+counts (``'inline'``: every matmul, as our ``'all'``; ``'mala'``: the layers only, no attention
+core product).
 """
+import glob
+import os.path as osp
 from dataclasses import dataclass
 from math import prod
 from typing import Dict, Optional, Sequence, Tuple
@@ -36,21 +16,18 @@ import torch
 from torch import nn
 
 from mmlinattn.core.families import FAMILIES, backbone_classes
+from mmlinattn.paths import resource_root
+
+from .benchmarking import family_in_name
 
 
 @dataclass(frozen=True)
 class Convention:
-    """What a FLOP count includes.
-
-    Args:
-        softmax_matmuls (bool): count the QK^T and AV products of ``scaled_dot_product_attention``.
-        core_matmuls (bool): count the products written as tensor ops (``matmul``, ``bmm``,
-            ``baddbmm``, ``einsum``): in our models only the attention cores run them, every layer
-            (``nn.Linear``, convolutions) runs ``linear`` / ``addmm`` / ``conv``.
-        roi_heads (bool): count a two-stage detector's RoI heads (else: up to the RPN head).
-        num_proposals (int): boxes through every bbox head.
-        num_mask_rois (int): of those, boxes through every mask head.
-    """
+    """What a FLOP count includes: the QK^T / AV of ``scaled_dot_product_attention``
+    (``softmax_matmuls``), the products written as tensor ops (``core_matmuls``: matmul, bmm,
+    baddbmm, einsum - only the attention cores run them; layers run linear / addmm / conv), a
+    two-stage detector's RoI heads (``roi_heads``) on ``num_proposals`` boxes, the mask heads on
+    the first ``num_mask_rois``."""
     softmax_matmuls: bool = True
     core_matmuls: bool = True
     roi_heads: bool = True
@@ -88,30 +65,21 @@ PAPER_BACKBONE_GFLOPS = {
 }
 #: the ops of :attr:`Convention.core_matmuls`
 CORE_MATMULS = ('aten::matmul', 'aten::bmm', 'aten::baddbmm', 'aten::einsum')
+_ZERO = lambda inputs, outputs: 0  # noqa: E731  (a handle of None keeps the default handle)
 BACKBONES = backbone_classes()
 #: the papers' whole-model input sizes (H, W) by task (ImageNet classification: 224)
 PAPER_SIZES = {'mmdet': (800, 1280), 'mmseg': (512, 2048), 'mmpretrain': (224, 224)}
 
 
-def _shape(v):
-    return list(v.type().sizes())
-
-
 def sdpa_flop(inputs, outputs) -> int:
     """q (..., L, E), k (..., S, E), v (..., S, Ev): L*S*E for QK^T plus L*S*Ev for AV."""
-    q, k, v = (_shape(i) for i in inputs[:3])
-    batch = prod(q[:-2])
-    return batch * q[-2] * k[-2] * (q[-1] + v[-1])
+    q, k, v = (list(i.type().sizes()) for i in inputs[:3])
+    return prod(q[:-2]) * q[-2] * k[-2] * (q[-1] + v[-1])
 
 
 def baddbmm_flop(inputs, outputs) -> int:
     """baddbmm(c, a (B, n, k), b (B, k, m)): B*n*k*m (the added c is elementwise)."""
-    a, b = _shape(inputs[1]), _shape(inputs[2])
-    return prod(a) * b[-1]
-
-
-def _zero(inputs, outputs) -> int:
-    return 0
+    return prod(inputs[1].type().sizes()) * list(inputs[2].type().sizes())[-1]
 
 
 def _convention(convention) -> Convention:
@@ -125,10 +93,10 @@ def count(model: nn.Module, inputs: tuple, convention='all') -> Tuple[int, Dict[
     conv = _convention(convention)
     analyzer = FlopAnalyzer(model, inputs)
     analyzer.set_op_handle(**{
-        'aten::scaled_dot_product_attention': sdpa_flop if conv.softmax_matmuls else _zero,
+        'aten::scaled_dot_product_attention': sdpa_flop if conv.softmax_matmuls else _ZERO,
         'aten::baddbmm': baddbmm_flop})
-    if not conv.core_matmuls:   # a handle of None would leave the default handle in place
-        analyzer.set_op_handle(**dict.fromkeys(CORE_MATMULS, _zero))
+    if not conv.core_matmuls:
+        analyzer.set_op_handle(**dict.fromkeys(CORE_MATMULS, _ZERO))
     analyzer.unsupported_ops_warnings(False)
     analyzer.uncalled_modules_warnings(False)
     return analyzer.total(), dict(analyzer.unsupported_ops())
@@ -145,7 +113,11 @@ def backbone_flops(name: str, arch: str, shape: Sequence[int] = (224, 224), conv
 
 
 class WholeModel(nn.Module):
-    """A detector's / segmentor's forward as the papers' FLOP counters ran it (module docstring)."""
+    """A detector's / segmentor's forward as the papers' FLOP counters ran it: a segmentor's
+    backbone, neck and decode head; a one-stage detector's backbone, neck and dense head; a
+    two-stage detector's backbone, neck, RPN head, then every RoI bbox head on ``num_proposals``
+    fixed boxes and every mask head on the first ``num_mask_rois`` (mmdet 3's tensor mode takes the
+    boxes from the RPN's NMS instead, which depends on the image)."""
 
     def __init__(self, model: nn.Module, convention: Convention):
         super().__init__()
@@ -193,9 +165,6 @@ def build_model(config):
 
     from mmlinattn.training.config import model_registry
     if isinstance(config, str):
-        import os.path as osp
-
-        from mmlinattn.paths import resource_root
         if not osp.exists(config) and osp.exists(osp.join(resource_root(), config)):
             config = osp.join(resource_root(), config)  # a zoo_configs() name, from any folder
     cfg = Config.fromfile(config) if isinstance(config, str) else config
@@ -250,10 +219,6 @@ def zoo_configs(families: Optional[Sequence[str]] = None) -> list:
     """Every config of the zoo folders ``configs/<family>/``, sorted, as paths from the folder that
     holds ``configs/`` (the checkout, or an installed wheel's ``mmlinattn/.mim``); ``families``:
     every family of the family table by default."""
-    import glob
-    import os.path as osp
-
-    from mmlinattn.paths import resource_root
     root = resource_root()
     paths = [p for fam in (FAMILIES if families is None else families)
              for p in glob.glob(osp.join(root, 'configs', fam, '*.py'))]
@@ -265,9 +230,6 @@ def paper_convention(config: str) -> str:
     the family read from the config's name (``mask-rcnn_mavit-t_...``) as :data:`PAPER_GFLOPS`
     is, wherever the file lies. Raises ``KeyError`` for a family whose paper the table does not
     list, rather than comparing under another paper's rules."""
-    import os.path as osp
-
-    from .benchmarking import family_in_name
     found = family_in_name(osp.basename(config))
     family = found[0].name if found else None
     if family not in FAMILY_CONVENTION:
@@ -279,13 +241,11 @@ def paper_convention(config: str) -> str:
 def zoo_row(config: str, shape: Optional[Sequence[int]] = None) -> dict:
     """One config's counts: ours (``'all'``) and under its paper's convention, with the paper's
     number where the paper reports the model (GFLOPs; ``paper`` None otherwise)."""
-    import os.path as osp
     name = osp.splitext(osp.basename(config))[0]
     params, flops, _, shape = model_flops(config, shape, 'all')
     conv = paper_convention(config)
-    paper_flops = flops
-    if CONVENTIONS[conv] != CONVENTIONS['all']:
-        paper_flops = model_flops(config, shape, conv)[1]
+    paper_flops = flops if CONVENTIONS[conv] == CONVENTIONS['all'] else \
+        model_flops(config, shape, conv)[1]
     paper = PAPER_GFLOPS.get(name)
     return dict(config=name, params=params, flops=flops, convention=conv,
                 paper_convention_flops=paper_flops, paper_gflops=paper,
