@@ -40,6 +40,7 @@ def test_finetune_chain_quick(tmp_path):
     and Semantic FPN from the saved file. The fine-tuning configs it writes initialise the
     detector's and the segmentor's backbones to exactly the classifier's trained backbone
     weights."""
+    from mmlinattn.core.weights import load_runner_checkpoint
     from mmlinattn.training.cli import load_config
     from mmlinattn.training.config import model_registry
     from tools import finetune_chain
@@ -51,9 +52,8 @@ def test_finetune_chain_quick(tmp_path):
     assert finetune_chain.main(['--quick', '--skip-scratch', '--data', str(data),
                                 '--work-dir', str(work), '--out', str(out)]) == 0
 
-    with open(work / 'pretrain' / 'last_checkpoint') as f:
-        classifier = torch.load(f.read().strip(), map_location='cpu',
-                                weights_only=True)['state_dict']
+    with open(work / 'pretrain' / 'last_checkpoint') as f:  # a Runner checkpoint, read weights-only
+        classifier = load_runner_checkpoint(f.read().strip())['state_dict']
     trained = {k[len('backbone.'):]: v for k, v in classifier.items() if k.startswith('backbone.')}
     assert trained
     for task in ('det', 'seg'):
