@@ -317,9 +317,7 @@ class LinAttnRunner(Runner):
         refused = None
         try:
             yield
-        except RunRefused as e:
-            refused = e
-        except (ConfigError, CheckpointError, DataFileError) as e:
+        except (RunRefused, ConfigError, CheckpointError, DataFileError) as e:
             refused = e
         except BaseException:  # anything else (Ctrl-C, a bug): no lock or log folder left either
             self._clean_up()
