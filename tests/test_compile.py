@@ -6,6 +6,8 @@ The tracing checks use ``torch._dynamo.explain`` and the equality checks the ``a
 inductor speedups are measured by ``tools/analysis_tools/benchmark.py --compile``
 (docs/benchmarks.md).
 """
+import sys
+
 import pytest
 import torch
 
@@ -126,8 +128,9 @@ def test_toy_model_trains_with_mmengine_compile(tmp_path, config):
     CPU cores, most of it dynamo tracing mmdet/mmseg code)."""
     from os import path as osp
 
-    from mmlinattn.training.runs import read_metrics, run_script
+    from mmlinattn.training.runs import read_metrics
 
+    import warm
     from helpers import make_toy_sets
     root = osp.dirname(osp.dirname(osp.abspath(__file__)))
     data = make_toy_sets(tmp_path / 'data', seed=2, size=64, train=8, val=2)
@@ -147,9 +150,8 @@ def test_toy_model_trains_with_mmengine_compile(tmp_path, config):
                  for k in ('train_dataloader', 'val_dataloader')]
         opts += ['train_cfg.max_iters=2', 'train_cfg.val_interval=2',
                  'default_hooks.checkpoint.interval=2']
-    r = run_script(osp.join(root, 'tools/train.py'), [osp.join(root, config), '--work-dir',
-                   str(tmp_path / 'work'), '--cfg-options', *opts], cwd=root, show=False,
-                   check=False)
+    r = warm.run([sys.executable, osp.join(root, 'tools/train.py'), osp.join(root, config),
+                  '--work-dir', tmp_path / 'work', '--cfg-options', *opts], cwd=root, merge=True)
     assert r.returncode == 0, r.stdout[-3000:]
     assert 'Model has been "compiled"' in r.stdout
     assert ('coco/bbox_mAP' if det else 'mIoU') in read_metrics(str(tmp_path / 'work'))

@@ -19,6 +19,7 @@ import json
 import os
 import os.path as osp
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -27,9 +28,10 @@ from PIL import Image, ImageDraw
 from mmlinattn.training.cli import load_config
 from mmlinattn.training.config import ConfigError
 from mmlinattn.training.preflight import check_num_classes
-from mmlinattn.training.runs import read_metrics, run_script
+from mmlinattn.training.runs import read_metrics
 from tools import train as train_tool
 
+import warm
 from helpers import run_checks
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -184,10 +186,11 @@ RUNS = [
 def test_guide_config_trains_and_evaluates(my_data, tmp_path, name, metrics):
     coco, seg = my_data
     work = tmp_path / 'work'
-    out = run_script(osp.join(ROOT, 'tools', 'train.py'),
-                     [_config(name), '--work-dir', work, '--auto-scale-lr', '--cfg-options',
-                      *_data_args(name, coco, seg), *_small_args(name)],
-                     cwd=ROOT, show=False).stdout
+    r = warm.run([sys.executable, osp.join(ROOT, 'tools', 'train.py'), _config(name),
+                  '--work-dir', work, '--auto-scale-lr', '--cfg-options',
+                  *_data_args(name, coco, seg), *_small_args(name)], cwd=ROOT, merge=True)
+    out = r.stdout
+    assert r.returncode == 0, out[-3000:]
     got = read_metrics(str(work))
     for m in metrics:
         assert m in got, f'{name}: no {m} in the evaluation {got}'

@@ -16,7 +16,6 @@ import os.path as osp
 import pickle
 import re
 import socket
-import subprocess
 import sys
 
 import pytest
@@ -26,6 +25,7 @@ from mmengine.config import Config
 from mmlinattn.training.runs import read_metrics
 
 import compare
+import warm
 from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -117,8 +117,7 @@ def _child_env(env=None) -> dict:
 
 
 def _run(cmd, env=None, timeout=600):
-    e = _child_env(env)
-    r = subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
+    r = warm.run(cmd, cwd=ROOT, env=_child_env(env), timeout=timeout)
     out = r.stdout + r.stderr
     assert r.returncode == 0, f'{" ".join(cmd)} failed ({r.returncode}):\n{out[-4000:]}'
     return out

@@ -3,11 +3,14 @@ at the end of training, and the metrics reader finds both where mmengine writes 
 import ast
 import json
 import os.path as osp
+import sys
 
 import pytest
 
-from mmlinattn.training.runs import read_metrics, read_scalars, run_script
+from mmlinattn.training.runs import read_metrics, read_scalars
 from tools.misc import make_toy_datasets as toy
+
+import warm
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -16,7 +19,7 @@ SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 def _tool(script, *args):
     """A tool in its own process, as users run them (mmengine's logger and visualizer are
     process-wide singletons); its output."""
-    r = run_script(osp.join(ROOT, script), args, cwd=ROOT, show=False, check=False)
+    r = warm.run([sys.executable, osp.join(ROOT, script), *args], cwd=ROOT, merge=True)
     assert r.returncode == 0, r.stdout[-4000:]
     return r.stdout
 

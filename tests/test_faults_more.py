@@ -6,7 +6,6 @@ import errno
 import os
 import os.path as osp
 import re
-import subprocess
 import sys
 
 import pytest
@@ -15,6 +14,7 @@ import torch
 from mmlinattn.training.resume import latest_intact_checkpoint
 from tools import train as train_tool
 
+import warm
 from helpers import (
     read_last_checkpoint,
     toy_seg_options,
@@ -43,8 +43,7 @@ def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(tool, toy_d
     else:
         from mmengine.utils import get_installed_path
         script = osp.join(get_installed_path('mmseg'), '.mim', 'tools', 'train.py')
-        r = subprocess.run([sys.executable, script] + args, cwd=str(tmp_path), text=True,
-                           capture_output=True, stdin=subprocess.DEVNULL, timeout=600)
+        r = warm.run([sys.executable, script] + args, cwd=tmp_path, timeout=600)
         rc, prog, err = r.returncode, 'train.py', r.stderr
     assert rc == 2, err[-2000:]
     line = [ln for ln in err.splitlines() if ln.startswith(f'{prog}: error: non-finite')]

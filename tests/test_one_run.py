@@ -11,13 +11,13 @@ fail too, or our check is wrong. Where upstream runs, ours runs.
 """
 import os
 import os.path as osp
-import subprocess
 import sys
 
 import pytest
 
 from mmlinattn.training.workdir_lock import lock_work_dir
 
+import warm
 from helpers import toy_seg_options
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -38,8 +38,7 @@ def command(tool, script, config, *args, checkpoint=None):
 
 
 def run(cmd, cwd, timeout=600):
-    return subprocess.run(cmd, cwd=str(cwd), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return warm.run(cmd, cwd=cwd, timeout=timeout)
 
 
 def error_lines(r):

@@ -23,7 +23,6 @@ import glob
 import os
 import os.path as osp
 import pickle
-import subprocess
 import sys
 from argparse import Namespace
 
@@ -37,6 +36,7 @@ from mmlinattn.training.runs import read_metrics
 from tools import test as test_tool
 
 import compare
+import warm
 from helpers import make_toy_sets
 from test_inference import checkpoint_model, make_checkpoint, reference
 
@@ -54,8 +54,7 @@ def upstream_script(pkg):
 def run_upstream(pkg, cwd, args):
     """The toolbox's own tools/test.py in a subprocess; its combined output (asserts exit 0)."""
     env = dict(os.environ, MPLBACKEND='Agg', PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, upstream_script(pkg), *map(str, args)], cwd=str(cwd),
-                       env=env, capture_output=True, text=True, timeout=900)
+    r = warm.run([sys.executable, upstream_script(pkg), *args], cwd=cwd, env=env, timeout=900)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     return r.stdout + r.stderr
 

@@ -11,7 +11,6 @@ import importlib
 import os
 import os.path as osp
 import re
-import subprocess
 import sys
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from mmlinattn.training.runs import read_metrics
 from tools import test as test_tool
 
+import warm
 from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -50,9 +50,8 @@ def upstream(pkg, tool, cwd, *args):
     script = osp.join(osp.dirname(importlib.import_module(pkg).__file__), '.mim', 'tools',
                       f'{tool}.py')
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
-    r = subprocess.run([sys.executable, script, *map(str, args)], cwd=str(cwd),
-                       env=dict(env, MPLBACKEND='Agg'), capture_output=True, text=True,
-                       timeout=900)
+    r = warm.run([sys.executable, script, *args], cwd=cwd, env=dict(env, MPLBACKEND='Agg'),
+                 timeout=900)
     out = r.stdout + r.stderr
     assert r.returncode == 0, f'{pkg} {tool}.py failed ({r.returncode}):\n{out[-4000:]}'
     return out

@@ -13,6 +13,7 @@ import pytest
 
 from mmlinattn.training.workdir_lock import LOCK_NAME, WorkDirBusy, lock_work_dir
 
+import warm
 from helpers import make_toy_sets, toy_seg_options
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,7 +159,7 @@ def test_two_train_runs_in_one_work_dir(tmp_path):
     deadline = time.time() + 300
     while not (work / LOCK_NAME).exists() and first.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    second = warm.run(cmd, cwd=ROOT, timeout=600)
     out_first, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out_first[-3000:]
     assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
@@ -169,8 +170,7 @@ def test_two_train_runs_in_one_work_dir(tmp_path):
     assert len(logs) == 1, sorted(os.listdir(work))
     assert sorted(p for p in os.listdir(work) if p.endswith('.pth')) == ['iter_3.pth', 'iter_6.pth']
     assert not (work / LOCK_NAME).exists()  # released at the end of the run
-    resumed = subprocess.run(cmd + ['train_cfg.max_iters=7', '--resume'], cwd=ROOT,
-                             capture_output=True, text=True, timeout=600)
+    resumed = warm.run(cmd + ['train_cfg.max_iters=7', '--resume'], cwd=ROOT, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert 'resumed' in (resumed.stdout + resumed.stderr).lower()
     assert (work / 'iter_7.pth').is_file() and not (work / LOCK_NAME).exists()

@@ -1,0 +1,131 @@
+"""The tests' tool runs (``python tools/train.py ...``, mmseg's own ``test.py``, ...) in a warm
+interpreter: a fork server that has imported torch, mmengine, mmcv, mmdet and mmseg once forks a
+fresh process for each run, which then runs the script as ``python script args`` would - its own
+process, working directory, environment, ``sys.argv``, ``__main__``, exit code and atexit
+handlers - without the 5-10 s of imports each new interpreter pays on the 2-core machine.
+
+What the fork server has imported is only third-party code; mmlinattn and the tools are imported
+by each run, so settings read at import time (``MMLINATTN_*``) are read from the run's environment.
+A command that is not ``[sys.executable, 'path/to/script.py', ...]``, or a run that must start as
+a new interpreter (``fresh=True``: imports under test, signals from outside), goes to
+:func:`subprocess.run` instead. ``MMLINATTN_TEST_COLD=1`` sends every run there (to check that a
+test does not depend on the warm path).
+"""
+import ast
+import atexit
+import multiprocessing
+import os
+import os.path as osp
+import runpy
+import subprocess
+import sys
+import tempfile
+import traceback
+
+#: imported once by the fork server: what every tool of ours and upstream's imports (no thread
+#: pool is started by importing them, so a fork of it is as safe as a new interpreter)
+PRELOAD = ['torch', 'torchvision', 'cv2', 'matplotlib.pyplot', 'mmengine.runner', 'mmcv.ops',
+           'mmcv.transforms', 'mmdet.models', 'mmdet.datasets', 'mmdet.evaluation',
+           'mmseg.models', 'mmseg.datasets', 'mmseg.evaluation']
+
+_context = None
+#: sys.path of a new interpreter here without PYTHONPATH (a script's folder goes in front of it)
+_base_path = None
+
+
+def _fork_server():
+    global _context, _base_path
+    if _context is None:
+        env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+        _base_path = subprocess.run(
+            [sys.executable, '-c', 'import sys; print(repr(sys.path[1:]))'],
+            env=env, capture_output=True, text=True, check=True).stdout
+        ctx = multiprocessing.get_context('forkserver')
+        ctx.set_forkserver_preload(PRELOAD)
+        _context = ctx
+    return _context
+
+
+def _open(path):
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+
+def _child(script, args, cwd, env, out, err, base_path):
+    """In the forked process: become ``python script *args`` and exit with its code."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(_open(out), 1)
+    os.dup2(_open(err) if err else 1, 2)
+    # new streams on the new descriptors, line-buffered like a run's PYTHONUNBUFFERED output
+    sys.stdin = sys.__stdin__ = open(0, closefd=False)
+    sys.stdout = sys.__stdout__ = open(1, 'w', buffering=1, closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, 'w', buffering=1, closefd=False)
+    threads = env.get('OMP_NUM_THREADS', '')
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+        torch.set_num_threads(int(threads))
+    sys.argv = [script] + list(args)
+    # as a new interpreter has it: the script's folder, PYTHONPATH, then the installation's
+    extra = [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
+    sys.path[:] = [osp.dirname(osp.abspath(script))] + extra + ast.literal_eval(base_path)
+    code = 0
+    try:
+        runpy.run_path(script, run_name='__main__')
+    except SystemExit as e:  # as the interpreter turns sys.exit(x) into an exit status
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: B036 - an uncaught exception: its traceback and status 1
+        traceback.print_exc()
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code & 0xFF)
+
+
+def warm_command(cmd) -> bool:
+    """Whether ``cmd`` runs a Python script with this interpreter (what the warm path takes)."""
+    cmd = [str(c) for c in cmd]
+    return (len(cmd) >= 2 and cmd[0] == sys.executable and cmd[1].endswith('.py')
+            and os.environ.get('MMLINATTN_TEST_COLD', '') != '1')
+
+
+def run(cmd, cwd=None, env=None, timeout=600, merge=False, fresh=False):
+    """``subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    stdin=DEVNULL)`` (stderr into stdout with ``merge``), in the warm interpreter where it can."""
+    cmd = [str(c) for c in cmd]
+    cwd = str(cwd or os.getcwd())
+    env = dict(os.environ if env is None else env)
+    if fresh or not warm_command(cmd):
+        r = subprocess.run(cmd, cwd=cwd, env=env, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT if merge else subprocess.PIPE)
+        return r
+    with tempfile.TemporaryDirectory(prefix='warm-run-') as tmp:
+        out, err = osp.join(tmp, 'out'), (None if merge else osp.join(tmp, 'err'))
+        p = _fork_server().Process(target=_child, args=(cmd[1], cmd[2:], cwd, env, out, err,
+                                                              _base_path))
+        p.start()
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+            p.join()
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        code = p.exitcode  # -N where a signal N ended it, as subprocess says
+        with open(out, errors='replace') as f:
+            stdout = f.read()
+        stderr = None
+        if err:
+            with open(err, errors='replace') as f:
+                stderr = f.read()
+    return subprocess.CompletedProcess(cmd, code, stdout, stderr)
