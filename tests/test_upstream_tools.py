@@ -22,8 +22,11 @@ failure):
   the matrix cannot be shaped (``ValueError: cannot reshape array``); and it reads predictions as
   train ids, while mmseg's ``test.py --out`` writes them + 1 (open-mmlab/mmsegmentation#1687).
 
-Each ``mim run`` is a fresh process (~10 s of imports on a 2-core machine).
+openmim picks each script; the script runs in the tests' warm interpreter (tests/warm.py), which
+spares the ~10 s of imports a new process pays on a 2-core machine; one test runs ``mim run`` as
+a user types it.
 """
+import importlib
 import json
 import os
 import os.path as osp
@@ -31,6 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -40,6 +44,7 @@ from PIL import Image
 from tools import test as test_tool
 from tools import train as train_tool
 
+import warm
 from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -59,12 +64,29 @@ class UpstreamBug(Exception):
     """An upstream tool failed with its known bug (the tests marked ``xfail(strict=True)``)."""
 
 
-def mim(cwd, *args, env=None):
-    """``mim run ARGS`` in ``cwd`` (headless matplotlib); (exit code, stdout + stderr)."""
+def mim(cwd, *args, env=None, fresh=False):
+    """``mim run ARGS`` in ``cwd`` (headless matplotlib); (exit code, stdout + stderr).
+
+    openmim itself picks the script (its ``run`` command, called here with the command it would
+    start captured) and the script runs in the tests' warm interpreter (tests/warm.py); ``fresh``
+    runs ``mim run`` as a user types it, a new process."""
     e = dict(os.environ, MPLBACKEND='Agg', **(env or {}))
-    r = subprocess.run([MIM, 'run', *map(str, args)], cwd=str(cwd), env=e, capture_output=True,
-                       text=True, timeout=600)
-    return r.returncode, r.stdout + r.stderr
+    if fresh:
+        r = subprocess.run([MIM, 'run', *map(str, args)], cwd=str(cwd), env=e,
+                           capture_output=True, text=True, timeout=600)
+        return r.returncode, r.stdout + r.stderr
+    mim_run = importlib.import_module('mim.commands.run')  # the module (mim.commands.run is
+    # also the name of its function)
+    started = []
+    real = mim_run.subprocess
+    mim_run.subprocess = types.SimpleNamespace(check_call=lambda cmd, **kw: started.append(cmd))
+    try:
+        mim_run.run(str(args[0]), str(args[1]), other_args=tuple(map(str, args[2:])))
+    finally:
+        mim_run.subprocess = real
+    (cmd,) = started
+    r = warm.run(cmd, cwd=cwd, env=e, timeout=600)
+    return r.returncode, f'The command to call is {" ".join(cmd)}.\n' + r.stdout + r.stderr
 
 
 def assert_ran(rc, out, pkg, script):
@@ -333,7 +355,8 @@ def test_mmseg_confusion_matrix_with_the_workaround(root, seg_predictions, worka
 def test_mmdet_print_config(root):
     """The whole config with our backbone, and ``--save-path`` dumps one that reads back the
     same."""
-    rc, out = mim(root, 'mmdet', 'print_config', DET_CFG, '--save-path', 'printed/det.py')
+    rc, out = mim(root, 'mmdet', 'print_config', DET_CFG, '--save-path', 'printed/det.py',
+                  fresh=True)  # one ``mim run`` as a user types it
     assert_ran(rc, out, 'mmdet', 'misc/print_config.py')
     backbone = Config.fromfile(DET_CFG).model.backbone
     assert f"type='{backbone.type}'" in out and f"arch='{backbone.arch}'" in out
