@@ -96,6 +96,35 @@ def _capturing_runner(monkeypatch):
 
 
 @pytest.mark.slow  # three short toy trainings: about 40 s on 2 cores
+def _counting_config_formats(monkeypatch):
+    """A list whose one item counts the yapf formats of mmengine's Config from now on."""
+    import mmengine.config.config as config_module
+    count, real = [0], config_module.FormatCode
+
+    def counting(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(config_module, 'FormatCode', counting)
+    return count
+
+
+def test_a_runners_config_text_is_mmengines_for_its_content():
+    """The Runner's config formats once per content and gives the text mmengine's own Config
+    gives, also after a change."""
+    from mmengine.config import Config
+
+    from mmlinattn.training.runner import FormattedOnce
+    plain = Config.fromfile(SEG_CFG)
+    ours = Config.fromfile(SEG_CFG)
+    object.__setattr__(ours, '__class__', FormattedOnce)
+    assert ours.pretty_text == plain.pretty_text
+    for cfg in (plain, ours):
+        cfg.train_cfg.max_iters = 7
+        cfg.model.backbone.attn_type = 'MMMM'
+    assert ours.pretty_text == plain.pretty_text and 'max_iters=7' in ours.pretty_text
+
+
 def test_train_tool_reads_the_resumed_or_loaded_file_once(toy_data, tmp_path, monkeypatch):
     """--resume FILE, --resume (auto) and load_from: each was three reads (the pre-check or the
     pre-flight, check_model_checkpoint, the Runner's load); now one, and the run resumes the file's
@@ -103,8 +132,13 @@ def test_train_tool_reads_the_resumed_or_loaded_file_once(toy_data, tmp_path, mo
     work = tmp_path / 'work'
     opts = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=2',
                            'default_hooks.checkpoint.max_keep_ckpts=100')
+    formatted = _counting_config_formats(monkeypatch)
     assert train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *opts,
                             'train_cfg.max_iters=2']) == 0
+    # the run's config text formatted once (mmengine formats it at the environment log, the
+    # visualizer, the dump, the runtime info and the checkpoint: five times, ~1 s each)
+    assert formatted == [1]
+    monkeypatch.undo()
     first = work / 'iter_2.pth'
     saved = torch.load(first, map_location='cpu', weights_only=True)
 
