@@ -4,6 +4,8 @@ import os
 import pytest
 import torch
 
+import metafile_memo  # noqa: F401  (the parsed metafiles kept for the session)
+
 # The suite's torch thread count: MMLINATTN_TEST_THREADS (default: 2, or fewer cores). A float
 # comparison must hold at any count (the split over threads changes the order of the sums:
 # tests/compare.py), so run the suite both ways: MMLINATTN_TEST_THREADS=1 make test.

@@ -26,7 +26,9 @@ import traceback
 #: pool is started by importing them, so a fork of it is as safe as a new interpreter)
 PRELOAD = ['torch', 'torchvision', 'cv2', 'matplotlib.pyplot', 'mmengine.runner', 'mmcv.ops',
            'mmcv.transforms', 'mmdet.models', 'mmdet.datasets', 'mmdet.evaluation',
-           'mmseg.models', 'mmseg.datasets', 'mmseg.evaluation']
+           'mmseg.models', 'mmseg.datasets', 'mmseg.evaluation',
+           # the suite's memo of parsed metafiles (tests/metafile_memo.py)
+           'metafile_memo']
 
 _context = None
 #: sys.path of a new interpreter here without PYTHONPATH (a script's folder goes in front of it)
