@@ -112,13 +112,24 @@ def make_toy_sets(root, seed: int, size: int, train: int = 8, val: int = 4):
     return root
 
 
+#: the toy segmentation config (configs/toy/_base_/toy_ade.py) at 64x64 instead of 128x128: the
+#: resize and crop of training, the resize of testing and the segmentor's padding size (a toy run's
+#: iteration takes 0.6 s instead of 1.4 s on one thread of the 2-core machine)
+TOY_SEG_64 = ['train_dataloader.dataset.pipeline.2.scale=(64,64)',
+              'train_dataloader.dataset.pipeline.3.crop_size=(64,64)',
+              'val_dataloader.dataset.pipeline.1.scale=(64,64)',
+              'test_dataloader.dataset.pipeline.1.scale=(64,64)',
+              'model.data_preprocessor.size=(64,64)']
+
+
 def toy_seg_options(toy_data, *extra):
     """``--cfg-options`` of a short toy segmentation run on ``make_toy_sets`` data: every split's
-    data root, no validation, batch 2, a log line per iteration, then ``extra``."""
+    data root, 64x64 inputs (:data:`TOY_SEG_64`), no validation, batch 2, a log line per
+    iteration, then ``extra``."""
     data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val',
                                                                              'test')]
-    return data + ['train_cfg.val_interval=1000', 'train_dataloader.batch_size=2',
-                   'default_hooks.logger.interval=1'] + list(extra)
+    return data + TOY_SEG_64 + ['train_cfg.val_interval=1000', 'train_dataloader.batch_size=2',
+                                'default_hooks.logger.interval=1'] + list(extra)
 
 
 def read_last_checkpoint(work):

@@ -151,7 +151,10 @@ def test_two_train_runs_in_one_work_dir(tmp_path):
     a third run after the first ended resumes there."""
     data = make_toy_sets(tmp_path / 'data', seed=4, size=64, train=4, val=2)
     work = tmp_path / 'work'
-    opts = toy_seg_options(data, 'train_cfg.max_iters=6', 'default_hooks.checkpoint.interval=3')
+    # 24 iterations (~15 s at 64x64): the first run is still training when the second, started
+    # once the lock exists, reaches its check (a few seconds in the warm interpreter)
+    opts = toy_seg_options(data, 'train_cfg.max_iters=24',
+                           'default_hooks.checkpoint.interval=12')
     cmd = [sys.executable, 'tools/train.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
            *opts]
     first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -168,12 +171,13 @@ def test_two_train_runs_in_one_work_dir(tmp_path):
         f'pid {first.pid} on host' in err[-1], err[-3:]
     logs = [d for d in os.listdir(work) if d[:2].isdigit()]  # mmengine's timestamped folders
     assert len(logs) == 1, sorted(os.listdir(work))
-    assert sorted(p for p in os.listdir(work) if p.endswith('.pth')) == ['iter_3.pth', 'iter_6.pth']
+    assert sorted(p for p in os.listdir(work) if p.endswith('.pth')) == ['iter_12.pth',
+                                                                       'iter_24.pth']
     assert not (work / LOCK_NAME).exists()  # released at the end of the run
-    resumed = warm.run(cmd + ['train_cfg.max_iters=7', '--resume'], cwd=ROOT, timeout=600)
+    resumed = warm.run(cmd + ['train_cfg.max_iters=25', '--resume'], cwd=ROOT, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert 'resumed' in (resumed.stdout + resumed.stderr).lower()
-    assert (work / 'iter_7.pth').is_file() and not (work / LOCK_NAME).exists()
+    assert (work / 'iter_25.pth').is_file() and not (work / LOCK_NAME).exists()
 
 
 
