@@ -18,7 +18,6 @@ import os
 import os.path as osp
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -28,6 +27,7 @@ import torch
 from mmlinattn.training.resume import latest_intact_checkpoint
 from tools import train as train_tool
 
+import warm
 from helpers import assert_resumed_from, read_last_checkpoint, toy_seg_options, train_resumed
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -63,23 +63,19 @@ def test_a_stopped_run_resumes_where_its_checkpoint_is(how, toy_data, tmp_path):
     cmd = [sys.executable, script, SEG_CFG, '--work-dir', str(work),
            '--cfg-options', *opts, f'train_cfg.max_iters={MAX_ITERS}']
     # a session of its own: a terminal's Ctrl-C (and a scheduler's kill) reach the whole group
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'),
-                            start_new_session=True)
+    proc = warm.start(cmd, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED='1'),
+                      new_session=True)
     try:
-        lines, deadline = [], time.time() + 240
-        for line in proc.stdout:
-            lines.append(line)
-            if f'Iter(train) [{trigger:>3}/{MAX_ITERS}]' in line or time.time() > deadline:
-                os.killpg(proc.pid, sig)
-                break
-        lines += proc.stdout.readlines()
+        deadline = time.time() + 240
+        while (f'Iter(train) [{trigger:>3}/{MAX_ITERS}]' not in proc.output()
+               and proc.poll() is None and time.time() < deadline):
+            time.sleep(0.02)
+        os.killpg(proc.pid, sig)
         rc = proc.wait(timeout=120)
     finally:
         if proc.poll() is None:  # never leave a training running past the test
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    out = ''.join(lines)
+            proc.kill()
+    out = proc.output()
     assert rc == code, out[-3000:]
     n = max(_logged_iters(out))
     assert trigger <= n < MAX_ITERS, out[-2000:]

@@ -52,8 +52,15 @@ def _open(path):
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
 
-def _child(script, args, cwd, env, out, err, base_path):
+def _child(script, args, cwd, env, out, err, base_path, new_session=False):
     """In the forked process: become ``python script *args`` and exit with its code."""
+    if new_session:
+        os.setsid()
+    try:  # ended with the fork server, which ends with the test process (Linux: PR_SET_PDEATHSIG)
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)
+    except (OSError, AttributeError):
+        pass
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -131,3 +138,67 @@ def run(cmd, cwd=None, env=None, timeout=600, merge=False, fresh=False):
             with open(err, errors='replace') as f:
                 stderr = f.read()
     return subprocess.CompletedProcess(cmd, code, stdout, stderr)
+
+
+class Started:
+    """A run started by :func:`start`: ``pid``, ``poll()``, ``wait(timeout)`` and ``returncode``
+    as :class:`subprocess.Popen` has them; ``output()`` is what it wrote so far (stdout and stderr
+    together)."""
+
+    def __init__(self, process, tmp):
+        self._process, self._tmp, self.returncode = process, tmp, None
+        self.pid = process.pid
+
+    def poll(self):
+        if self.returncode is None and not self._process.is_alive():
+            self.returncode = self._process.exitcode
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self._process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(str(self.pid), timeout)
+        return self.returncode
+
+    def kill(self):
+        """SIGKILL to its process group, or to it alone before it made its own."""
+        try:
+            os.killpg(self.pid, 9)
+        except ProcessLookupError:
+            os.kill(self.pid, 9)
+        self.wait()
+
+    def output(self) -> str:
+        with open(osp.join(self._tmp.name, 'out'), errors='replace') as f:
+            return f.read()
+
+
+class _Cold(Started):
+    def poll(self):
+        self.returncode = self._process.poll()
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self.returncode = self._process.wait(timeout)
+        return self.returncode
+
+
+def start(cmd, cwd=None, env=None, new_session=False) -> Started:
+    """``subprocess.Popen(cmd, cwd=cwd, env=env, stdout=PIPE, stderr=STDOUT,
+    start_new_session=new_session)`` in the warm interpreter: a script run with this interpreter
+    only; the output is read with ``Started.output()``."""
+    cmd = [str(c) for c in cmd]
+    cwd = str(cwd or os.getcwd())
+    env = dict(os.environ if env is None else env)
+    tmp = tempfile.TemporaryDirectory(prefix='warm-run-')
+    if not warm_command(cmd):  # a new interpreter, its output into the same file
+        with open(osp.join(tmp.name, 'out'), 'w') as out:
+            p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=new_session)
+        return _Cold(p, tmp)
+    open(osp.join(tmp.name, 'out'), 'w').close()  # output() before the run opens it: ''
+    p = _fork_server().Process(target=_child, args=(cmd[1], cmd[2:], cwd, env,
+                                                    osp.join(tmp.name, 'out'), None,
+                                                    _base_path, new_session))
+    p.start()
+    return Started(p, tmp)
