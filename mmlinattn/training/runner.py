@@ -152,7 +152,7 @@ class FormattedOnce(Config):
 
     @property
     def pretty_text(self) -> str:
-        key = (repr(self._cfg_dict.to_dict()), self._format_python_code)
+        key = (repr(self._cfg_dict.to_dict()), self.__dict__.get('_format_python_code'))
         cached = self.__dict__.get('_formatted')
         if cached is None or cached[0] != key:
             cached = (key, Config.pretty_text.fget(self))
