@@ -9,6 +9,7 @@ not installed (``pip install -r requirements/deploy.txt``).
 """
 import os
 import os.path as osp
+import re
 
 import pytest
 import torch
@@ -48,9 +49,33 @@ def every_letter(n_stages: int = 4) -> str:
                    for s in stages)
 
 
-def _backbone(family: str, **kw):
+def export_depths(family: str, attn_type: str):
+    """Blocks a stage for the exported backbones (T's widths and heads otherwise): as few as show
+    each of the stage's cores, 1 for a single-core stage and one a core for a mixed one, plus
+    InLine-Swin's shifted-window block (the second of a softmax stage). A stage's further blocks are
+    the same block again (MAViT-T and InLine-Swin-T have 6 in stage 3), so exporting them checks
+    nothing more, while the export's time grows with the graph: torch.export and the ONNX
+    translation are ~all of it (MAViT-T with every core 26 s, the dynamic MAViT-T 68 s on one
+    thread; ONNX Runtime and eager under 1 s)."""
+    depths = []
+    for stage in re.findall(r'\([^)]*\)|[A-Z]', attn_type):
+        n = len(re.findall('[A-Z]', stage))
+        depths.append(n + (family == 'InLineSwin' and 'S' in stage))
+    return depths
+
+
+def _backbone(family: str, depths=None, **kw):
+    """The family's T backbone; with ``depths``, that many blocks in each stage (T's widths and
+    heads)."""
     torch.manual_seed(0)
-    m = FAMILIES[family](arch='tiny', drop_path_rate=0.0, **kw)
+    arch = 'tiny'
+    if depths:
+        cls = FAMILIES[family]
+        tiny = cls.arch_zoo['tiny']
+        arch = {k: tiny[k] for k in cls.arch_keys + ('layer_scale', 'mlp_ratio', 'attn_type')
+                if k in tiny}
+        arch['depths'] = list(depths)
+    m = FAMILIES[family](arch=arch, drop_path_rate=0.0, **kw)
     m.init_weights()
     return E.Exportable(_Holder(m).eval(), 'backbone')
 
@@ -110,9 +135,11 @@ def test_every_letter_covers_the_table():
 
 @pytest.mark.parametrize('family', list(FAMILIES))
 def test_t_backbone_with_every_core_matches_onnxruntime(family, tmp_path):
-    """Each T backbone with every core of the table (one per stage; InLine-Swin's softmax stage in
-    shifted 7x7 windows with padding at this size), static 64x96, four outputs within rtol 1e-4."""
-    w = _backbone(family, attn_type=every_letter())
+    """Each T backbone (blocks a stage: export_depths) with every core of the table (one per stage;
+    InLine-Swin's softmax stage in shifted 7x7 windows with padding at this size), static 64x96,
+    four outputs within rtol 1e-4."""
+    spec = every_letter()
+    w = _backbone(family, depths=export_depths(family, spec), attn_type=spec)
     out = str(tmp_path / 'bb.onnx')
     assert E.export(w, (64, 96), out) is None
     rows = E.check(out, w, [(64, 96)], rtol=RTOL)
@@ -139,8 +166,9 @@ def test_segmentor_matches_onnxruntime(tmp_path):
 
 
 def test_dynamic_export_serves_two_sizes(tmp_path):
-    """MAViT-T with dynamic height / width: one file, checked at a square and a non-square size."""
-    w = _backbone('MAViT')
+    """MAViT-T (its cores MMSS, a block a stage: export_depths) with dynamic height / width: one
+    file, checked at a square and a non-square size."""
+    w = _backbone('MAViT', depths=export_depths('MAViT', 'MMSS'), attn_type='MMSS')
     out = str(tmp_path / 'dyn.onnx')
     rule = E.export(w, (64, 64), out, dynamic=True)
     assert rule.low == (64, 64) and rule.multiple == 1 and rule.high == (None, None)
