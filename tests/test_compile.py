@@ -46,29 +46,72 @@ def test_backbone_is_one_graph(name, grad):
     assert ex.graph_count == 1
 
 
+def _recording_aot_eager(graphs):
+    """The ``aot_eager`` backend, recording each graph dynamo hands it."""
+    aot_eager = torch._dynamo.lookup_backend('aot_eager')
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return aot_eager(gm, example_inputs)
+    return backend
+
+
+def _symbolic_inputs(gm):
+    """The graph's inputs that carry a symbolic size (none in a static-shape graph)."""
+    out = []
+    for n in gm.graph.find_nodes(op='placeholder'):
+        v = n.meta.get('example_value')
+        if isinstance(v, torch.SymInt) or any(isinstance(d, torch.SymInt)
+                                              for d in getattr(v, 'shape', ())):
+            out.append(n.name)
+    return out
+
+
+def _assert_close(got, want):
+    assert len(got) == len(want) == 4
+    for e, c in zip(want, got):
+        assert e.shape == c.shape
+        assert torch.allclose(c, e, rtol=2e-4, atol=2e-4 * e.abs().max().item())
+
+
 @pytest.mark.parametrize('name', FAMILIES)
 def test_compiled_backbone_matches_eager(name):
     """Forward outputs and input gradients of the compiled backbone equal eager ones (float32,
-    within 2e-4 of each output's scale). The traced graph (functionalised, decomposed aten ops) does
-    not call eager's kernels on the same layouts, so some sums run in another order: measured up to
-    2e-6 of the scale (MAViT-T, 1 and 2 threads), 100x under the tolerance, which is 50x under a
-    missing or wrong term (1e-2)."""
+    within 2e-4 of each output's scale), from one graph (``fullgraph``). The traced graph
+    (functionalised, decomposed aten ops) does not call eager's kernels on the same layouts, so some
+    sums run in another order: measured up to 2e-6 of the scale (MAViT-T, 1 and 2 threads), 100x
+    under the tolerance, which is 50x under a missing or wrong term (1e-2).
+
+    MAViT also checks ``compile=dict(dynamic=False)``, which tools/train.py lets through for inputs
+    that change size, on the same compiled module: a second input size (under no_grad) gives a
+    second graph, static-shaped like the first, that computes what eager does (``aot_eager``;
+    inductor's compile takes minutes per size on 2 cores, and its automatic dynamic shapes fail at
+    the second size, docs/benchmarks.md section 11). One compile serves both checks (each dynamo
+    trace of a backbone is ~10 s on 2 cores)."""
     m = _backbone(name, out_norm=True).eval()
+    graphs = []
+    compiled = torch.compile(m, backend=_recording_aot_eager(graphs), fullgraph=True,
+                             dynamic=False)
     x = torch.randn(2, 3, 64, 96)
     xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
     eager = m(xe)
-    compiled = torch.compile(m, backend='aot_eager', fullgraph=True)(xc)
-    assert len(eager) == len(compiled) == 4
-    for e, c in zip(eager, compiled):
-        assert e.shape == c.shape
-        assert torch.allclose(c, e, rtol=2e-4, atol=2e-4 * e.abs().max().item())
+    got = compiled(xc)
+    _assert_close(got, eager)
+    assert len(graphs) == 1 and not _symbolic_inputs(graphs[0])
     # a loss whose input gradient is not ~0 (a mean of squares after LayerNorm would be nearly
     # constant): fixed random weights on every output
     g = torch.Generator().manual_seed(1)
     weights = [torch.randn(e.shape, generator=g) for e in eager]
     sum((o * w).sum() for o, w in zip(eager, weights)).backward()
-    sum((o * w).sum() for o, w in zip(compiled, weights)).backward()
+    sum((o * w).sum() for o, w in zip(got, weights)).backward()
     assert torch.allclose(xc.grad, xe.grad, rtol=2e-4, atol=2e-4 * xe.grad.abs().max().item())
+    if name != 'MAViT':
+        return
+    x2 = torch.randn(1, 3, 96, 128)
+    with torch.no_grad():
+        _assert_close(compiled(x2), m(x2))
+    assert len(graphs) == 2, 'the second size did not compile its own graph'
+    assert not _symbolic_inputs(graphs[1]), 'dynamic=False, yet the second graph is symbolic'
 
 
 def test_plain_param_groups_hook_lets_the_optimizer_step_compile():
@@ -155,19 +198,3 @@ def test_toy_model_trains_with_mmengine_compile(tmp_path, config):
     assert r.returncode == 0, r.stdout[-3000:]
     assert 'Model has been "compiled"' in r.stdout
     assert ('coco/bbox_mAP' if det else 'mIoU') in read_metrics(str(tmp_path / 'work'))
-
-
-def test_two_input_sizes_compile_to_what_eager_computes(name='MAViT'):
-    """``compile=dict(dynamic=False)``, which tools/train.py lets through for inputs that change
-    size: one graph per size, and each computes what eager does (``aot_eager``; inductor's compile
-    takes minutes per size on 2 cores, and its automatic dynamic shapes fail at the second size,
-    docs/benchmarks.md section 11)."""
-    m = _backbone(name, out_norm=True).eval()
-    compiled = torch.compile(m, backend='aot_eager', dynamic=False)
-    for size in ((64, 64), (96, 128)):
-        x = torch.randn(1, 3, *size)
-        with torch.no_grad():
-            eager, got = m(x), compiled(x)
-        for e, c in zip(eager, got):
-            assert e.shape == c.shape
-            assert torch.allclose(c, e, rtol=2e-4, atol=2e-4 * e.abs().max().item())
