@@ -9,8 +9,10 @@ Where our Runner refuses a config, mmseg's own tool with mmengine's plain Runner
 (``--cfg-options runner_type=Runner``: what the run would be without us) is the oracle: it must
 fail too, or our check is wrong. Where upstream runs, ours runs.
 """
+import json
 import os
 import os.path as osp
+import shutil
 import sys
 
 import pytest
@@ -22,12 +24,13 @@ from helpers import toy_seg_options
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
 TOOLS = ('ours', 'mmseg')
 
 
-def _upstream(script):
+def _upstream(script, pkg='mmseg'):
     from mmengine.utils import get_installed_path
-    return osp.join(get_installed_path('mmseg'), '.mim', 'tools', script)
+    return osp.join(get_installed_path(pkg), '.mim', 'tools', script)
 
 
 def command(tool, script, config, *args, checkpoint=None):
@@ -135,15 +138,33 @@ def test_a_schedule_that_cannot_run_fails_upstream_too(toy_data, tmp_path):
     assert not (tmp_path / 'b' / 'iter_2.pth').exists()
 
 
-#: refusals of the pre-flight, each as the --cfg-options that cause it and the line it gives
+def _narrower_label_map(data):
+    """One validation label map 8 pixels narrower than its image."""
+    from PIL import Image
+    path = sorted((data / 'toy_ade' / 'annotations' / 'validation').iterdir())[0]
+    with Image.open(path) as im:
+        im.load()
+    im.crop((0, 0, im.width - 8, im.height)).save(path)
+
+
+#: refusals of the pre-flight on the toy segmentation config: the --cfg-options that cause each,
+#: what changes in a copy of the data (or None), the line it gives, and whether upstream fails
+#: before its first iteration (else later: the label map is read by the validation at the end)
 REFUSALS = {
-    'missing data': (['train_dataloader.dataset.data_root=/nonexistent/toy_ade'],
-                     'dataset paths do not exist'),
-    'neck channels': (['model.neck.in_channels=[64,128,320,512]'],
-                      'model.neck.in_channels=[64, 128, 320, 512]'),
+    'missing data': (['train_dataloader.dataset.data_root=/nonexistent/toy_ade'], None,
+                     'dataset paths do not exist', True),
+    'neck channels': (['model.neck.in_channels=[64,128,320,512]'], None,
+                      'model.neck.in_channels=[64, 128, 320, 512]', True),
     # the toy set's 4 classes on a 2-class head: labels 2 and 3 are out of the loss's range (a
     # larger head is a warning, not a refusal: mmseg trains and scores it)
-    'fewer classes': (['model.decode_head.num_classes=2'], 'model.decode_head.num_classes=2 but'),
+    'fewer classes': (['model.decode_head.num_classes=2'], None,
+                      'model.decode_head.num_classes=2 but', True),
+    # a key of another dataset class (mmpretrain's ImageNet takes split=, BaseSegDataset not);
+    # from a config file, tests/test_preflight.py names the same refusal
+    'dataset args': (['train_dataloader.dataset.split=train'], None,
+                     "builds BaseSegDataset, which takes no 'split'", True),
+    'label map size': ([], _narrower_label_map, 'label map(s) of another size than their image',
+                       False),
 }
 
 
@@ -153,20 +174,78 @@ def test_every_refusal_fails_upstream_too(case, toy_data, tmp_path):
     """Where our Runner refuses a training before any work, mmengine's plain Runner under mmseg's
     own tool (``runner_type=Runner``: the same config without us) fails too - later, and without
     a line naming the key - so the check refuses nothing that would have run."""
+    extra, change, said, early = REFUSALS[case]
+    data = toy_data
+    if change is not None:
+        data = tmp_path / 'data'
+        shutil.copytree(toy_data / 'toy_ade', data / 'toy_ade')
+        change(data)
+    opts = toy_seg_options(data, 'train_cfg.max_iters=2', *extra)
+    upstream = _refused_by_ours_and_upstream('mmseg', SEG_CFG, opts, said, early, tmp_path)
+    assert UPSTREAM_SAYS.get(case, '') in upstream.stderr, upstream.stderr[-2000:]
+
+
+#: what mmseg's run ends with, where it names the cause (the other cases end in other tracebacks)
+UPSTREAM_SAYS = {'dataset args': "unexpected keyword argument 'split'",
+                 'label map size': 'The shape of the mask [48, 40]'}
+
+
+def _refused_by_ours_and_upstream(pkg, config, opts, said, early, tmp_path):
+    """Our checks refuse ``config`` with ``opts`` saying ``said``; ``pkg``'s own train.py with
+    mmengine's plain Runner fails on it too (before its first checkpoint where ``early``); the
+    upstream run."""
     from mmlinattn.training.config import ConfigError
     from tools import train as train_tool
 
     from helpers import run_checks
-    extra, said = REFUSALS[case]
-    opts = toy_seg_options(toy_data, 'train_cfg.max_iters=2', *extra)
     with pytest.raises(ConfigError) as e:
         run_checks(train_tool.build_cfg(train_tool.parse_args(
-            [SEG_CFG, '--work-dir', str(tmp_path / 'ours'), '--cfg-options', *opts])))
+            [config, '--work-dir', str(tmp_path / 'ours'), '--cfg-options', *opts])))
     assert said in str(e.value)
-    upstream = run(command('mmseg', 'train.py', SEG_CFG, '--work-dir', str(tmp_path / 'up'),
-                           '--cfg-options', *opts, 'runner_type=Runner'), tmp_path)
+    upstream = run([sys.executable, _upstream(script='train.py', pkg=pkg), config, '--work-dir',
+                    str(tmp_path / 'up'), '--cfg-options', *opts, 'runner_type=Runner'], tmp_path)
     assert upstream.returncode != 0, upstream.stdout[-2000:]
-    assert not list((tmp_path / 'up').glob('iter_*.pth'))
+    assert not early or not list((tmp_path / 'up').glob('*.pth')), upstream.stdout[-2000:]
+    return upstream
+
+
+def _coco_edit(edit):
+    """A change to the toy COCO's training annotation file."""
+    def change(root):
+        path = root / 'annotations' / 'instances_train.json'
+        info = json.loads(path.read_text())
+        edit(info, root)
+        path.write_text(json.dumps(info))
+    return change
+
+
+def _drop_bbox(info, root):
+    del info['annotations'][0]['bbox']
+
+
+def _delete_image(info, root):
+    os.remove(root / 'train' / info['images'][0]['file_name'])
+
+
+#: refusals of the pre-flight on what a COCO file holds, on the toy RetinaNet
+COCO_REFUSALS = {
+    'annotation without bbox': (_coco_edit(_drop_bbox), 'has no "bbox"'),
+    'image not on disk': (_coco_edit(_delete_image), 'image(s) listed in "images" are not in'),
+}
+
+
+@pytest.mark.slow  # the oracle's run until it fails: 10-20 s each on 2 cores
+@pytest.mark.parametrize('case', list(COCO_REFUSALS))
+def test_every_coco_refusal_fails_upstream_too(case, toy_data, tmp_path):
+    """As above, for the checks of a COCO annotation file, with mmdet's own train.py."""
+    change, said = COCO_REFUSALS[case]
+    root = tmp_path / 'toy_coco'
+    shutil.copytree(toy_data / 'toy_coco', root)
+    change(root)
+    opts = [f'{k}_dataloader.dataset.data_root={root}/' for k in ('train', 'val', 'test')]
+    opts += [f'{k}_evaluator.ann_file={root}/annotations/instances_val.json'
+             for k in ('val', 'test')] + ['train_cfg.max_epochs=1']
+    _refused_by_ours_and_upstream('mmdet', DET_CFG, opts, said, True, tmp_path)
 
 
 def _diverged(checkpoint, path):
