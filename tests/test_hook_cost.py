@@ -165,3 +165,31 @@ def test_with_several_ranks_weights_are_checked_on_every_rank_before_a_save(monk
         for hook in (runner.hooks[0], check):
             hook.after_train_iter(runner, 0, None, {'loss': torch.tensor(0.5)})
     assert runner.model.reads == 1 and votes[-1] == [True, False]
+
+
+def _vote(rank, port, out):
+    import torch.distributed as dist
+
+    from mmlinattn.training.runner import _any_rank_code
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+                            world_size=2)
+    try:
+        got = (H.rank_max([rank, 5 - rank, 0]), H._any_rank_each([rank == 1, False]),
+               _any_rank_code(0 if rank == 0 else None), _any_rank_code(None))
+        torch.save(got, f'{out}.{rank}')
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_rank_votes_take_every_ranks_value(tmp_path):
+    """The one all-reduce the stop conditions and the refusals share, over two real gloo ranks:
+    the maximum of each value (an exit code 0 on one rank counts as a refusal on both)."""
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_vote, args=(port, str(tmp_path / 'votes')), nprocs=2, start_method='fork')
+    for rank in (0, 1):
+        assert torch.load(tmp_path / f'votes.{rank}') == ([1, 5, 0], [True, False], 0, None)

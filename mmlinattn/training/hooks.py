@@ -76,18 +76,21 @@ class Interrupted(Preempted):
     exit_code = INTERRUPTED_EXIT_CODE
 
 
-def _any_rank_each(flags):
-    """Each of ``flags`` OR-ed over all ranks, in one all-reduce (the plain values without a
-    process group)."""
+def rank_max(values):
+    """Each of the integers ``values`` maxed over all ranks of a distributed run, in one all-reduce
+    (on the group's device: mmengine's ``all_reduce`` moves the tensor there and back); the values
+    themselves without a process group."""
     from mmengine.dist import all_reduce, get_world_size
     if get_world_size() <= 1:
-        return [bool(f) for f in flags]
-    t = torch.tensor([1.0 if f else 0.0 for f in flags])
-    import torch.distributed as dist
-    if dist.get_backend() == 'nccl':
-        t = t.cuda()
-    all_reduce(t, op='sum')
-    return [bool(v > 0) for v in t.tolist()]
+        return [int(v) for v in values]
+    t = torch.tensor([int(v) for v in values], dtype=torch.int64)
+    all_reduce(t, op='max')
+    return [int(v) for v in t.tolist()]
+
+
+def _any_rank_each(flags):
+    """Each of ``flags`` OR-ed over all ranks."""
+    return [v > 0 for v in rank_max([bool(f) for f in flags])]
 
 
 #: the stop conditions of our hooks, voted on once per training iteration

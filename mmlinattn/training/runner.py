@@ -621,12 +621,9 @@ def check_finite_checkpoint(path: str, obj: Optional[dict] = None) -> None:
 def _any_rank_code(code: Optional[int]) -> Optional[int]:
     """A refusal's exit code on any rank of a distributed run: this rank's ``code`` (None where
     it passed) against the others' (the highest); None where no rank refused."""
-    from mmengine.dist import all_reduce, get_world_size
-    if get_world_size() == 1:
-        return code
-    flag = torch.tensor([0 if code is None else code + 1], dtype=torch.int64)  # code 0 counts
-    all_reduce(flag, op='max')  # on the group's device (mmengine moves it there and back)
-    return int(flag.item()) - 1 if flag.item() > 0 else None
+    from .hooks import rank_max
+    (flag,) = rank_max([0 if code is None else code + 1])  # code 0 counts
+    return flag - 1 if flag > 0 else None
 
 
 def close_distributed() -> None:
