@@ -112,64 +112,49 @@ def warm_command(cmd) -> bool:
 def run(cmd, cwd=None, env=None, timeout=600, merge=False, fresh=False):
     """``subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
     stdin=DEVNULL)`` (stderr into stdout with ``merge``), in the warm interpreter where it can."""
-    cmd = [str(c) for c in cmd]
-    cwd = str(cwd or os.getcwd())
-    env = dict(os.environ if env is None else env)
-    if fresh or not warm_command(cmd):
-        r = subprocess.run(cmd, cwd=cwd, env=env, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT if merge else subprocess.PIPE)
-        return r
-    with tempfile.TemporaryDirectory(prefix='warm-run-') as tmp:
-        out, err = osp.join(tmp, 'out'), (None if merge else osp.join(tmp, 'err'))
-        p = _fork_server().Process(target=_child, args=(cmd[1], cmd[2:], cwd, env, out, err,
-                                                              _base_path))
-        p.start()
-        p.join(timeout)
-        if p.is_alive():
-            p.kill()
-            p.join()
-            raise subprocess.TimeoutExpired(cmd, timeout)
-        code = p.exitcode  # -N where a signal N ended it, as subprocess says
-        with open(out, errors='replace') as f:
-            stdout = f.read()
-        stderr = None
-        if err:
-            with open(err, errors='replace') as f:
-                stderr = f.read()
-    return subprocess.CompletedProcess(cmd, code, stdout, stderr)
+    p = start(cmd, cwd, env, merge=merge, fresh=fresh)
+    try:
+        code = p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise subprocess.TimeoutExpired(p.args, timeout) from None
+    try:
+        return subprocess.CompletedProcess(p.args, code, p.output(),
+                                           None if merge else p.output('err'))
+    finally:
+        p._tmp.cleanup()
 
 
 class Started:
-    """A run started by :func:`start`: ``pid``, ``poll()``, ``wait(timeout)`` and ``returncode``
-    as :class:`subprocess.Popen` has them; ``output()`` is what it wrote so far (stdout and stderr
-    together)."""
+    """A run started by :func:`start`: ``args``, ``pid``, ``poll()``, ``wait(timeout)`` and
+    ``returncode`` as :class:`subprocess.Popen` has them; ``output()`` is what it wrote so far
+    (stdout, and stderr unless it was kept apart: ``output('err')``)."""
 
-    def __init__(self, process, tmp):
-        self._process, self._tmp, self.returncode = process, tmp, None
+    def __init__(self, args, process, tmp):
+        self.args, self._process, self._tmp, self.returncode = args, process, tmp, None
         self.pid = process.pid
 
     def poll(self):
         if self.returncode is None and not self._process.is_alive():
-            self.returncode = self._process.exitcode
+            self.returncode = self._process.exitcode  # -N where signal N ended it, as Popen says
         return self.returncode
 
     def wait(self, timeout=None):
         self._process.join(timeout)
         if self.poll() is None:
-            raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            raise subprocess.TimeoutExpired(self.args, timeout)
         return self.returncode
 
     def kill(self):
-        """SIGKILL to its process group, or to it alone before it made its own."""
+        """SIGKILL to its process group, or to it alone where it has none of its own."""
         try:
             os.killpg(self.pid, 9)
         except ProcessLookupError:
             os.kill(self.pid, 9)
         self.wait()
 
-    def output(self) -> str:
-        with open(osp.join(self._tmp.name, 'out'), errors='replace') as f:
+    def output(self, stream='out') -> str:
+        with open(osp.join(self._tmp.name, stream), errors='replace') as f:
             return f.read()
 
 
@@ -183,22 +168,26 @@ class _Cold(Started):
         return self.returncode
 
 
-def start(cmd, cwd=None, env=None, new_session=False) -> Started:
-    """``subprocess.Popen(cmd, cwd=cwd, env=env, stdout=PIPE, stderr=STDOUT,
-    start_new_session=new_session)`` in the warm interpreter: a script run with this interpreter
-    only; the output is read with ``Started.output()``."""
+def start(cmd, cwd=None, env=None, new_session=False, merge=True, fresh=False) -> Started:
+    """``subprocess.Popen(cmd, cwd=cwd, env=env, stdin=DEVNULL, stdout=PIPE, stderr=STDOUT (or
+    PIPE without ``merge``), start_new_session=new_session)`` in the warm interpreter where it can
+    (see the module's docstring); the output is read with ``Started.output()``."""
     cmd = [str(c) for c in cmd]
     cwd = str(cwd or os.getcwd())
     env = dict(os.environ if env is None else env)
     tmp = tempfile.TemporaryDirectory(prefix='warm-run-')
-    if not warm_command(cmd):  # a new interpreter, its output into the same file
-        with open(osp.join(tmp.name, 'out'), 'w') as out:
-            p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, start_new_session=new_session)
-        return _Cold(p, tmp)
-    open(osp.join(tmp.name, 'out'), 'w').close()  # output() before the run opens it: ''
-    p = _fork_server().Process(target=_child, args=(cmd[1], cmd[2:], cwd, env,
-                                                    osp.join(tmp.name, 'out'), None,
+    out = osp.join(tmp.name, 'out')
+    err = None if merge else osp.join(tmp.name, 'err')
+    if fresh or not warm_command(cmd):  # a new interpreter, its output into the same files
+        with open(out, 'w') as o, open(err or os.devnull, 'w') as e:
+            p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=o,
+                                 stderr=subprocess.STDOUT if merge else e,
+                                 start_new_session=new_session)
+        return _Cold(cmd, p, tmp)
+    for path in (out, err):  # output() before the run opens them: ''
+        if path:
+            open(path, 'w').close()
+    p = _fork_server().Process(target=_child, args=(cmd[1], cmd[2:], cwd, env, out, err,
                                                     _base_path, new_session))
     p.start()
-    return Started(p, tmp)
+    return Started(cmd, p, tmp)
