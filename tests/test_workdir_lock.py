@@ -301,7 +301,8 @@ def test_resume_in_a_copied_work_dir_takes_its_own_checkpoint(tmp_path):
     """An experiment branched by copying its folder (and dropping the later checkpoints): its
     last_checkpoint still names the original's newest file by absolute path (mmengine writes it
     so); --resume continues from the copy's own newest checkpoint, and says why; a work dir with no
-    checkpoint of its own (CheckpointHook out_dir elsewhere) still follows the pointer."""
+    checkpoint of its own (CheckpointHook out_dir elsewhere), or weights only, still follows the
+    pointer."""
     import logging
     import shutil
 
@@ -328,6 +329,12 @@ def test_resume_in_a_copied_work_dir_takes_its_own_checkpoint(tmp_path):
     elsewhere.mkdir()
     (elsewhere / 'last_checkpoint').write_text(str(orig / 'iter_8.pth'))
     assert latest_intact_contents(str(elsewhere), logger).path == str(orig / 'iter_8.pth')
+    # ... also where the work dir holds weights only (a backbone file put there by hand): those
+    # are no training to resume, the pointer's checkpoint is
+    torch.save({'w': torch.zeros(1)}, elsewhere / 'backbone.pth')
+    records.clear()
+    assert latest_intact_contents(str(elsewhere), logger).path == str(orig / 'iter_8.pth')
+    assert 'backbone.pth (no training state' in records[-1], records
 
 
 def test_resuming_a_finished_run_says_so(tmp_path, capsys):

@@ -23,7 +23,7 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
     else the newest readable ``*.pth`` of ``work_dir`` that a Runner saved (weights
     without a training state are passed over), with a warning naming each skipped file.
     A ``last_checkpoint`` that names a file outside ``work_dir`` while ``work_dir`` holds
-    checkpoints of its own (a work dir copied from another) is passed over, with a warning.
+    checkpoints of its own (a work dir copied from another) comes after them, with a warning.
     A file "reads" when it loads the way :class:`~mmlinattn.training.runner.LinAttnRunner` will load
     it (:func:`~mmlinattn.core.weights.reading.read_contents`), so what this lets through resumes;
     the chosen file's contents are returned, for the Runner to resume from without reading it again.
@@ -49,7 +49,7 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
         logger.warning(f'--resume: {osp.join(work_dir, POINTER)} names {named}, outside this work '
                        f'dir (copied from another?): resuming from {work_dir}\'s own newest '
                        'intact checkpoint instead (--resume PATH resumes from that file)')
-        named = None
+        fallback, named = named, None  # tried last: the folder may hold weights only
     if named:
         candidates.append(named)
     elif osp.isfile(osp.join(work_dir, POINTER)) and not skipped and not copied:
@@ -58,6 +58,8 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
     for f in sorted(files, key=lambda p: (osp.getmtime(p), p), reverse=True):
         if not any(osp.realpath(f) == osp.realpath(c) for c in candidates):
             candidates.append(f)
+    if copied:
+        candidates.append(fallback)
     for path in candidates:
         if not osp.isfile(path):
             skipped.append(f'{path} (not found)')
