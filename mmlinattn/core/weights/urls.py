@@ -213,9 +213,10 @@ def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
     # a Hugging Face file not cached by torch's route, and no base-URL mirror
     from_hf = bool(hf_file(path)) and not _setting(BASE_URL_ENV) and not osp.isfile(cached)
     hub = _hf_hub_download() if from_hf else None
-    if from_hf and hf_offline():
+    offline = from_hf and hf_offline()
+    if offline:  # returns where huggingface_hub has the file: no connection asked for
         _offline_error(path, hub, cached)
-    if hub is not None and not _accepts_connections(source, logger):
+    if hub is not None and not offline and not _accepts_connections(source, logger):
         hub = None  # huggingface_hub would retry for half a minute
     if hub is not None:
         try:
