@@ -257,6 +257,12 @@ def test_a_schedule_that_ends_before_it_begins_is_named(case, tmp_path, capsys):
         with pytest.raises(ConfigError, match=r'param_scheduler\.1 \(PolyLR, by_epoch=False\) '
                            r'begins at iteration 40 and ends at iteration 4'):
             check_param_schedulers(cfg)
+        # a by_epoch phase in an iteration-based run: mmengine counts the loop as 1 epoch
+        cfg.param_scheduler[1].update(by_epoch=True, begin=2)
+        with pytest.raises(ConfigError, match=r'begins at epoch 2 and ends at epoch 1 \(its end '
+                           r'defaults to the run\'s length, 1 epoch: mmengine counts an '
+                           r'iteration-based loop as one epoch\)'):
+            check_param_schedulers(cfg)
     # a shortened run whose phases only reach past its end: a warning, not an error
     cfg = load_config(osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py'),
                       {'train_cfg.max_iters': 4})

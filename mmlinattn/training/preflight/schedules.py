@@ -66,7 +66,10 @@ def check_param_schedulers(cfg: Config, logger=None) -> List[str]:
         if end is None:
             if length is None:
                 continue
-            end, end_from = length, f'its end defaults to {length_key}={length}'
+            end, end_from = length, (
+                f'its end defaults to {length_key}={length}' if not (by_epoch and iters is not None)
+                else 'its end defaults to the run\'s length, 1 epoch: mmengine counts an '
+                'iteration-based loop as one epoch')
         what = f"{key} ({s.get('type', '?')}, by_epoch={by_epoch})"
         if end <= begin:
             fix = (f'set {key}.end after its begin, or lower {key}.begin (e.g. --cfg-options '
