@@ -1,13 +1,16 @@
 """The fine-tune chain: a classifier trained with mmpretrain, saved in the authors' checkpoint
 layout, then used through ``init_cfg=dict(type='Pretrained', ...)`` by a detector and a
 segmentor."""
+import os
 import os.path as osp
+import sys
 
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
+import warm
 from helpers import authors_state, make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -35,11 +38,23 @@ def test_classifier_saved_in_the_authors_layout(family, name):
         assert torch.equal(back[k], v), k
 
 
-def test_finetune_chain_quick(tmp_path):
+def _warm_run_script(script, args=(), *, cwd=None, log=None, **_):
+    """``run_script`` (mmlinattn.training.runs) in the suite's warm interpreter: the same command,
+    its output in ``log``, a failure raised."""
+    r = warm.run([sys.executable, script, *args], cwd=cwd, merge=True,
+                 env=dict(os.environ, PYTHONUNBUFFERED='1'))
+    if log:
+        with open(log, 'w') as f:
+            f.write(r.stdout)
+    assert r.returncode == 0, r.stdout[-3000:]
+    return r
+
+
+def test_finetune_chain_quick(tmp_path, monkeypatch):
     """tools/finetune_chain.py --quick: pretrain (a few images), save, fine-tune the toy Mask R-CNN
     and Semantic FPN from the saved file. The fine-tuning configs it writes initialise the
     detector's and the segmentor's backbones to exactly the classifier's trained backbone
-    weights."""
+    weights. (Its three tools/train.py runs go to the warm interpreter: tests/warm.py.)"""
     from mmlinattn.core.weights import load_runner_checkpoint
     from mmlinattn.training.cli import load_config
     from mmlinattn.training.config import model_registry
@@ -49,6 +64,7 @@ def test_finetune_chain_quick(tmp_path):
     toy.make_toy_cls(str(data / 'toy_cls'), seed=5, train=12, val=6, size=64)
     work = tmp_path / 'work'
     out = tmp_path / 'table.md'
+    monkeypatch.setattr(finetune_chain, 'run_script', _warm_run_script)
     assert finetune_chain.main(['--quick', '--skip-scratch', '--data', str(data),
                                 '--work-dir', str(work), '--out', str(out)]) == 0
 
