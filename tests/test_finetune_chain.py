@@ -44,6 +44,7 @@ def _warm_run_script(script, args=(), *, cwd=None, log=None, **_):
     r = warm.run([sys.executable, script, *args], cwd=cwd, merge=True,
                  env=dict(os.environ, PYTHONUNBUFFERED='1'))
     if log:
+        os.makedirs(osp.dirname(log), exist_ok=True)
         with open(log, 'w') as f:
             f.write(r.stdout)
     assert r.returncode == 0, r.stdout[-3000:]

@@ -190,6 +190,6 @@ def test_the_rank_votes_take_every_ranks_value(tmp_path):
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
-    mp.start_processes(_vote, args=(port, str(tmp_path / 'votes')), nprocs=2, start_method='fork')
+    mp.start_processes(_vote, args=(port, str(tmp_path / 'votes')), nprocs=2, start_method='spawn')
     for rank in (0, 1):
         assert torch.load(tmp_path / f'votes.{rank}') == ([1, 5, 0], [True, False], 0, None)

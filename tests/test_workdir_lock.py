@@ -308,6 +308,7 @@ def test_resume_in_a_copied_work_dir_takes_its_own_checkpoint(tmp_path):
 
     import torch
 
+    from mmlinattn.core.weights import CheckpointError
     from mmlinattn.training.resume import latest_intact_contents
     orig = tmp_path / 'orig'
     orig.mkdir()
@@ -335,6 +336,12 @@ def test_resume_in_a_copied_work_dir_takes_its_own_checkpoint(tmp_path):
     records.clear()
     assert latest_intact_contents(str(elsewhere), logger).path == str(orig / 'iter_8.pth')
     assert 'backbone.pth (no training state' in records[-1], records
+    assert 'resuming from ' + str(orig / 'iter_8.pth') in records[-1], records
+    # ... but not where the folder's own training checkpoint is damaged: that is said, and the
+    # original's later checkpoint (another branch) is not taken instead
+    (copy / 'iter_4.pth').write_bytes(b'not a checkpoint')
+    with pytest.raises(CheckpointError, match='no intact checkpoint in'):
+        latest_intact_contents(str(copy), logger)
 
 
 def test_resuming_a_finished_run_says_so(tmp_path, capsys):

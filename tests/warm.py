@@ -114,11 +114,14 @@ def run(cmd, cwd=None, env=None, timeout=600, merge=False, fresh=False):
     stdin=DEVNULL)`` (stderr into stdout with ``merge``), in the warm interpreter where it can."""
     p = start(cmd, cwd, env, merge=merge, fresh=fresh)
     try:
-        code = p.wait(timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        raise subprocess.TimeoutExpired(p.args, timeout) from None
-    try:
+        try:
+            code = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise subprocess.TimeoutExpired(p.args, timeout, output=p.output()) from None
+        except BaseException:  # pytest-timeout, Ctrl-C: no run left behind (as subprocess.run)
+            p.kill()
+            raise
         return subprocess.CompletedProcess(p.args, code, p.output(),
                                            None if merge else p.output('err'))
     finally:
@@ -147,10 +150,12 @@ class Started:
 
     def kill(self):
         """SIGKILL to its process group, or to it alone where it has none of its own."""
-        try:
-            os.killpg(self.pid, 9)
-        except ProcessLookupError:
-            os.kill(self.pid, 9)
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(self.pid, 9)
+                break
+            except ProcessLookupError:  # no group of its own / already ended
+                pass
         self.wait()
 
     def output(self, stream='out') -> str:

@@ -47,9 +47,10 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
         # a work dir copied from another (an experiment branched by copying its folder): its
         # last_checkpoint still names the original's file; this folder's own checkpoints go first
         logger.warning(f'--resume: {osp.join(work_dir, POINTER)} names {named}, outside this work '
-                       f'dir (copied from another?): resuming from {work_dir}\'s own newest '
-                       'intact checkpoint instead (--resume PATH resumes from that file)')
-        fallback, named = named, None  # tried last: the folder may hold weights only
+                       f'dir (copied from another?): {work_dir}\'s own checkpoints come first '
+                       '(--resume PATH resumes from that file)')
+        # tried only where the folder holds weights and no training checkpoint of its own
+        fallback, named = named, None
     if named:
         candidates.append(named)
     elif osp.isfile(osp.join(work_dir, POINTER)) and not skipped and not copied:
@@ -61,6 +62,8 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
     if copied:
         candidates.append(fallback)
     for path in candidates:
+        if copied and path == fallback and foreign < len(files):
+            break  # the folder's own training checkpoints, none intact: said below
         if not osp.isfile(path):
             skipped.append(f'{path} (not found)')
             continue
@@ -77,8 +80,10 @@ def latest_intact_contents(work_dir: str, logger: Optional[logging.Logger] = Non
             foreign += 1
             continue
         if skipped:
+            which = ('the checkpoint last_checkpoint names' if copied and path == fallback
+                     else 'the newest intact checkpoint')
             logger.warning('--resume: skipped ' + '; '.join(skipped) +
-                           f' - resuming from {path}, the newest intact checkpoint')
+                           f' - resuming from {path}, {which}')
         return contents
     if len(candidates) > foreign:  # Runner checkpoints, none of them intact
         raise CheckpointError(

@@ -74,7 +74,7 @@ def check_param_schedulers(cfg: Config, logger=None) -> List[str]:
         if end <= begin:
             fix = (f'set {key}.end after its begin, or lower {key}.begin (e.g. --cfg-options '
                    f'{key}.begin=0), or drop the phase from the schedule for this run')
-            if end_from != f'{key}.end':
+            if end_from != f'{key}.end' and not (by_epoch and iters is not None):
                 fix = (f'give the run more than {begin} {unit}s, or ' + fix)
             errors.append(f'{what} begins at {unit} {begin} and ends at {unit} {end} '
                           f'({end_from}); mmengine refuses that ("end should be larger than '
