@@ -35,8 +35,8 @@ def _upstream(script, pkg='mmseg'):
 
 def command(tool, script, config, *args, checkpoint=None):
     """The command line that runs ``script`` ('train.py' / 'test.py') on ``config`` with
-    ``tool``."""
-    path = osp.join(ROOT, 'tools', script) if tool == 'ours' else _upstream(script)
+    ``tool`` ('ours', or the toolbox whose own script it is: 'mmseg', 'mmdet')."""
+    path = osp.join(ROOT, 'tools', script) if tool == 'ours' else _upstream(script, tool)
     return [sys.executable, path, config] + ([checkpoint] if checkpoint else []) + list(args)
 
 
@@ -202,8 +202,8 @@ def _refused_by_ours_and_upstream(pkg, config, opts, said, early, tmp_path):
         run_checks(train_tool.build_cfg(train_tool.parse_args(
             [config, '--work-dir', str(tmp_path / 'ours'), '--cfg-options', *opts])))
     assert said in str(e.value)
-    upstream = run([sys.executable, _upstream(script='train.py', pkg=pkg), config, '--work-dir',
-                    str(tmp_path / 'up'), '--cfg-options', *opts, 'runner_type=Runner'], tmp_path)
+    upstream = run(command(pkg, 'train.py', config, '--work-dir', str(tmp_path / 'up'),
+                           '--cfg-options', *opts, 'runner_type=Runner'), tmp_path)
     assert upstream.returncode != 0, upstream.stdout[-2000:]
     assert not early or not list((tmp_path / 'up').glob('*.pth')), upstream.stdout[-2000:]
     return upstream

@@ -58,7 +58,8 @@ def check_param_schedulers(cfg: Config, logger=None) -> List[str]:
         by_epoch = s.get('by_epoch', True)
         unit, length = ('epoch', epochs) if by_epoch else ('iteration', iters)
         length_key = 'train_cfg.max_epochs' if by_epoch else 'train_cfg.max_iters'
-        if by_epoch and iters is not None:
+        one_epoch = by_epoch and iters is not None  # an iteration-based loop is 1 epoch
+        if one_epoch:
             length_key = 'the iteration-based loop, one epoch for mmengine'
         begin = s.get('begin', 0)
         end = s.get('end')
@@ -67,14 +68,14 @@ def check_param_schedulers(cfg: Config, logger=None) -> List[str]:
             if length is None:
                 continue
             end, end_from = length, (
-                f'its end defaults to {length_key}={length}' if not (by_epoch and iters is not None)
-                else 'its end defaults to the run\'s length, 1 epoch: mmengine counts an '
-                'iteration-based loop as one epoch')
+                'its end defaults to the run\'s length, 1 epoch: mmengine counts an '
+                'iteration-based loop as one epoch' if one_epoch else
+                f'its end defaults to {length_key}={length}')
         what = f"{key} ({s.get('type', '?')}, by_epoch={by_epoch})"
         if end <= begin:
             fix = (f'set {key}.end after its begin, or lower {key}.begin (e.g. --cfg-options '
                    f'{key}.begin=0), or drop the phase from the schedule for this run')
-            if end_from != f'{key}.end' and not (by_epoch and iters is not None):
+            if end_from != f'{key}.end' and not one_epoch:
                 fix = (f'give the run more than {begin} {unit}s, or ' + fix)
             errors.append(f'{what} begins at {unit} {begin} and ends at {unit} {end} '
                           f'({end_from}); mmengine refuses that ("end should be larger than '
