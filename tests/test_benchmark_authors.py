@@ -226,25 +226,23 @@ def test_classifier_part_by_what_a_module_is():
 
 def test_peak_rss_sees_an_allocation_of_known_size():
     """The peak-RSS reader (--rss here, benchmark_step's CPU memory) grows by (at least most of) a
-    200 MB buffer written once, once the high-water mark is reset to the current resident size
-    through ``/proc/self/clear_refs`` (this process's mark is long past such a buffer); where that
-    file cannot be written, in a fresh process."""
+    200 MB buffer written once, in a fresh process as the tools run, after its high-water mark is
+    reset to the current resident size through ``/proc/self/clear_refs`` where that file can be
+    written (as benchmark.py --rss does). Taken in the long-lived pytest worker instead, the
+    reading once grew by 0 KB under ``make test`` while it passed alone and in other full runs
+    (cause not found); the tools take it in a process of their own."""
+    import subprocess
+    import sys
     code = ('import torch\n'
             'from tools.workshop.benchmarking import peak_rss_kb\n'
+            'try:\n'
+            '    with open("/proc/self/clear_refs", "w") as f: f.write("5")\n'
+            'except OSError:\n'
+            '    pass\n'
             'base = peak_rss_kb()\n'
             'buf = torch.ones(200 * 2 ** 20 // 4); buf += 1\n'
             'print(peak_rss_kb() - base)\n')
-    try:
-        with open('/proc/self/clear_refs', 'w') as f:
-            f.write('5')
-    except OSError:
-        import subprocess
-        import sys
-        out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                             check=True, cwd=osp.dirname(HERE))
-        grown = float(out.stdout.split()[-1])
-    else:
-        scope = {}
-        exec(code.replace('print(', 'grown = ('), scope)
-        grown = scope['grown']
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         check=True, cwd=osp.dirname(HERE))
+    grown = float(out.stdout.split()[-1])
     assert grown >= 0.9 * 200 * 1024
