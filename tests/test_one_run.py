@@ -190,6 +190,45 @@ UPSTREAM_SAYS = {'dataset args': "unexpected keyword argument 'split'",
                  'label map size': 'The shape of the mask [48, 40]'}
 
 
+@pytest.mark.heavy  # upstream compiles for minutes: 10 min on 2 cores
+def test_the_compile_warning_stands_where_upstream_trains(toy_data, tmp_path):
+    """``compile=True`` where the training inputs change size (the toy pipeline's RandomResize and
+    a crop that can be smaller than its size, the preprocessor's fixed-size pad removed): mmseg's
+    own train.py with mmengine's plain Runner trains it, compiled, through inputs of several sizes
+    (measured 2026-11-28, torch 2.14.1, CPU: 279 s and 281 s for the first two sizes, then seconds),
+    so our pre-flight warns and does not refuse. The plain Runner gets PlainParamGroupsHook, which
+    our Runner adds to every compiled run: without it mmengine's compiled optimizer step fails at
+    the first iteration on torch 2.14, whatever the sizes, and this oracle would say nothing."""
+    from mmlinattn.training.preflight.compile import check_compile
+    from tools import train as train_tool
+
+    from helpers import run_checks
+    config = tmp_path / 'compiled.py'
+    config.write_text(f"_base_ = [{SEG_CFG!r}]\n"
+                      "custom_hooks = [dict(type='RunChecksHook'), "
+                      "dict(type='PlainParamGroupsHook')]\n")
+    opts = toy_seg_options(toy_data, 'train_cfg.max_iters=4', 'model.data_preprocessor.size=None',
+                           'model.data_preprocessor.size_divisor=1', 'compile=True')
+    cfg = train_tool.build_cfg(train_tool.parse_args(
+        [str(config), '--work-dir', str(tmp_path / 'ours'), '--cfg-options', *opts]))
+    assert check_compile(cfg).startswith('compile: the training inputs change size (Random')
+    run_checks(cfg)  # no refusal
+    upstream = run(command('mmseg', 'train.py', str(config), '--work-dir', str(tmp_path / 'up'),
+                           '--cfg-options', *opts, 'runner_type=Runner'), tmp_path)
+    out = upstream.stdout + upstream.stderr
+    assert upstream.returncode == 0 and 'Iter(train) [4/4]' in out, out[-3000:]
+    sizes = set()  # the batches' sizes, as the data preprocessor stacks them (no fixed pad)
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import DATASETS
+    init_default_scope('mmseg')
+    ds = DATASETS.build(Config.fromfile(str(tmp_path / 'up' / 'compiled.py')).train_dataloader
+                        .dataset)
+    for _ in range(8):
+        sizes.add(tuple(ds[0]['inputs'].shape[-2:]))
+    assert len(sizes) > 1, sizes
+
+
 def _refused_by_ours_and_upstream(pkg, config, opts, said, early, tmp_path):
     """Our checks refuse ``config`` with ``opts`` saying ``said``; ``pkg``'s own train.py with
     mmengine's plain Runner fails on it too (before its first checkpoint where ``early``); the

@@ -291,25 +291,39 @@ def test_which_training_inputs_change_size(config, why):
         assert size_varies(cfg) is None
 
 
-def test_compile_where_inputs_change_size_is_one_line(tmp_path, capsys):
-    """compile=True on a detector config (keep-ratio resizing): one line before any work, naming
-    the transform and the two ways on; compile=dict(dynamic=False) and another backend are let
-    through to the next check (here: the missing dataset)."""
+def test_compile_where_inputs_change_size_is_a_warning(toy_data, tmp_path, monkeypatch, capsys):
+    """compile=True on a detector config (keep-ratio resizing): a warning naming the transform and
+    the ways round it, and the run goes on to its next check (here: a head with fewer classes
+    than the dataset, refused before any training), as mmseg's own tool trains such a config
+    (tests/test_one_run.py, heavy: test_the_compile_warning_stands_where_upstream_trains).
+    compile=dict(dynamic=False) and another backend are the user's choice: no warning."""
+    from mmengine.logging import MMLogger
+
     from tools import train as train_tool
+    said = []
+    warning = MMLogger.warning
+    monkeypatch.setattr(MMLogger, 'warning',
+                        lambda self, msg, *a, **k: (said.append(str(msg)),
+                                                    warning(self, msg, *a, **k)))
     cfg = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
-    work = tmp_path / 'w'
-    assert train_tool.main([cfg, '--work-dir', str(work), '--cfg-options', 'compile=True']) == 2
-    # (an earlier test's mmengine logger may still point at its closed capture: only the tool's
-    # own lines count)
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith('tools/')]
-    assert len(err) == 1, err
-    assert 'compile: the training inputs change size (Resize(keep_ratio=True)' in err[0]
-    assert 'compile=dict(dynamic=False)' in err[0] and not list(work.glob('2*'))
-    for setting in ('compile.dynamic=False', 'compile.backend=aot_eager'):
-        assert train_tool.main([cfg, '--work-dir', str(work), '--cfg-options', setting,
-                                'train_dataloader.dataset.data_root=/nowhere']) == 2
-        err = capsys.readouterr().err
-        assert 'compile:' not in err and '/nowhere' in err
+    root = toy_data / 'toy_coco'
+    data = [f'{k}_dataloader.dataset.data_root={root}/' for k in ('train', 'val', 'test')] + [
+        f'{k}_evaluator.ann_file={root}/annotations/instances_val.json' for k in ('val', 'test')]
+    for setting, warned in (('compile=True', True), ('compile.dynamic=False', False),
+                            ('compile.backend=aot_eager', False)):
+        said.clear()
+        assert train_tool.main([cfg, '--work-dir', str(tmp_path / 'w'), '--cfg-options', setting,
+                                *data, 'model.roi_head.bbox_head.num_classes=1']) == 2
+        compiled = [m for m in said if m.startswith('compile:')]
+        assert len(compiled) == int(warned), said
+        if warned:
+            assert 'change size (Resize(keep_ratio=True)' in compiled[0]
+            assert 'compile=dict(dynamic=False)' in compiled[0]
+            assert 'BatchFixedSizePad' in compiled[0]
+        # the run went on to the checks after the compile warning: the class count's refusal
+        err = [line for line in capsys.readouterr().err.splitlines()
+               if line.startswith('tools/')]
+        assert len(err) == 1 and "num_classes do not match the dataset's classes" in err[0], err
 
 
 def test_a_package_base_mmengine_refuses_is_one_line_with_the_path(tmp_path, capsys):

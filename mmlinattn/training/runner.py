@@ -391,7 +391,9 @@ class LinAttnRunner(Runner):
         except ValueError as e:
             raise ConfigError(str(e)) from None
         self._lock = lock_work_dir(self.work_dir, self.logger)
-        check_compile(cfg)
+        compile_warning = check_compile(cfg)
+        if compile_warning:
+            self.logger.warning(compile_warning)
         checked = preflight(cfg, ('train_dataloader',) + (
             ('val_dataloader',) if cfg.get('val_dataloader') and cfg.get('val_cfg') else ()),
             backbone=self._meta_backbone)
