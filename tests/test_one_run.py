@@ -147,6 +147,21 @@ def _narrower_label_map(data):
     im.crop((0, 0, im.width - 8, im.height)).save(path)
 
 
+def _label_out_of_range(data):
+    """One training label map all 9: class 8 after reduce_zero_label, for a 4-class head."""
+    from PIL import Image
+    path = sorted((data / 'toy_ade' / 'annotations' / 'training').iterdir())[0]
+    with Image.open(path) as im:
+        size = im.size
+    Image.new('L', size, 9).save(path)
+
+
+def _truncated_image(data):
+    """One training image cut to its first 100 bytes."""
+    path = sorted((data / 'toy_ade' / 'images' / 'training').iterdir())[0]
+    path.write_bytes(path.read_bytes()[:100])
+
+
 #: refusals of the pre-flight on the toy segmentation config: the --cfg-options that cause each,
 #: what changes in a copy of the data (or None), the line it gives, and whether upstream fails
 #: before its first iteration (else later: the label map is read by the validation at the end)
@@ -165,6 +180,9 @@ REFUSALS = {
                      "builds BaseSegDataset, which takes no 'split'", True),
     'label map size': ([], _narrower_label_map, 'label map(s) of another size than their image',
                        False),
+    'label out of range': ([], _label_out_of_range, 'label map(s) with values outside [0, 4)',
+                           True),
+    'unreadable image': ([], _truncated_image, 'file(s) that cannot be read', True),
 }
 
 
@@ -187,7 +205,9 @@ def test_every_refusal_fails_upstream_too(case, toy_data, tmp_path):
 
 #: what mmseg's run ends with, where it names the cause (the other cases end in other tracebacks)
 UPSTREAM_SAYS = {'dataset args': "unexpected keyword argument 'split'",
-                 'label map size': 'The shape of the mask [48, 40]'}
+                 'label map size': 'The shape of the mask [48, 40]',
+                 'label out of range': 'IndexError: Target 8 is out of bounds',
+                 'unreadable image': 'AssertionError: failed to load image'}
 
 
 @pytest.mark.heavy  # upstream compiles for minutes: 10 min on 2 cores
