@@ -234,7 +234,7 @@ def test_the_compile_warning_stands_where_upstream_trains(toy_data, tmp_path):
     assert check_compile(cfg).startswith('compile: the training inputs change size (Random')
     run_checks(cfg)  # no refusal
     upstream = run(command('mmseg', 'train.py', str(config), '--work-dir', str(tmp_path / 'up'),
-                           '--cfg-options', *opts, 'runner_type=Runner'), tmp_path)
+                           '--cfg-options', *opts, 'runner_type=Runner'), tmp_path, timeout=3600)
     out = upstream.stdout + upstream.stderr
     assert upstream.returncode == 0 and 'Iter(train) [4/4]' in out, out[-3000:]
     sizes = set()  # the batches' sizes, as the data preprocessor stacks them (no fixed pad)
