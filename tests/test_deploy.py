@@ -64,17 +64,21 @@ def export_depths(family: str, attn_type: str):
     return depths
 
 
+def _arch(family: str, depths):
+    """The family's T arch with ``depths`` blocks a stage (T's widths, heads and cores)."""
+    cls = FAMILIES[family]
+    tiny = cls.arch_zoo['tiny']
+    arch = {k: tiny[k] for k in cls.arch_keys + ('layer_scale', 'mlp_ratio', 'attn_type')
+            if k in tiny}
+    arch['depths'] = list(depths)
+    return arch
+
+
 def _backbone(family: str, depths=None, **kw):
     """The family's T backbone; with ``depths``, that many blocks in each stage (T's widths and
     heads)."""
     torch.manual_seed(0)
-    arch = 'tiny'
-    if depths:
-        cls = FAMILIES[family]
-        tiny = cls.arch_zoo['tiny']
-        arch = {k: tiny[k] for k in cls.arch_keys + ('layer_scale', 'mlp_ratio', 'attn_type')
-                if k in tiny}
-        arch['depths'] = list(depths)
+    arch = _arch(family, depths) if depths else 'tiny'
     m = FAMILIES[family](arch=arch, drop_path_rate=0.0, **kw)
     m.init_weights()
     return E.Exportable(_Holder(m).eval(), 'backbone')
@@ -148,9 +152,12 @@ def test_t_backbone_with_every_core_matches_onnxruntime(family, tmp_path):
 
 
 def test_segmentor_matches_onnxruntime(tmp_path):
-    """The whole Semantic FPN with InLine-PVT-T, through the decode head and the resize to the
-    input: one output, the logits at the input size."""
+    """The whole Semantic FPN with InLine-PVT-T, through the neck, the decode head and the resize
+    to the input: one output, the logits at the input size. The backbone has a block a stage (T's
+    widths, heads and cores): its second blocks are the first again, and its cores are checked by
+    test_t_backbone_with_every_core_matches_onnxruntime; 2 fewer blocks save ~4 s of export."""
     cfg = load_config(osp.join(ROOT, 'configs/inline_pvt/fpn_inline-pvt-t_80k_ade20k-512x512.py'))
+    cfg.model.backbone.arch = _arch('InLinePVT', [1, 1, 1, 1])
     torch.manual_seed(0)
     w = E.Exportable(E.build_model(cfg), 'model')
     out = str(tmp_path / 'seg.onnx')
