@@ -147,8 +147,16 @@ def test_roi_heads_counted_as_mmdet2_forward_dummy():
     """Mask R-CNN's RoI heads, by their definition in the config: 1000 boxes through the shared
     2-fc bbox head (RoI 7x7x256 -> 1024 -> 1024 -> classes + 1 scores and 4 x classes deltas) and
     the first 100 through the mask head (four 3x3 convs on 14x14x256, a 2x2 stride-2 deconvolution,
-    a 1x1 conv to one mask per class). The image size does not change them."""
+    a 1x1 conv to one mask per class). The image size does not change them.
+
+    The whole-model conventions hold those two numbers (mmdet 2's ``forward_dummy``); the count
+    itself runs one model (built once) on 100 boxes and their first 10 masks, which checks the same
+    per-box and per-mask arithmetic and that :class:`flops.WholeModel` takes both numbers from its
+    convention (1000 boxes and 100 masks would add ~60 GFLOPs of RoI heads to count, ~7 s)."""
     from mmengine.config import Config
+    for name in ('all', 'inline', 'mala'):
+        conv = flops.CONVENTIONS[name]
+        assert (conv.roi_heads, conv.num_proposals, conv.num_mask_rois) == (True, 1000, 100), name
     cfg = Config.fromfile(MASK_RCNN)
     bbox, mask = cfg.model.roi_head.bbox_head, cfg.model.roi_head.mask_head
     c, k, fc, cls = bbox.in_channels, bbox.roi_feat_size, bbox.fc_out_channels, bbox.num_classes
@@ -156,10 +164,14 @@ def test_roi_heads_counted_as_mmdet2_forward_dummy():
     m, s = mask.conv_out_channels, 14
     per_mask = (mask.num_convs * m * m * 9 * s * s + m * m * 4 * s * s
                 + m * mask.num_classes * (2 * s) ** 2)
-    whole = flops.model_flops(cfg, (128, 160), 'all')[1]
-    cfg = Config.fromfile(MASK_RCNN)
-    dense = flops.model_flops(cfg, (128, 160), flops.Convention(roi_heads=False))[1]
-    assert whole - dense == 1000 * per_box + 100 * per_mask
+    model, _ = flops.build_model(cfg)   # as flops.model_flops builds and counts it
+    x = torch.randn(1, 3, 128, 160)
+    with torch.no_grad():
+        counted = {}
+        for key, conv in (('whole', flops.Convention(num_proposals=100, num_mask_rois=10)),
+                          ('dense', flops.Convention(roi_heads=False))):
+            counted[key] = flops.count(flops.WholeModel(model, conv), (x,), conv)[0]
+    assert counted['whole'] - counted['dense'] == 100 * per_box + 10 * per_mask
 
 
 def _zoo_metadata():
@@ -188,23 +200,19 @@ def test_metafile_paper_flops_are_the_papers_and_within_5_percent():
     assert seen == set(typed)
 
 
-def test_cli_counts_a_config_whole(capsys):
-    from tools.analysis_tools import get_flops
-    get_flops.main([osp.join(ROOT, 'configs/toy/mask-rcnn_inline-pvt-t_fpn_toy-coco.py'),
-                    '--shape', '64', '64'])
-    out = capsys.readouterr().out
-    assert re.search(r'@ 64x64: params [\d.]+ M, FLOPs [\d.]+ G \(whole model', out), out
-
-
-def test_cli_shape_one_value_is_a_square_and_cfg_options_apply(capsys):
-    """mmseg's ``--shape S`` (one value: S x S) and ``--cfg-options`` of every OpenMMLab tool."""
+def test_cli_counts_a_config_whole_shape_one_value_is_a_square_and_cfg_options_apply(capsys):
+    """The tool counts a config's whole model (``--shape H W``); mmseg's ``--shape S`` (one value:
+    S x S) and ``--cfg-options`` of every OpenMMLab tool. (One test: the whole-model count and the
+    square's reference are the same ``--shape 64 64`` run.)"""
     from tools.analysis_tools import get_flops
     cfg = osp.join(ROOT, 'configs/toy/mask-rcnn_inline-pvt-t_fpn_toy-coco.py')
+    get_flops.main([cfg, '--shape', '64', '64'])
+    out = capsys.readouterr().out
+    assert re.search(r'@ 64x64: params [\d.]+ M, FLOPs [\d.]+ G \(whole model', out), out
     get_flops.main([cfg, '--shape', '64'])
     square = capsys.readouterr().out
     assert '@ 64x64:' in square
-    get_flops.main([cfg, '--shape', '64', '64'])
-    assert capsys.readouterr().out == square
+    assert out == square
     # the small backbone through --cfg-options: the InLine paper's Tab. 5 gives InLine-PVT-T 12.0 M
     # and InLine-PVT-S 21.6 M parameters (same widths, so the neck and heads do not change)
     get_flops.main([cfg, '--shape', '64', '--cfg-options', 'model.backbone.arch=small'])
