@@ -93,8 +93,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # make test's 2 workers take whole files (--dist loadfile) from one queue. pytest-xdist orders that
 # queue by the number of tests in a file, which put the files with few but long tests (the DDP
 # cycles, the end-to-end training) last, where one worker ran them alone while the other had
-# finished: about 100 s of the 19 min on 2 cores (measured 2026-11-28, --durations=0). The files
-# below go first instead, longest first (their seconds on one worker of that run, rounded); the
+# finished: about 100 s of the 19 min on 2 cores (xdist's queue replayed with the durations of a
+# --durations=0 run, 2026-11-28). The files below go first instead, longest first (their seconds
+# in that run, rounded); the
 # others follow in collection order. Only the order changes: every file still runs whole on one
 # worker.
 LONGEST_FIRST = {
