@@ -95,9 +95,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # cycles, the end-to-end training) last, where one worker ran them alone while the other had
 # finished: about 100 s of the 19 min on 2 cores (xdist's queue replayed with the durations of a
 # --durations=0 run, 2026-11-28). The files below go first instead, longest first (their seconds
-# in that run, rounded); the
-# others follow in collection order. Only the order changes: every file still runs whole on one
-# worker.
+# in that run, rounded); the others follow in collection order. Only the order changes: every file
+# still runs whole on one worker.
 LONGEST_FIRST = {
     'test_distributed.py': 154, 'test_configs.py': 136, 'test_compile.py': 123,
     'test_deploy.py': 120, 'test_flops.py': 99, 'test_inference.py': 94,

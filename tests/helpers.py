@@ -132,6 +132,15 @@ def toy_seg_options(toy_data, *extra):
                                 'default_hooks.logger.interval=1'] + list(extra)
 
 
+def toy_coco_options(root, *extra):
+    """``--cfg-options`` pointing every split of a toy COCO config at ``root`` (a ``toy_coco``
+    folder of :func:`make_toy_sets`, or a copy of one) and its evaluators at that folder's
+    validation annotations, then ``extra``."""
+    return ([f'{k}_dataloader.dataset.data_root={root}/' for k in ('train', 'val', 'test')] +
+            [f'{k}_evaluator.ann_file={root}/annotations/instances_val.json'
+             for k in ('val', 'test')] + list(extra))
+
+
 def read_last_checkpoint(work):
     """The path a work dir's ``last_checkpoint`` file names (read here as plain text: the
     oracle)."""

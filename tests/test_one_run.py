@@ -20,7 +20,7 @@ import pytest
 from mmlinattn.training.workdir_lock import lock_work_dir
 
 import warm
-from helpers import toy_seg_options
+from helpers import toy_coco_options, toy_seg_options
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -318,9 +318,7 @@ def test_every_coco_refusal_fails_upstream_too(case, toy_data, tmp_path):
     shutil.copytree(toy_data / 'toy_coco', root)
     if change is not None:
         change(root)
-    opts = [f'{k}_dataloader.dataset.data_root={root}/' for k in ('train', 'val', 'test')]
-    opts += [f'{k}_evaluator.ann_file={root}/annotations/instances_val.json'
-             for k in ('val', 'test')] + ['train_cfg.max_epochs=1', *extra]
+    opts = toy_coco_options(root, 'train_cfg.max_epochs=1', *extra)
     upstream = _refused_by_ours_and_upstream('mmdet', DET_CFG, opts, said, True, tmp_path)
     assert COCO_UPSTREAM_SAYS.get(case, '') in upstream.stderr, upstream.stderr[-2000:]
 

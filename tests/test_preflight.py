@@ -300,15 +300,15 @@ def test_compile_where_inputs_change_size_is_a_warning(toy_data, tmp_path, monke
     from mmengine.logging import MMLogger
 
     from tools import train as train_tool
+
+    from helpers import toy_coco_options
     said = []
     warning = MMLogger.warning
     monkeypatch.setattr(MMLogger, 'warning',
                         lambda self, msg, *a, **k: (said.append(str(msg)),
                                                     warning(self, msg, *a, **k)))
     cfg = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
-    root = toy_data / 'toy_coco'
-    data = [f'{k}_dataloader.dataset.data_root={root}/' for k in ('train', 'val', 'test')] + [
-        f'{k}_evaluator.ann_file={root}/annotations/instances_val.json' for k in ('val', 'test')]
+    data = toy_coco_options(toy_data / 'toy_coco')
     for setting, warned in (('compile=True', True), ('compile.dynamic=False', False),
                             ('compile.backend=aot_eager', False)):
         said.clear()
