@@ -30,7 +30,7 @@ def _inner_session(tmp_path, tests: str):
     proj = tmp_path / 'proj'
     (proj / 'tests').mkdir(parents=True)
     shutil.copy(osp.join(ROOT, 'pytest.ini'), proj / 'pytest.ini')
-    for name in ('conftest.py', 'metafile_memo.py'):  # the conftest and what it imports
+    for name in ('conftest.py', 'upstream_memo.py'):  # the conftest and what it imports
         shutil.copy(osp.join(ROOT, 'tests', name), proj / 'tests' / name)
     (proj / 'tests' / 'test_inner.py').write_text(tests)
     base = tmp_path / 'base'
