@@ -1,14 +1,18 @@
-"""Writing files safely and reading a work dir's ``last_checkpoint``: the lowest layer of the
-training side's checkpoint code (:mod:`mmlinattn.training.safe_checkpoint`,
-:mod:`mmlinattn.training.hooks`, and the tools: ``tools/workshop/apis/resume.py``,
-``tools/misc/download_checkpoints.py``), importing nothing of mmlinattn."""
+"""Writing files safely, probing whether a folder can be written and reading a work dir's
+``last_checkpoint``: the lowest layer of the training side's checkpoint code
+(:mod:`mmlinattn.training.safe_checkpoint`, :mod:`mmlinattn.training.hooks`,
+:func:`mmlinattn.training.runs.check_work_dir`, and the tools: ``tools/workshop/apis/resume.py``,
+``tools/misc/download_checkpoints.py``, ``tools/deployment/export_onnx.py``), importing nothing of
+mmlinattn."""
 import io
 import os
 import os.path as osp
 import shutil
+import tempfile
 from typing import Callable, Optional
 
-__all__ = ['CheckpointWriteError', 'write_atomic', 'checkpoint_write_error', 'last_checkpoint']
+__all__ = ['CheckpointWriteError', 'write_atomic', 'checkpoint_write_error', 'last_checkpoint',
+           'nearest_existing', 'probe_writable']
 
 #: the file mmengine's Runner names the newest checkpoint in (one path, in the work dir)
 POINTER = 'last_checkpoint'
@@ -34,6 +38,26 @@ def write_atomic(path: str, write: Callable[[str], None]) -> None:
     finally:
         if osp.exists(tmp):
             os.remove(tmp)
+
+
+def nearest_existing(path: str) -> str:
+    """``path`` if it exists, else the nearest folder above it that does (the root at worst); it
+    may be a file, which the caller refuses."""
+    while not osp.exists(path) and osp.dirname(path) != path:
+        path = osp.dirname(path)
+    return path
+
+
+def probe_writable(folder: str, prefix: str, file: bool = False) -> None:
+    """Create a folder (``file``: a file) named ``prefix...`` in ``folder`` and remove it at once;
+    the ``OSError`` of a folder that cannot be written goes through (a read-only file system, no
+    permission, a full disk: root passes permission bits, not a read-only file system)."""
+    if file:
+        fd, probe = tempfile.mkstemp(prefix=prefix, dir=folder)
+        os.close(fd)
+        os.remove(probe)
+    else:
+        os.rmdir(tempfile.mkdtemp(prefix=prefix, dir=folder))
 
 
 def _fsync(path: str, directory: bool = False) -> None:

@@ -28,7 +28,6 @@ import os.path as osp
 import re
 import subprocess
 import sys
-import tempfile
 from typing import List, Sequence
 
 __all__ = ['ToolFailed', 'run_script', 'read_scalars', 'read_metrics', 'check_work_dir']
@@ -134,16 +133,15 @@ def check_work_dir(work_dir: str) -> None:
     the reason.
     """
     from .config import ConfigError
+    from .fileio import nearest_existing, probe_writable
     path = osp.abspath(work_dir)
-    existing = path
-    while not osp.exists(existing) and osp.dirname(existing) != existing:
-        existing = osp.dirname(existing)
+    existing = nearest_existing(path)
     hint = '; pass --work-dir with a folder you can write'
     if not osp.isdir(existing):
         raise ConfigError(f'work dir {work_dir} cannot be created: {existing} is a file, not a '
                           f'directory ({os.strerror(errno.ENOTDIR)}){hint}')
     try:
-        os.rmdir(tempfile.mkdtemp(prefix='.write-test-', dir=existing))
+        probe_writable(existing, '.write-test-')
     except OSError as e:
         where = 'in it' if existing == path else f'in {existing}'
         raise ConfigError(f'work dir {work_dir} is not writable: {e.strerror or e} (could not '

@@ -9,10 +9,8 @@ random weights. The parts, the exporters and the size rule of ``--dynamic``: doc
         [--cfg-options k=v ...]
 """
 import argparse
-import os
 import os.path as osp
 import sys
-import tempfile
 import time
 
 import mmlinattn  # noqa: F401  (registers the backbones)
@@ -20,6 +18,7 @@ from mmlinattn.core import settings
 from mmlinattn.core.weights import CheckpointError
 from mmlinattn.training.cli import load_config
 from mmlinattn.training.config import ConfigError
+from mmlinattn.training.fileio import nearest_existing, probe_writable
 from mmlinattn.training.preflight import CfgOptionsAction
 from tools.workshop import deploy as D
 from tools.workshop.deploy import ExportError, build_model
@@ -71,16 +70,12 @@ def check_out(out: str) -> None:
     if osp.isdir(path):
         raise ExportError(f'--out {out} is a folder; give the ONNX file to write, e.g. '
                           f'{osp.join(out, "model.onnx")}')
-    existing = osp.dirname(path)
-    while not osp.exists(existing) and osp.dirname(existing) != existing:
-        existing = osp.dirname(existing)
+    existing = nearest_existing(osp.dirname(path))
     if not osp.isdir(existing):
         raise ExportError(f'--out {out}: its folder cannot be created, {existing} is a file; give '
                           '--out a path in a folder you can write')
     try:
-        fd, probe = tempfile.mkstemp(prefix='.export_onnx-write-test-', dir=existing)
-        os.close(fd)
-        os.remove(probe)
+        probe_writable(existing, '.export_onnx-write-test-', file=True)
     except OSError as e:
         raise ExportError(f'--out {out}: cannot write in {existing} ({e.strerror or e}); give '
                           '--out a path in a folder you can write') from None
