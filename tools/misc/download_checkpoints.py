@@ -12,7 +12,6 @@ verified against the record, not fetched again. ``--base-url URL`` (or
 honoured for the huggingface.co files.
 """
 import argparse
-import hashlib
 import http.client
 import os
 import os.path as osp
@@ -22,7 +21,7 @@ import sys
 from mmlinattn.core import weights
 from mmlinattn.core.families import AUTHORS_CHECKPOINTS
 from mmlinattn.core.weights import BASE_URL_ENV, CheckpointError, is_url, source_url
-from mmlinattn.core.weights.urls import download_failure
+from mmlinattn.core.weights.urls import download_failure, file_sha256
 from mmlinattn.training.fileio import write_atomic
 
 SUMS = 'SHA256SUMS'
@@ -37,14 +36,6 @@ def select(names):
         raise SystemExit('download_checkpoints.py: error: unknown backbone(s) '
                          f'{", ".join(unknown)}; choose from {", ".join(AUTHORS_CHECKPOINTS)}')
     return found or list(AUTHORS_CHECKPOINTS)
-
-
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_sums(out_dir: str) -> dict:
@@ -86,7 +77,7 @@ def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
     dst = osp.join(out_dir, entry.filename)
     recorded = sums.get(entry.filename)
     if osp.isfile(dst) and not force:
-        digest = sha256(dst)
+        digest = file_sha256(dst)
         if recorded is None:
             check_readable(url, dst)
             sums[entry.filename] = digest
@@ -106,7 +97,7 @@ def fetch_one(name: str, out_dir: str, sums: dict, base_url=None, force=False,
         raise CheckpointError(f'{name}: {url}: {reason}; nothing was saved to {dst}.{hint}') \
             from None
     check_readable(url, dst)
-    digest = sha256(dst)
+    digest = file_sha256(dst)
     if recorded is not None and recorded != digest and not force:
         os.remove(dst)
         raise CheckpointError(f'{name}: {url} now serves a file with sha256 {digest}, but {SUMS} '

@@ -59,6 +59,15 @@ def url_cache_path(url: str) -> str:
     return osp.join(root, 'mmlinattn-urls', key, name)
 
 
+def file_sha256(path: str) -> str:
+    """The sha256 hex digest of the file at ``path`` (read 1 MiB at a time)."""
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 #: files whose hash was checked in this process: path -> (size, mtime_ns)
 _HASH_CHECKED: Dict[str, Tuple[int, int]] = {}
 
@@ -71,11 +80,7 @@ def _hash_problem(url: str, path: str) -> Optional[str]:
     st = os.stat(path)
     if _HASH_CHECKED.get(path) == (st.st_size, st.st_mtime_ns):
         return None
-    digest = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            digest.update(block)
-    actual = digest.hexdigest()
+    actual = file_sha256(path)
     if not actual.startswith(prefix):
         return (f'its sha256 is {actual[:len(prefix)]}..., but the file name promises '
                 f'{prefix}... (a changed or corrupted file)')
