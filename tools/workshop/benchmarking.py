@@ -326,6 +326,19 @@ def same_head_work(test_cfg) -> None:
             part['nms']['iou_threshold'] = 1.0
 
 
+def build_untrained(cfg):
+    """The model of the Config ``cfg`` (its backbone's ``init_cfg`` set to None in ``cfg``: no
+    ImageNet weights), built by its scope's registry, SyncBN reverted to BN; in training mode, not
+    initialised. tools/workshop/flops.py and tools/workshop/deploy.py build with it too."""
+    from mmengine.model import revert_sync_batchnorm
+
+    from mmlinattn.core.registry import model_registry
+    backbone = cfg.model.get('backbone')
+    if isinstance(backbone, dict):
+        backbone['init_cfg'] = None
+    return revert_sync_batchnorm(model_registry(cfg).build(cfg.model))
+
+
 def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None, compiled=False,
                 fixed_heads=False):
     """The model of ``config`` (optionally with a reference backbone) and its optimizer: a namespace
@@ -334,18 +347,14 @@ def bench_model(config, ref=None, device='cpu', amp=False, batch=None, size=None
     from types import SimpleNamespace
 
     from mmengine.config import Config
-    from mmengine.model import revert_sync_batchnorm
     from mmengine.optim import build_optim_wrapper
-
-    from mmlinattn.core.registry import model_registry
     cfg = Config.fromfile(osp.join(ROOT, config))
-    cfg.model.backbone.init_cfg = None
     if ref:
         swap_backbone(cfg, ref)
     train_hw, test_hw = _scales(cfg, size)
     if fixed_heads:
         same_head_work(cfg.model.get('test_cfg'))
-    model = revert_sync_batchnorm(model_registry(cfg).build(cfg.model)).to(device)
+    model = build_untrained(cfg).to(device)
     model.init_weights()
     if compiled:
         model.backbone = torch.compile(model.backbone)

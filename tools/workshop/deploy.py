@@ -29,14 +29,12 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
     ``checkpoint`` loaded (read once; it must fit key for key), else a random initialisation (no
     ImageNet ``init_cfg``)."""
     from mmengine.logging import MMLogger
-    from mmengine.model import revert_sync_batchnorm
 
     from mmlinattn.core.weights import check_model_checkpoint, extract_state_dict, read_checkpoint
-    from mmlinattn.training.config import model_registry
+
+    from .benchmarking import build_untrained
     backbone = cfg.model.get('backbone')
-    if isinstance(backbone, dict):
-        backbone['init_cfg'] = None
-    model = revert_sync_batchnorm(model_registry(cfg).build(cfg.model))
+    model = build_untrained(cfg)
     if checkpoint:
         obj = read_checkpoint(checkpoint)
         check_model_checkpoint(model, checkpoint, obj=obj, what='checkpoint', backbone_cfg=backbone,

@@ -18,7 +18,7 @@ from torch import nn
 from mmlinattn.core.families import FAMILIES, backbone_classes
 from mmlinattn.paths import resource_root
 
-from .benchmarking import family_in_name
+from .benchmarking import build_untrained, family_in_name
 
 
 @dataclass(frozen=True)
@@ -161,15 +161,11 @@ class WholeModel(nn.Module):
 def build_model(config):
     """The model of ``config`` (a path or a Config), untrained, in eval mode, SyncBN reverted."""
     from mmengine.config import Config
-    from mmengine.model import revert_sync_batchnorm
-
-    from mmlinattn.training.config import model_registry
     if isinstance(config, str):
         if not osp.exists(config) and osp.exists(osp.join(resource_root(), config)):
             config = osp.join(resource_root(), config)  # a zoo_configs() name, from any folder
     cfg = Config.fromfile(config) if isinstance(config, str) else config
-    cfg.model.backbone.init_cfg = None
-    return revert_sync_batchnorm(model_registry(cfg).build(cfg.model)).eval(), cfg
+    return build_untrained(cfg).eval(), cfg
 
 
 def model_flops(config, shape: Optional[Sequence[int]] = None, convention='all'):
