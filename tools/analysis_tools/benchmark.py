@@ -31,7 +31,6 @@ from tools.workshop.benchmarking import (  # noqa: E402
     cpu_info,
     in_fresh_process,
     once,
-    parse_hw,
     peak_memory,
     plot,
     result,
@@ -60,6 +59,11 @@ BACKBONES = ('InLinePVT', 'InLineSwin', 'MAViT')
 CORE_NODES = ('InlineAttentionFunctionBackward', 'MalaAttentionFunctionBackward')
 
 
+def _hw(s):
+    h, _, w = s.partition('x')
+    return int(h), int(w or h)
+
+
 # ------------------------------------------------------------------------------------- backbones
 def ratios(t):
     """The table's last columns from one size's times (nan where a model was not run)."""
@@ -81,7 +85,7 @@ def backbones(args):
     header = f'{"size":>10} | ' + ' | '.join(f'{n:>15}' for n in models)
     print(header + ' |  Swin/InL  PVT/InL  PVT/MAViT\n' + '-' * (len(header) + 32))
     rows = []
-    for hw in map(parse_hw, args.sizes):
+    for hw in map(_hw, args.sizes):
         x = torch.randn(1, 3, *hw).to(memory_format=fmt)
         t, mem, tc = {}, {}, {}
         for name, m in models.items():
@@ -207,8 +211,7 @@ def inference(args):
     if 'bf16' in args.paths and not bf16:
         header += '; bf16 skipped: no avx512_bf16 / amx_bf16 on this CPU'
     print(header, flush=True)
-    jobs = ([('backbone', parse_hw(s)) for s in args.sizes] +
-            [('neck', parse_hw(s)) for s in args.neck_sizes])
+    jobs = [('backbone', _hw(s)) for s in args.sizes] + [('neck', _hw(s)) for s in args.neck_sizes]
     rows, t_start = [], time.time()
     with tempfile.TemporaryDirectory() as workdir:
         for (part, hw), path in ((job, path) for job in jobs for path in paths):

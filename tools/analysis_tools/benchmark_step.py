@@ -32,7 +32,6 @@ from tools.workshop.benchmarking import (
     matrix_configs,
     measure_one,
     once,
-    parse_hw,
     recipe_name,
     reference_jobs,
     result,
@@ -121,8 +120,7 @@ def main(argv=None):
     p.add_argument('--amp', action='store_true', help='autocast (CUDA: fp16, AmpOptimWrapper)')
     p.add_argument('--batch', type=int, help="images per step (default: the config's)")
     p.add_argument('--warmup', type=int, default=1, help='untimed training steps first')
-    # (a lambda: argparse calls a bad value an "invalid <lambda> value", as it always has)
-    p.add_argument('--size', type=lambda v: parse_hw(v),
+    p.add_argument('--size', type=lambda v: tuple(int(x) for x in (v.split('x') * 2)[:2]),
                    nargs='+', help='H or HxW, one or more: every model at every size')
     p.add_argument('--no-train', action='store_true', help='time inference only')
     p.add_argument('--compile', action='store_true', help='torch.compile the backbone (inductor)')

@@ -266,13 +266,6 @@ def swap_backbone(cfg, ref):
             cfg.model.auxiliary_head.in_channels = ch[2]
 
 
-def parse_hw(s: str):
-    """(H, W) of a size given as ``'H'`` (a square) or ``'HxW'``: ``'512'`` is (512, 512),
-    ``'512x2048'`` (512, 2048); ``int``'s ``ValueError`` where a part is not a number."""
-    h, _, w = s.partition('x')
-    return int(h), int(w or h)
-
-
 def _scales(cfg, size=None):
     """(train hw, test hw) at the config's real scale, or both ``size`` (H, W) if given."""
     if size:
