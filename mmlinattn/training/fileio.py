@@ -1,8 +1,6 @@
 """Writing files safely, probing whether a folder can be written and reading a work dir's
-``last_checkpoint``: the lowest layer of the training side's checkpoint code
-(:mod:`mmlinattn.training.safe_checkpoint`, :mod:`mmlinattn.training.hooks`,
-:func:`mmlinattn.training.runs.check_work_dir`, and the tools: ``tools/workshop/apis/resume.py``,
-``tools/misc/download_checkpoints.py``, ``tools/deployment/export_onnx.py``), importing nothing of
+``last_checkpoint``: the lowest layer of the checkpoint and work-dir code of the package
+(``mmlinattn.training``, ``mmlinattn.core.weights``) and the tools, importing nothing of
 mmlinattn."""
 import io
 import os
