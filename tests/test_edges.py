@@ -341,17 +341,30 @@ def test_mid_epoch_preemption_checkpoint_is_removed_after_the_next_epoch_checkpo
     assert sorted(f for f in os.listdir(work) if f.endswith('.pth')) == ['epoch_2.pth']
 
 
-def test_second_run_in_one_process_gets_its_own_visualizer(toy_data, tmp_path):
-    """mmengine hands back an existing visualizer when its name (``visualizer``) is taken, so a
-    second run in the same process wrote its scalars and drawings into the first run's folder. Each
-    Runner we build now has its own, saving under its own work dir."""
+def test_second_run_in_one_process_gets_its_own_visualizer_and_logger(toy_data, tmp_path,
+                                                                     monkeypatch):
+    """mmengine hands back an existing visualizer when its name (``visualizer``) is taken, and an
+    existing logger when its name (the config's name and the second the run started) is, so a
+    second run in the same process wrote its scalars and drawings into the first run's folder, and
+    one started in the same second logged into the first run's log file and streams (in the suite:
+    an earlier test's closed capture, 'Logging error'). Each Runner we build now has its own of
+    both, under its own work dir."""
+    import mmengine.runner.runner as mmengine_runner
     from mmengine.registry import RUNNERS
-    dirs = []
+    fixed = time.mktime((2026, 1, 2, 3, 4, 5, 0, 0, -1))  # both runs start in one second
+    monkeypatch.setattr(mmengine_runner.time, 'time', lambda: fixed)
+    dirs, runners = [], []
     for name in ('first', 'second'):
         work = tmp_path / name
         args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--cfg-options',
                                       *toy_seg_options(toy_data), 'train_cfg.max_iters=1'])
         runner = RUNNERS.build(train_tool.build_cfg(args))
         dirs.append(runner.visualizer._vis_backends['LocalVisBackend']._save_dir)
+        runner.logger.info(f'a line of the {name} run')
+        runners.append(runner)
     assert dirs[0].startswith(str(tmp_path / 'first')), dirs
     assert dirs[1].startswith(str(tmp_path / 'second')), dirs
+    for name, other in (('first', 'second'), ('second', 'first')):
+        log = tmp_path / name / '20260102_030405' / '20260102_030405.log'
+        assert f'a line of the {name} run' in log.read_text(), name
+        assert f'a line of the {other} run' not in log.read_text(), name

@@ -244,6 +244,18 @@ class LinAttnRunner(Runner):
         # refusal of this run must not remove it
         self._log_dir_existed = osp.isdir(osp.join(self.work_dir, self.timestamp))
 
+    def build_logger(self, log_level='INFO', log_file=None, **kwargs):
+        """mmengine's, under a name no logger of this process has: mmengine names it after the
+        config and the second the run started, and hands back an existing logger of that name, so
+        a second run of the same config started in the same second (a notebook, a script that
+        trains then tests) logged into the first run's log file and streams."""
+        from mmengine.logging import MMLogger
+        name = kwargs.pop('name', None) or self._experiment_name
+        fresh, n = name, 1
+        while MMLogger.check_instance_created(fresh):
+            fresh, n = f'{name}_{n}', n + 1
+        return super().build_logger(log_level=log_level, log_file=log_file, name=fresh, **kwargs)
+
     def dump_config(self) -> None:
         """Deferred until a run has passed its checks (a refused run leaves no config dump); what
         is dumped is the config as given, before the checks chose ``load_from``."""
