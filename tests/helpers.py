@@ -103,6 +103,16 @@ def save_authors_file(path, family: str, arch: str, seed: int = 0):
     return state
 
 
+def tiny_arch(cls, depths) -> dict:
+    """The T arch of backbone class ``cls`` (its widths, heads, cores and layer scales) with
+    ``depths`` blocks a stage: an ``arch`` dict the class takes."""
+    tiny = cls.arch_zoo['tiny']
+    arch = {k: tiny[k] for k in cls.arch_keys + ('layer_scale', 'mlp_ratio', 'attn_type')
+            if k in tiny}
+    arch['depths'] = list(depths)
+    return arch
+
+
 def make_toy_sets(root, seed: int, size: int, train: int = 8, val: int = 4):
     """The generated toy COCO and ADE20K-layout sets under ``root/toy_coco`` and
     ``root/toy_ade``."""

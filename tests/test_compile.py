@@ -14,6 +14,8 @@ import torch
 import mmlinattn  # noqa: F401  (registers the backbones)
 from mmlinattn.core.registry import MODELS
 
+from helpers import tiny_arch
+
 FAMILIES = ['MAViT', 'InLinePVT', 'InLineSwin']
 # Blocks a stage of the backbones traced here (T's widths, heads and cores otherwise): one, and two
 # for InLine-Swin, whose odd blocks are the shifted-window ones. A stage's further blocks are the
@@ -26,11 +28,7 @@ DEPTHS = {'MAViT': [1, 1, 1, 1], 'InLinePVT': [1, 1, 1, 1], 'InLineSwin': [2, 2,
 def _backbone(name, **kw):
     """The family's T backbone with ``DEPTHS`` blocks a stage."""
     torch.manual_seed(0)
-    cls = MODELS.get(name)
-    tiny = cls.arch_zoo['tiny']
-    arch = {k: tiny[k] for k in cls.arch_keys + ('layer_scale', 'mlp_ratio', 'attn_type')
-            if k in tiny}
-    arch['depths'] = list(DEPTHS[name])
+    arch = tiny_arch(MODELS.get(name), DEPTHS[name])
     m = MODELS.build(dict(type=name, arch=arch, drop_path_rate=0.0, **kw))
     m.init_weights()
     return m

@@ -24,6 +24,8 @@ from mmlinattn.training.cli import load_config  # noqa: E402
 from tools.deployment import export_onnx  # noqa: E402
 from tools.workshop import deploy as E  # noqa: E402
 
+from helpers import tiny_arch  # noqa: E402
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 # ONNX Runtime's kernels block and split the sums otherwise than torch's: measured up to 3.5e-6 of
 # an output's scale (single cores at 9k tokens, the T backbones, the segmentor; 1 and 2 threads),
@@ -64,21 +66,11 @@ def export_depths(family: str, attn_type: str):
     return depths
 
 
-def _arch(family: str, depths):
-    """The family's T arch with ``depths`` blocks a stage (T's widths, heads and cores)."""
-    cls = FAMILIES[family]
-    tiny = cls.arch_zoo['tiny']
-    arch = {k: tiny[k] for k in cls.arch_keys + ('layer_scale', 'mlp_ratio', 'attn_type')
-            if k in tiny}
-    arch['depths'] = list(depths)
-    return arch
-
-
 def _backbone(family: str, depths=None, **kw):
     """The family's T backbone; with ``depths``, that many blocks in each stage (T's widths and
     heads)."""
     torch.manual_seed(0)
-    arch = _arch(family, depths) if depths else 'tiny'
+    arch = tiny_arch(FAMILIES[family], depths) if depths else 'tiny'
     m = FAMILIES[family](arch=arch, drop_path_rate=0.0, **kw)
     m.init_weights()
     return E.Exportable(_Holder(m).eval(), 'backbone')
@@ -157,7 +149,7 @@ def test_segmentor_matches_onnxruntime(tmp_path):
     widths, heads and cores): its second blocks are the first again, and its cores are checked by
     test_t_backbone_with_every_core_matches_onnxruntime; 2 fewer blocks save ~4 s of export."""
     cfg = load_config(osp.join(ROOT, 'configs/inline_pvt/fpn_inline-pvt-t_80k_ade20k-512x512.py'))
-    cfg.model.backbone.arch = _arch('InLinePVT', [1, 1, 1, 1])
+    cfg.model.backbone.arch = tiny_arch(FAMILIES['InLinePVT'], [1, 1, 1, 1])
     torch.manual_seed(0)
     w = E.Exportable(E.build_model(cfg), 'model')
     out = str(tmp_path / 'seg.onnx')

@@ -160,20 +160,24 @@ class FormattedOnce(Config):
         return cached[1]
 
 
+def _free_instance_name(manager, name: str) -> str:
+    """``name``, or ``name_1``, ``name_2``, ... : the first that no instance of ``manager`` (an
+    mmengine ``ManagerMixin`` class: loggers, visualizers) in this process has. mmengine hands back
+    an existing instance of the same name, with the earlier run's files and streams."""
+    fresh, n = name, 1
+    while manager.check_instance_created(fresh):
+        fresh, n = f'{name}_{n}', n + 1
+    return fresh
+
+
 def _fresh_visualizer_name(cfg) -> None:
     """A second run in one process (a notebook, a script that trains then tests, a test suite)
     gets a visualizer of its own: mmengine hands back an existing visualizer of the same name, with
     the earlier run's save_dir. A fresh process keeps the config's name."""
     from mmengine.visualization import Visualizer
     vis = cfg.get('visualizer')
-    if not isinstance(vis, dict):
-        return
-    name = vis.get('name', 'visualizer')
-    if Visualizer.check_instance_created(name):
-        n = 1
-        while Visualizer.check_instance_created(f'{name}_{n}'):
-            n += 1
-        vis['name'] = f'{name}_{n}'
+    if isinstance(vis, dict):
+        vis['name'] = _free_instance_name(Visualizer, vis.get('name', 'visualizer'))
 
 
 @RUNNERS.register_module()
@@ -250,11 +254,8 @@ class LinAttnRunner(Runner):
         a second run of the same config started in the same second (a notebook, a script that
         trains then tests) logged into the first run's log file and streams."""
         from mmengine.logging import MMLogger
-        name = kwargs.pop('name', None) or self._experiment_name
-        fresh, n = name, 1
-        while MMLogger.check_instance_created(fresh):
-            fresh, n = f'{name}_{n}', n + 1
-        return super().build_logger(log_level=log_level, log_file=log_file, name=fresh, **kwargs)
+        name = _free_instance_name(MMLogger, kwargs.pop('name', None) or self._experiment_name)
+        return super().build_logger(log_level=log_level, log_file=log_file, name=name, **kwargs)
 
     def dump_config(self) -> None:
         """Deferred until a run has passed its checks (a refused run leaves no config dump); what
