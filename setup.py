@@ -84,8 +84,14 @@ setup(
     # and the pins of requirements/constraints.txt, which tools/install.sh applies for `make test`).
     # mmcv must be the full build with its C++ ops (not mmcv-lite): tools/install.sh builds 2.1.0
     # from source; it is listed so that pip refuses a version mmdet / mmseg reject (>= 2.2.0).
+    # The toolboxes are extras: [det] mmdet, [seg] mmsegmentation, [cls] mmpretrain, [all] the three
+    # (requirements/det.txt, seg.txt, cls.txt); `import mmlinattn` needs none of them.
     install_requires=['mmcv>=2.0.0,<2.2.0'] + read_requirements('runtime.txt'),
-    extras_require={'tests': read_requirements('tests.txt'),
+    extras_require={'det': read_requirements('det.txt'), 'seg': read_requirements('seg.txt'),
+                    'cls': read_requirements('cls.txt'),
+                    'all': read_requirements('det.txt') + read_requirements('seg.txt')
+                    + read_requirements('cls.txt'),
+                    'tests': read_requirements('tests.txt'),
                     'deploy': read_requirements('deploy.txt')},
     license='Apache-2.0',
     cmdclass={'build_py': BuildWithMimFiles},

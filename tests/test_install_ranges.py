@@ -34,12 +34,15 @@ STACK = ('mmcv', 'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain', 'numpy')
 
 
 def _install_requires(monkeypatch) -> dict:
+    """setup.py's install_requires with its ``[all]`` extra (the toolboxes): what
+    ``pip install "mmlinattn[all]"`` asks for."""
     import setuptools
     captured = {}
     monkeypatch.setattr(setuptools, 'setup', lambda **kwargs: captured.update(kwargs))
     monkeypatch.chdir(ROOT)
     runpy.run_path(str(ROOT / 'setup.py'), run_name='__main__')
-    reqs = [Requirement(r) for r in captured['install_requires']]
+    reqs = [Requirement(r) for r in
+            captured['install_requires'] + captured['extras_require']['all']]
     return {r.name.lower(): r for r in reqs}
 
 
@@ -114,7 +117,7 @@ def test_compat_environment_starts_as_the_stock_one():
     assert pins == {k: v for k, v in STOCK.items() if k != 'mmcv'}
     stock_at = script.index('pipq "${STOCK[@]}"')
     before_at = script.index('pip freeze --all | sort > "$before"')
-    install_at = script.index('pipq -c "$keep" "$ROOT"')
+    install_at = script.index('pipq -c "$keep" "$ROOT[all]"')
     after_at = script.index('pip freeze --all | sort > "$after"')
     oldest_at = script.index('-r "$ROOT/requirements/tests.txt"')
     assert stock_at < before_at < install_at < after_at < oldest_at
@@ -122,7 +125,7 @@ def test_compat_environment_starts_as_the_stock_one():
     assert set(keep) == {'torch', 'torchvision', 'numpy', 'opencv-python'}
     docs = (ROOT / 'docs' / 'install.md').read_text()
     assert "grep -iE '^(torch|torchvision|numpy|opencv-python)==' > keep.txt" in docs
-    assert 'pip install /path/to/mmlinattn -c keep.txt' in docs
+    assert 'pip install "/path/to/mmlinattn[all]" -c keep.txt' in docs
     r = subprocess.run(['bash', '-n', str(ROOT / 'tools' / 'install_compat.sh')],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -76,15 +76,16 @@ if ! mmcv_ok 2>/dev/null; then
   pipi -q --no-deps --force-reinstall "$wheel"
 fi
 
-log "OpenMMLab packages and their undeclared dependencies (runtime.txt's ranges, constraints.txt's pins)"
-pipi -q -r "$ROOT/requirements/runtime.txt"
+log "OpenMMLab packages and their undeclared dependencies (runtime.txt's ranges and the [all] extra's: det.txt, seg.txt, cls.txt; constraints.txt's pins)"
+pipi -q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/det.txt" \
+  -r "$ROOT/requirements/seg.txt" -r "$ROOT/requirements/cls.txt"
 log "test tools"
 pipi -q -r "$ROOT/requirements/tests.txt"
 log "deployment extras: onnx, onnxscript, onnxruntime (tools/deployment/export_onnx.py)"
 pipi -q -r "$ROOT/requirements/deploy.txt"
 check_wheels || die "downloading the GPU check's wheels failed (output above)"
-log "mmlinattn (editable)"
-pipi -q --no-deps --no-build-isolation -e "$ROOT"
+log "mmlinattn[all] (editable; its requirements are installed above)"
+pipi -q --no-deps --no-build-isolation -e "$ROOT[all]"
 checkout_on_path
 
 mmcv_ok || die "mmcv ops do not load after install (mmcv._ext); remove $(mmcv_wheel_dir) and rerun"

@@ -11,8 +11,9 @@
 #    prebuilt mmcv wheel; that server is not reachable here, so mmcv 2.1.0 is compiled against torch
 #    2.1.2 instead (tools/install_lib.sh, mmcv_wheel: cached per torch version, python tag, machine
 #    and ops; about 10 minutes once).
-# 2. mmlinattn into it as docs/install.md says: a constraint file keeps torch, torchvision, numpy
-#    and opencv-python (what a plain `pip install .` would change instead is printed first).
+# 2. mmlinattn[all] (the three toolboxes: the tests use them all) into it as docs/install.md says: a
+#    constraint file keeps torch, torchvision, numpy and opencv-python (what a plain
+#    `pip install ".[all]"` would change instead is printed first).
 #    `pip freeze --all` before and after are compared and the diff printed; a changed or removed
 #    distribution fails the script, new ones (mmdet, mmseg, mmpretrain, ...) are listed.
 # 3. The oldest supported stack for the tests: requirements/oldest.txt (mmengine 0.10.0, mmdet
@@ -62,10 +63,10 @@ mmcv_ok || die "mmcv's ops do not load in the stock environment (mmcv._ext)"
 log "2. mmlinattn into it, as docs/install.md says; it must change nothing installed"
 before=$(mktemp); after=$(mktemp); keep=$(mktemp); report=$(mktemp)
 trap 'rm -f "$before" "$after" "$keep" "$report"' EXIT
-# What a plain 'pip install .' would change, for information: the newest scipy and shapely that
-# mmdet brings ask for numpy >= 1.26, so pip would replace numpy 1.24.4 with a numpy 2, which
+# What a plain 'pip install ".[all]"' would change, for information: the newest scipy and shapely
+# that mmdet brings ask for numpy >= 1.26, so pip would replace numpy 1.24.4 with a numpy 2, which
 # torch 2.1 and opencv-python 4.8 cannot use. docs/install.md's constraint file prevents it.
-if pipq --dry-run --report "$report" "$ROOT" >/dev/null 2>&1; then
+if pipq --dry-run --report "$report" "$ROOT[all]" >/dev/null 2>&1; then
   "$VPY" - "$report" <<'PYEOF' >&2
 import json, sys
 from importlib.metadata import PackageNotFoundError, version
@@ -76,16 +77,16 @@ for item in json.load(open(sys.argv[1]))['install']:
         changes.append(f'{name} {version(name)} -> {new}')
     except PackageNotFoundError:
         pass
-print('[install-compat] a plain "pip install ." (no constraint file) would change: '
+print('[install-compat] a plain "pip install .[all]" (no constraint file) would change: '
       + (', '.join(changes) or 'nothing installed'))
 PYEOF
 else
-  log "(the dry run of a plain 'pip install .' failed; going on)"
+  log "(the dry run of a plain 'pip install .[all]' failed; going on)"
 fi
 # docs/install.md's two commands
 "$VPY" -m pip freeze --all | grep -iE '^(torch|torchvision|numpy|opencv-python)==' > "$keep"
 "$VPY" -m pip freeze --all | sort > "$before"
-pipq -c "$keep" "$ROOT"
+pipq -c "$keep" "$ROOT[all]"
 "$VPY" -m pip freeze --all | sort > "$after"
 diff -u "$before" "$after" >&2 || true
 "$VPY" - "$before" "$after" <<'PYEOF' || die "installing mmlinattn changed the stock environment \
@@ -113,6 +114,7 @@ pipq --no-deps --no-build-isolation -e "$ROOT"
 
 log "3. the oldest supported OpenMMLab stack (requirements/oldest.txt) and the test tools"
 pipo "addict" "yapf" "packaging" "pyyaml" "Pillow" -r "$ROOT/requirements/runtime.txt" \
+  -r "$ROOT/requirements/det.txt" -r "$ROOT/requirements/seg.txt" -r "$ROOT/requirements/cls.txt" \
   -r "$ROOT/requirements/tests.txt"
 # the jit ONNX exporter's check (tests/test_deploy_jit.py): onnx and ONNX Runtime, without onnxscript
 # (which only torch >= 2.5's dynamo exporter uses)

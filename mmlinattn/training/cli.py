@@ -1,7 +1,8 @@
 """What our command-line tools share before a Runner exists: their OpenMMLab options
 (``--cfg-options``, ``--launcher``, ``--local_rank``), the config read with a line naming a missing
-or foreign ``_base_`` and each ``--cfg-options`` key checked, the work dir, ``--amp``, and the
-tools' one-line errors. The run itself is :class:`~mmlinattn.training.runner.LinAttnRunner`'s."""
+or foreign ``_base_`` or a toolbox that is not installed (:mod:`.toolboxes`) and each
+``--cfg-options`` key checked, the work dir, ``--amp``, and the tools' one-line errors. The run
+itself is :class:`~mmlinattn.training.runner.LinAttnRunner`'s."""
 import os
 import os.path as osp
 import sys
@@ -12,6 +13,7 @@ from mmengine.config import Config
 
 from .config import ConfigError, read_config_file
 from .preflight.cfg_options import CfgOptionsAction, check_cfg_options
+from .toolboxes import check_toolboxes
 
 
 def add_common_args(parser) -> None:
@@ -52,6 +54,7 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
         raise ConfigError(f'{path}: no default_scope; inherit one of '
                           'configs/_base_/default_runtime_*.py '
                           "or set default_scope='mmdet' / 'mmseg' / 'mmpretrain'")
+    check_toolboxes(cfg, path)  # its toolbox installed, else the extra that installs it
     return cfg
 
 

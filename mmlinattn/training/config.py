@@ -12,12 +12,21 @@ def read_config_file(path: str):
     """``mmengine.config.Config.fromfile(path)`` without the ``pkg_resources is deprecated``
     warnings it prints: mmengine 0.10 resolves config paths through ``pkg_resources``, which
     setuptools >= 81 deprecates at each import (four times per config), nothing a user can act
-    on."""
+    on. A ``_base_ = 'PACKAGE::...'`` entry of a toolbox that is not installed (mmengine:
+    ``PACKAGE is not installed, please install PACKAGE manually``) is a :class:`ConfigError`
+    naming the extra that installs it (:mod:`mmlinattn.training.toolboxes`)."""
     from mmengine.config import Config
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message='pkg_resources is deprecated',
-                                category=UserWarning)
-        return Config.fromfile(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message='pkg_resources is deprecated',
+                                    category=UserWarning)
+            return Config.fromfile(path)
+    except ModuleNotFoundError:
+        from .toolboxes import missing_base_toolbox
+        message = missing_base_toolbox(path)
+        if message is None:
+            raise
+        raise ConfigError(message) from None
 
 
 class ConfigError(ValueError):
