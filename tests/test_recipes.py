@@ -4,10 +4,10 @@ RetinaNet), field by field - optimizer type, lr, betas or momentum, weight decay
 kept out of weight decay (custom keys, norm_decay_mult), warm-up, milestones or poly power and
 minimum lr, length, batch per GPU and the total batch the lr is for, drop path, precision (fp16 /
 loss scale) and the test resize - and its inherited parts (pipelines, heads) equal upstream mmdet
-/ mmseg configs of the same recipe, so a drift in the generator table or in our `_base_` files
-fails here. The deviations we keep are listed with their reason in each config's header and checked
-to be there; the cells without a setting in their paper are "our choice" in the header and in the
-zoo's metafile (configs/<family>/metafile.yml, "No Paper Setting")."""
+/ mmseg configs of the same recipe, so a drift in a config (or the T config it inherits) or in our
+`_base_` files fails here. The deviations we keep are listed with their reason in each config's
+header and checked to be there; the cells without a setting in their paper are "our choice" in the
+header and in the zoo's metafile (configs/<family>/metafile.yml, "No Paper Setting")."""
 import copy
 import functools
 import glob

@@ -31,7 +31,8 @@ def _load_once(path: str, mtime_ns: int):
 
 
 def _load(file, *args, **kwargs):
-    if isinstance(file, str) and not args and not kwargs and file.endswith('.yml'):
+    # mmdet's metafiles are metafile.yml, mmseg's metafile.yaml
+    if isinstance(file, str) and not args and not kwargs and file.endswith(('.yml', '.yaml')):
         return _load_once(file, os.stat(file).st_mtime_ns)
     return _real_load(file, *args, **kwargs)
 
