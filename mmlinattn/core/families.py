@@ -1,8 +1,9 @@
 """The family table: a family is its backbone class plus one :class:`Family` row here, from which
 come the config folders and name prefixes, the family names the tools take and the authors'
 checkpoint table (:data:`AUTHORS_CHECKPOINTS`). Adding one: its class, its row in :data:`ROWS` (or
-:func:`register_family`, before the tools are imported), its recipes
-(``tools/misc/generate_configs.py``) and FLOP figures (``tools/workshop/flops.py``)."""
+:func:`register_family`, before the tools are imported), its configs (``configs/<name>/``: the T
+config of each recipe over ``configs/_base_``, the larger archs inheriting it) and FLOP figures
+(``tools/workshop/flops.py``)."""
 import inspect
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -40,14 +41,6 @@ class Family:
     def archs(self) -> Dict[str, str]:
         """{letter: arch name} of the class's arch table, in its order (``{'t': 'tiny', ...}``)."""
         return {name[0]: name for name in self.backbone.arch_zoo}
-
-    def channels(self, arch: str) -> List[int]:
-        """The stage channels of ``arch`` (a name or its letter)."""
-        return self.backbone.stage_channels(self.archs.get(arch, arch))
-
-    def drop_path(self, arch: str) -> float:
-        """The arch's ImageNet drop-path rate."""
-        return self.backbone.resolve_arch(self.archs.get(arch, arch))['drop_path_rate']
 
     def checkpoint_key(self, arch: str) -> str:
         """The download key of ``arch``'s file: ``InLine_PVT_T``."""
