@@ -7,6 +7,7 @@ import logging
 import os
 import os.path as osp
 import pickle
+import re
 from collections import OrderedDict
 from typing import Dict, Optional
 
@@ -19,7 +20,7 @@ from .allowlist import (
     runner_allowlist_supported,
 )
 from .errors import CheckpointError
-from .urls import _discard, is_url, local_checkpoint
+from .urls import HOSTS, _discard, is_url, local_checkpoint, url_cache_path
 
 Tensor = torch.Tensor
 
@@ -170,6 +171,8 @@ def read_checkpoint(path: str, map_location='cpu', allow_unsafe: bool = False,
         try:
             return read_checkpoint(local, map_location, allow_unsafe, logger)
         except CheckpointError as err:
+            if local != url_cache_path(path):  # the user's checkpoints/<name>: kept
+                raise
             _discard(path, local, err)
     if not osp.isfile(path):
         raise CheckpointError(f'checkpoint file not found: {path}')
@@ -229,3 +232,22 @@ def extract_state_dict(obj, use_ema: bool = False, path: str = '<checkpoint>') -
     if not tensors:
         raise CheckpointError(f'{path} contains no tensors (top-level keys: {sorted(obj)[:10]})')
     return tensors
+
+
+def load_from_mmlinattn(filename: str, map_location=None):
+    """mmengine's ``CheckpointLoader`` loader for the authors' hosts (:data:`.urls.HOSTS`):
+    :func:`read_checkpoint` (the file fetched by :func:`local_checkpoint`, read weights-only)."""
+    from mmengine.logging import MMLogger
+    return read_checkpoint(filename, map_location, logger=MMLogger.get_current_instance())
+
+
+def _register() -> None:
+    """:func:`load_from_mmlinattn` for :data:`.urls.HOSTS`. mmengine tries its prefixes (regular
+    expressions) in reverse string order, so one that extends ``https://`` comes before it; every
+    other URL stays ``load_from_http``'s."""
+    from mmengine.runner.checkpoint import CheckpointLoader
+    CheckpointLoader.register_scheme([re.escape(h) for h in HOSTS], load_from_mmlinattn,
+                                     force=True)
+
+
+_register()

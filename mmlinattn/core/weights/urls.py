@@ -1,14 +1,18 @@
 """Checkpoints given as http(s) URLs: fetched once into a cache keyed by the URL, checked, then read
-like local files. Mirrors, for machines that cannot reach the hosts a config names:
+like local files. ``import mmlinattn`` registers its reader (:mod:`.reading`) in mmengine's
+``CheckpointLoader`` for the hosts of the authors' files (:data:`HOSTS`), so mmengine's own
+``Pretrained`` init and ``load_from`` read their URLs this way too; other URLs stay mmengine's.
 
+* an authors' URL whose file ``checkpoints/<local name>`` is in the working directory (what
+  ``python -m mmlinattn.core.weights.download`` saves) reads that file: nothing is fetched;
 * ``MMLINATTN_CHECKPOINT_BASE_URL=URL``: every URL is fetched as ``URL/<name>`` (:func:`source_url`,
-  :func:`mirror_name`); the cache stays keyed by the URL the config names.
-* ``HF_ENDPOINT=URL``: a ``https://huggingface.co/...`` URL is fetched from ``URL/...``.
-* With ``huggingface_hub`` installed (no base URL), a ``huggingface.co/.../resolve/...`` URL is
-  fetched by its ``hf_hub_download``; where that fails (a static mirror), directly.
-* ``HF_HUB_OFFLINE=1``: a Hugging Face URL is read from a cache only.
+  :func:`mirror_name`); the cache stays keyed by the URL the config names;
+* ``HF_ENDPOINT=URL``: a ``https://huggingface.co/...`` URL is fetched from ``URL/...``;
+* ``HF_HUB_OFFLINE=1``: a Hugging Face URL is read from the cache only.
 
-A failed download says why: HTTP 404, another status, no connection, a cut-off transfer.
+The download is torch's (``torch.hub.download_url_to_file``, as mmengine's ``load_from_http``), by
+local rank 0 first; a failed one says why in one line: HTTP 404, another status, no connection, a
+cut-off transfer, an HTML page, a hash that differs from the file name's.
 """
 import hashlib
 import http.client
@@ -17,9 +21,14 @@ import os
 import os.path as osp
 import re
 from typing import Callable, Dict, Optional, Tuple
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from .errors import CheckpointError
+
+#: the hosts of the authors' files (:mod:`mmlinattn.core.families`): mmengine's loader for them
+HOSTS = ('https://huggingface.co/', 'https://cloud.tsinghua.edu.cn/')
+#: the command that saves the authors' files into ``checkpoints/`` (from any folder)
+DOWNLOAD_COMMAND = 'python -m mmlinattn.core.weights.download'
 
 
 def is_url(path) -> bool:
@@ -68,26 +77,6 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-#: files whose hash was checked in this process: path -> (size, mtime_ns)
-_HASH_CHECKED: Dict[str, Tuple[int, int]] = {}
-
-
-def _hash_problem(url: str, path: str) -> Optional[str]:
-    """For a torch-hub style name: why the file is not the one its name promises, or None."""
-    prefix = url_hash_prefix(url)
-    if not prefix:
-        return None
-    st = os.stat(path)
-    if _HASH_CHECKED.get(path) == (st.st_size, st.st_mtime_ns):
-        return None
-    actual = file_sha256(path)
-    if not actual.startswith(prefix):
-        return (f'its sha256 is {actual[:len(prefix)]}..., but the file name promises '
-                f'{prefix}... (a changed or corrupted file)')
-    _HASH_CHECKED[path] = (st.st_size, st.st_mtime_ns)
-    return None
-
-
 def _url_hint(url: str) -> str:
     """How to get the file itself from a link that gives a web page."""
     if 'cloud.tsinghua.edu.cn' in url and 'dl=1' not in url:
@@ -97,8 +86,9 @@ def _url_hint(url: str) -> str:
     return ' The link may have expired or point at a web page instead of the file.'
 
 
-def checkpoint_file_problem(path: str) -> Optional[str]:
-    """Why ``path`` cannot be a torch checkpoint (HTML, truncated zip, ...), or None."""
+def checkpoint_file_problem(path: str, url: str = '') -> Optional[str]:
+    """Why ``path`` cannot be a torch checkpoint (HTML, truncated zip, ...; with ``url``: a sha256
+    that differs from the one its torch-hub style name promises), or None."""
     import zipfile
     size = osp.getsize(path)
     with open(path, 'rb') as f:
@@ -107,6 +97,11 @@ def checkpoint_file_problem(path: str) -> Optional[str]:
     if text.startswith((b'<!doctype html', b'<html', b'<?xml', b'<head', b'<body')) or \
             b'<html' in text[:256]:
         return f'it is an HTML page ({size} bytes), not a checkpoint'
+    prefix = url_hash_prefix(url) if url else None
+    actual = file_sha256(path)[:len(prefix)] if prefix else None
+    if actual != prefix:
+        return (f'its sha256 is {actual}..., but the file name promises {prefix}... (a changed or '
+                'corrupted file)')
     if head.startswith(b'PK'):
         try:
             with zipfile.ZipFile(path) as z:
@@ -121,23 +116,21 @@ def checkpoint_file_problem(path: str) -> Optional[str]:
     return f'it is not a torch checkpoint ({size} bytes, starts with {head[:16]!r})'
 
 
-def _discard(url: str, local: str, err, paths=()):
-    """Remove a cached download (``paths``, default ``local``) that is no checkpoint, and raise."""
-    for p in paths or (local,):
-        try:
-            os.remove(p)
-        except FileNotFoundError:  # another rank removed it first
-            pass
+def _discard(url: str, local: str, err):
+    """Remove a cached download that is no checkpoint, and raise."""
+    try:
+        os.remove(local)
+    except FileNotFoundError:  # another rank removed it first
+        pass
     raise CheckpointError(
         f'{url}: the downloaded file (cached at {local}) is not a readable checkpoint: {err}. The '
         f'cached file was removed; the next use downloads it again.{_url_hint(url)}') from None
 
 
 BASE_URL_ENV = 'MMLINATTN_CHECKPOINT_BASE_URL'
+HF_ENDPOINT_ENV = 'HF_ENDPOINT'
+HF_OFFLINE_ENV = 'HF_HUB_OFFLINE'
 _HF = 'https://huggingface.co'
-#: ``https://huggingface.co/[datasets/|spaces/]<owner>/<repo>/resolve/<revision>/<file>``
-_HF_FILE = re.compile(r'^https://huggingface\.co/(?:(datasets|spaces)/)?([^/?#]+/[^/?#]+)/resolve/'
-                      r'([^/?#]+)/([^?#]+)')
 
 
 def _setting(name: str) -> Optional[str]:
@@ -166,16 +159,6 @@ def mirror_name(url: str) -> str:
     return '/'.join(parts)
 
 
-HF_ENDPOINT_ENV = 'HF_ENDPOINT'
-HF_OFFLINE_ENV = 'HF_HUB_OFFLINE'
-
-
-def hf_offline() -> Optional[str]:
-    """``HF_HUB_OFFLINE``'s value when it turns offline mode on (as huggingface_hub reads it)."""
-    value = os.environ.get(HF_OFFLINE_ENV, '').strip()
-    return value if value.lower() in ('1', 'on', 'yes', 'true') else None
-
-
 def source_url(url: str, base_url: Optional[str] = None) -> str:
     """Where ``url``'s file is fetched from: ``base_url`` (or the base-URL setting) + ``/`` +
     :func:`mirror_name`; a huggingface.co URL under ``HF_ENDPOINT``; else ``url``."""
@@ -188,50 +171,42 @@ def source_url(url: str, base_url: Optional[str] = None) -> str:
     return url
 
 
-def hf_file(url: str) -> Optional[Tuple[str, str, str, str]]:
-    """``(repo_id, repo_type, revision, filename)`` of a Hugging Face ``resolve/`` URL, or None."""
-    found = _HF_FILE.match(url)
-    if not found:
-        return None
-    kind, repo, revision, filename = found.groups()
-    return repo, (kind or 'model').rstrip('s'), unquote(revision), unquote(filename)
-
-
-def _hf_hub_download() -> Optional[Callable]:
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError:
-        return None
-    return hf_hub_download
+#: the folder the zoo configs' ``init_cfg`` name the authors' files in, relative to the working
+#: directory (``checkpoints/MAViT_T.pth``: where :data:`DOWNLOAD_COMMAND` saves them)
+CHECKPOINTS_DIR = 'checkpoints'
 
 
 def local_checkpoint(path: str, logger: Optional[logging.Logger] = None,
                      progress: bool = True) -> str:
-    """``path``, or an http(s) URL's file in the cache (:func:`url_cache_path`), fetched from
-    :func:`source_url` by local rank 0 if needed; a bad file is removed
-    (:class:`CheckpointError`)."""
+    """``path``, or an http(s) URL's file: an authors' file saved in ``checkpoints/``, else the
+    cache's (:func:`url_cache_path`), fetched from :func:`source_url` by local rank 0 if needed; a
+    bad download is removed (:class:`CheckpointError`)."""
     if not is_url(path):
         return path
     logger = logger or logging.getLogger('mmlinattn')
-    source = source_url(path)
-    cached = url_cache_path(path)
-    # a Hugging Face file not cached by torch's route, and no base-URL mirror
-    from_hf = bool(hf_file(path)) and not _setting(BASE_URL_ENV) and not osp.isfile(cached)
-    hub = _hf_hub_download() if from_hf else None
-    offline = from_hf and hf_offline()
-    if offline:  # returns where huggingface_hub has the file: no connection asked for
-        _offline_error(path, hub, cached)
-    if hub is not None and not offline and not _accepts_connections(source, logger):
-        hub = None  # huggingface_hub would retry for half a minute
-    if hub is not None:
-        try:
-            return _hub_checkpoint(path, hub, logger)
-        except _HubFailed as e:  # e.g. a static mirror: none of the Hub's headers
-            logger.info(f'{e}; fetching {source} directly instead')
-    _rank0_first(lambda: osp.isfile(cached) or _download(source, cached, logger, progress, path))
+    saved = path in AUTHORS_NAMES and osp.join(CHECKPOINTS_DIR, AUTHORS_NAMES[path])
+    if saved and osp.isfile(saved):
+        logger.info(f'{path}: reading {saved} from the working directory {os.getcwd()}')
+        return saved
+    source, cached = source_url(path), url_cache_path(path)
+    offline = os.environ.get(HF_OFFLINE_ENV, '').strip()
+    if path.startswith(_HF + '/') and offline.lower() in ('1', 'on', 'yes', 'true') and \
+            not _setting(BASE_URL_ENV) and not osp.isfile(cached):
+        reason = (f'{HF_OFFLINE_ENV}={offline} is set (Hugging Face offline mode), so nothing is '
+                  f"downloaded, and the file is not in torch's ({cached}) cache")
+        raise DownloadError(f'{path}: {reason}. Unset {HF_OFFLINE_ENV} to download it once, or '
+                            'point the config at a local copy of the file', url=path, reason=reason)
+
+    def fetch():
+        _download(source, cached, logger, progress, path)
+        problem = checkpoint_file_problem(cached, path)
+        if problem:
+            _discard(path, cached, problem)
+
+    _rank0_first(lambda: osp.isfile(cached) or fetch())
     if not osp.isfile(cached):  # another node's rank 0 fetched it; this node's failed to
         raise CheckpointError(f'{path}: not downloaded (expected at {cached})')
-    problem = checkpoint_file_problem(cached) or _hash_problem(path, cached)
+    problem = checkpoint_file_problem(cached)
     if problem:
         _discard(path, cached, problem)
     return cached
@@ -253,78 +228,11 @@ def _rank0_first(fetch: Callable) -> None:
         raise failed
 
 
-def _accepts_connections(url: str, logger: logging.Logger, timeout: float = 5.0) -> bool:
-    """Whether ``url``'s host takes a TCP connection (True behind a proxy)."""
-    import socket
-    import urllib.request
-    parsed = urlparse(url)
-    host = parsed.hostname
-    if not host or (urllib.request.getproxies().get(parsed.scheme)
-                    and not urllib.request.proxy_bypass(host)):
-        return True
-    port = parsed.port or (443 if parsed.scheme == 'https' else 80)
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as e:
-        logger.info(f'{host}:{port} takes no connection ({e}): fetching {url} without '
-                    'huggingface_hub')
-        return False
-    return True
-
-
-class _HubFailed(CheckpointError):
-    """``hf_hub_download`` raised: :func:`local_checkpoint` fetches the file directly instead."""
-
-
-def _offline_error(url: str, hub: Optional[Callable], cached: str) -> None:
-    """Under ``HF_HUB_OFFLINE``: return if huggingface_hub has ``url``'s file cached, else raise."""
-    if hub is not None:
-        repo, kind, revision, filename = hf_file(url)
-        try:
-            hub(repo_id=repo, filename=filename, revision=revision, repo_type=kind,
-                local_files_only=True)
-            return
-        except Exception:  # not in its cache (its errors have no common base beyond Exception)
-            pass
-    where = f"torch's ({cached})" + (" nor huggingface_hub's" if hub is not None else '')
-    reason = (f'{HF_OFFLINE_ENV}={os.environ.get(HF_OFFLINE_ENV, "").strip()} is set (Hugging Face '
-              f'offline mode), so nothing is downloaded, and the file is not in {where} cache')
-    raise DownloadError(f'{url}: {reason}. Unset {HF_OFFLINE_ENV} to download it once, or point '
-                        'the config at a local copy of the file', url=url, reason=reason)
-
-
-def _hub_checkpoint(url: str, hf_hub_download: Callable, logger: logging.Logger) -> str:
-    """``url``'s file by ``hf_hub_download`` (rank 0 first); :class:`_HubFailed` if it fails."""
-    repo, kind, revision, filename = hf_file(url)
-    endpoint = _setting(HF_ENDPOINT_ENV) or _HF
-
-    def fetch(local_only=False):
-        try:  # the endpoint read now: huggingface_hub reads HF_ENDPOINT once, when imported
-            return hf_hub_download(repo_id=repo, filename=filename, revision=revision,
-                                   repo_type=kind, endpoint=endpoint,
-                                   local_files_only=local_only or bool(hf_offline()))
-        except Exception as e:  # huggingface_hub's errors have no common base beyond Exception
-            raise _HubFailed(
-                f'{url}: huggingface_hub could not fetch it from {endpoint} '
-                f'({type(e).__name__}: {" ".join(str(e).split())[:200]})') from None
-
-    logger.info(f'fetching {url} through huggingface_hub ({endpoint})')
-    got = []
-    _rank0_first(lambda: got.append(fetch()))
-    # local rank 0 has it (or raised); the other ranks read the cache it filled, without a request
-    local = got[0] if got else fetch(local_only=True)
-    problem = checkpoint_file_problem(local)
-    if problem:
-        blob = osp.realpath(local)
-        _discard(url, blob, problem, {local, blob})
-    return local
-
-
 def _download(url: str, dst: str, logger: logging.Logger, progress: bool = True,
               named: Optional[str] = None) -> None:
     """``torch.hub.download_url_to_file`` into ``dst``; ``named``: the URL ``url`` mirrors."""
     import torch.hub
-    os.makedirs(osp.dirname(dst), exist_ok=True)
+    os.makedirs(osp.dirname(dst) or '.', exist_ok=True)
     mirror = f' (mirror of {named})' if named and named != url else ''
     logger.info(f'downloading {url}{mirror} to {dst}')
     try:
@@ -380,9 +288,6 @@ def download_failure(err: Exception, url: str, named: Optional[str] = None) -> T
             '' if isinstance(err, OSError) else _url_hint(named or url))
 
 
-#: the folder the zoo configs' ``init_cfg`` name the authors' files in, relative to the working
-#: directory (``checkpoints/MAViT_T.pth``: where ``tools/misc/download_checkpoints.py`` saves them)
-CHECKPOINTS_DIR = 'checkpoints'
 #: (missing path, working directory) pairs whose replacement URL was logged in this process
 _FALLBACK_LOGGED = set()
 
@@ -427,7 +332,7 @@ def authors_download_error(path: str, url: str, err: 'DownloadError') -> Checkpo
     return CheckpointError(
         f'{path} does not exist in the working directory {os.getcwd()}, and the authors\' file it '
         f'names could not be fetched from {err.url or url}: {err.reason or err}. Download it where '
-        f'there is a network with `python tools/misc/download_checkpoints.py --only '
+        f'there is a network with `{DOWNLOAD_COMMAND} --only '
         f'{AUTHORS_KEYS.get(url, osp.splitext(name)[0])}` (it writes {CHECKPOINTS_DIR}/{name}; run '
         f'it in this directory or copy the file here), or point the config at a copy: '
         f'{_use_line(name)}')
