@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # 0 runs the suite in one process
 TEST_WORKERS ?= 2
 
-.PHONY: install demo lint test test-quick test-all test-compat bench gpu-check gpu-check-wheels clean-venv
+.PHONY: install demo lint test test-quick test-all test-compat bench gpu-check clean-venv
 
 install:
 	@bash tools/install.sh
@@ -42,7 +42,7 @@ test-all: install
 	@$(PY) -m pytest $(PYTEST_ARGS) tests; rc=$$?; [ $$rc -ne 5 ] || exit 1; exit $$rc
 
 # Not part of `make test`: the OLDEST supported stack, the one most mmdet 3.x users have, in a 2nd
-# environment, $(COMPAT_VENV) (`install` first: test_gpu_check.py uses the wheels it fetches).
+# environment, $(COMPAT_VENV).
 # tools/install_compat.sh builds it: first the environment OpenMMLab's guide leaves for torch 2.1
 # (torch 2.1.2 + torchvision 0.16.2, numpy 1.24.4, opencv-python 4.8.1.78, mmengine 0.10.4, mmcv
 # 2.1.0 compiled against that torch: once per torch version and cached, ~10 min on 2 cores), into
@@ -64,7 +64,7 @@ COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_gues
 	tests/test_faults.py::test_untrusted_checkpoint_runs_no_code tests/test_faults.py::test_not_a_checkpoint \
 	tests/test_stop_and_resume.py \
 	tests/test_classification.py tests/test_inference.py::test_inferencer_runs_config \
-	tests/test_ops.py tests/test_core_grads.py tests/test_gpu_check.py tests/test_deploy_jit.py
+	tests/test_ops.py tests/test_core_grads.py tests/test_deploy_jit.py
 test-compat: install
 	@MMLINATTN_COMPAT_VENV=$(COMPAT_VENV) bash tools/install_compat.sh
 	@$(COMPAT_VENV)/bin/python -m pytest -m "not heavy or upstream" $(PYTEST_ARGS) $(COMPAT_TESTS) \
@@ -78,19 +78,15 @@ bench: install
 	$(PY) tools/analysis_tools/benchmark.py --out docs/benchmarks
 	$(PY) tools/analysis_tools/get_flops.py --all-backbones
 
-# The GPU check (tools/analysis_tools/gpu_check.py): on a GPU node it needs python, torch, numpy,
-# PyYAML, opencv and pillow, plus the pure-Python wheels (a few MB) that gpu-check-wheels downloads into
-# wheels/gpu_check/ (git-ignored; `make install` fetches them too). Copy the checkout there and run,
-# with the node's python (a lent GPU: the one call in docs/development.md):
-#   python3 tools/analysis_tools/gpu_check.py run --out docs/benchmarks/gpu_check/report
-# `make gpu-check` runs exactly that, with $(GPU_CHECK_PYTHON) (the system python3 and its torch),
-# and installs nothing first (exits 2 without CUDA).
+# The GPU check, on a CUDA machine with $(GPU_CHECK_PYTHON) (the node's python and its torch; no
+# .venv is built): the CUDA cases of the suite's oracle tests (pytest -m gpu) and the benchmarks with
+# --device cuda, into $(GPU_CHECK_OUT)/report.md (tests/gpu_suite.py; exits 2 in one
+# line without CUDA). A node without network installs requirements/gpu_node.txt from
+# wheels downloaded elsewhere first: docs/development.md, "The GPU check".
 GPU_CHECK_PYTHON ?= python3
-gpu-check-wheels: install
-	$(PY) tools/analysis_tools/gpu_check.py fetch
-
+GPU_CHECK_OUT ?= docs/benchmarks/gpu_check
 gpu-check:
-	$(GPU_CHECK_PYTHON) tools/analysis_tools/gpu_check.py run --out docs/benchmarks/gpu_check/report
+	$(GPU_CHECK_PYTHON) tests/gpu_suite.py --out $(GPU_CHECK_OUT)
 
 clean-venv:
 	rm -rf $(VENV)

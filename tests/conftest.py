@@ -114,12 +114,13 @@ LONGEST_FIRST = {
     'test_tool_parity.py': 63, 'test_guest.py': 57, 'test_custom_dataset.py': 54,
     'test_deploy_jit.py': 53, 'test_stop_and_resume.py': 52, 'test_benchmarking.py': 51,
     'test_read_once.py': 50, 'test_edges.py': 45, 'test_one_run.py': 44,
-    'test_gpu_check.py': 43, 'test_faults.py': 42, 'test_recipes.py': 38,
-    'test_finetune_chain.py': 34,
+    'test_faults.py': 42, 'test_recipes.py': 38, 'test_finetune_chain.py': 34,
 }
 
 
 def pytest_configure(config):
+    config.addinivalue_line('markers', 'gpu: the CUDA case of an oracle test (helpers.on_devices; '
+                            '`make gpu-check` runs pytest -m gpu)')
     if hasattr(config.option, 'loadscopereorder'):  # pytest-xdist >= 3.6: keep the order below
         config.option.loadscopereorder = False
 

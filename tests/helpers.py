@@ -1,6 +1,7 @@
 """Helpers shared by the tests: checkpoints laid out as the authors' releases, built from the
 authors' published key names and shapes (tests/data/authors_keys), never from our own modules."""
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -10,6 +11,7 @@ import sys
 import types
 from collections import OrderedDict
 
+import pytest
 import torch
 
 from mmlinattn.core.families import FAMILIES
@@ -233,3 +235,40 @@ def run_checks(cfg, run: str = 'train'):
     finally:
         runner.release()
     return runner.cfg
+
+# ------------------------------------------------------------------ the device of an oracle test
+def on_devices(*cases, cuda_only=()):
+    """The parameters of a test taking ``device`` first: each of ``cases`` (a tuple of the other
+    arguments; none: ``device`` alone) on 'cpu', and, where torch sees a CUDA GPU, each of ``cases``
+    and ``cuda_only`` (what only CUDA has: TF32) on 'cuda', marked ``gpu`` (``make gpu-check`` runs
+    ``pytest -m gpu``). Without a GPU the cuda cases are absent, not skipped: a CPU machine runs
+    the tests it ran before."""
+    cases = cases or ((),)
+    cpu = [('cpu', *c) if c else 'cpu' for c in cases]
+    if not torch.cuda.is_available():
+        return cpu
+    return cpu + [pytest.param('cuda', *c, marks=pytest.mark.gpu) for c in cases + tuple(cuda_only)]
+
+
+#: a precision a test compares with float32 -> (its autocast dtype, TF32 on); TF32 is CUDA's
+PRECISIONS = {'fp32': (None, False), 'tf32': (None, True), 'fp16': (torch.float16, False),
+              'bf16': (torch.bfloat16, False)}
+
+
+@contextlib.contextmanager
+def precision(device, name: str):
+    """``device``'s arithmetic in precision ``name`` of :data:`PRECISIONS` inside: autocast to
+    float16 / bfloat16 or none; on CUDA TF32 matmuls and convolutions on for 'tf32' and off for the
+    others (cuDNN's default is on: fp32 there is TF32 off), as before after."""
+    dtype, tf32 = PRECISIONS[name]
+    kind = torch.device(device).type
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn) if kind == 'cuda' else ()
+    saved = [f.allow_tf32 for f in flags]
+    for f in flags:
+        f.allow_tf32 = tf32
+    try:
+        with torch.autocast(kind, dtype=dtype, enabled=dtype is not None):
+            yield
+    finally:
+        for f, on in zip(flags, saved):
+            f.allow_tf32 = on

@@ -1,8 +1,8 @@
 """--amp, the precision the authors trained with: one AmpOptimWrapper training step per backbone
 family against fp32 on a GPU. mmengine's AmpOptimWrapper refuses the CPU, so without CUDA that test
 is skipped (the CPU numerics of fp16 / bf16 autocast are tested in test_backbones.py, test_ops.py
-and test_core_grads.py). On the CPU: what the linear cores keep for the backward of a tiny
-backbone's training step under bf16 autocast."""
+and test_core_grads.py; their CUDA cases are `make gpu-check`'s). On each device: what the linear
+cores keep for the backward of a tiny backbone's training step under bf16 autocast."""
 import os.path as osp
 
 import pytest
@@ -11,6 +11,8 @@ from mmengine.config import Config
 
 from mmlinattn.core.models import backbones
 from mmlinattn.core.registry import model_registry
+
+from helpers import on_devices
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CASES = ['inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py',
@@ -23,14 +25,17 @@ CORE_NODES = ('InlineAttentionFunctionBackward', 'MalaAttentionFunctionBackward'
 
 
 @pytest.mark.parametrize('name', ['InLinePVT', 'InLineSwin', 'MAViT'])
-def test_cpu_bf16_autocast_cores_keep_half_activations(name):
-    """A tiny backbone's training step under CPU bf16 autocast: every InLine / MALA core keeps the
+@pytest.mark.parametrize('device', on_devices())
+def test_bf16_autocast_cores_keep_half_activations(device, name):
+    """A tiny backbone's training step under bf16 autocast: every InLine / MALA core keeps the
     q, k, v it was given, in bfloat16 (no float32 copies; they are what the Functions save first),
     and its small states in float32; the gradients are finite."""
     torch.manual_seed(0)
     model = getattr(backbones, name)(arch='tiny', drop_path_rate=0.0).train()  # as constructed
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        outs = model(torch.randn(1, 3, 64, 64))
+    x = torch.randn(1, 3, 64, 64)
+    model, x = model.to(device), x.to(device)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        outs = model(x)
     loss = sum(o.float().mean() for o in outs)
     nodes, seen, stack = [], set(), [loss.grad_fn]
     while stack:
@@ -51,10 +56,14 @@ def test_cpu_bf16_autocast_cores_keep_half_activations(name):
     assert grads and all(torch.isfinite(g).all() for g in grads)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason='--amp needs a CUDA GPU (mmengine AmpOptimWrapper)')
 @pytest.mark.parametrize('path', CASES, ids=lambda p: p.split('/')[0])
 def test_amp_step_matches_fp32(path):
+    for module in ('mmdet', 'mmseg', 'mmcv._ext'):  # a GPU node may have mmcv-lite, without ops
+        pytest.importorskip(module, reason='the detectors and segmentors need mmdet, mmseg and '
+                            'mmcv with its compiled ops')
     from mmengine.model import revert_sync_batchnorm
     from mmengine.optim import build_optim_wrapper
 

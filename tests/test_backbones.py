@@ -13,6 +13,8 @@ from helpers import (
     FAMILY_ARCHS,
     authors_manifest,
     authors_state,
+    on_devices,
+    precision,
     save_authors_file,
     save_inline_style,
     save_mala_style,
@@ -528,17 +530,15 @@ def test_with_cp_same_outputs_and_grads(cls):
 
 # Stated tolerances for whole-backbone low precision against fp32 (random init, 64 px, 2 images):
 # relative L2 error of every stage output, and cosine similarity of the full parameter gradient.
-LOW_PRECISION_TOL = {torch.bfloat16: dict(out=3e-2, grad_cos=0.99),
-                     torch.float16: dict(out=1e-2, grad_cos=0.999)}
+# They follow the mantissa: TF32 (CUDA's matmuls and convolutions) keeps float16's 10 bits.
+LOW_PRECISION_TOL = {'bf16': dict(out=3e-2, grad_cos=0.99), 'fp16': dict(out=1e-2, grad_cos=0.999),
+                     'tf32': dict(out=1e-2, grad_cos=0.999)}
 
 
-def _run(m, x, dtype=None):
+def _run(m, x, device, prec='fp32'):
     m.zero_grad()
-    if dtype is None:
+    with precision(device, prec):
         outs = m(x)
-    else:
-        with torch.autocast('cpu', dtype=dtype):
-            outs = m(x)
     outs = [o.float() for o in outs]
     sum(o.square().mean() for o in outs).backward()
     grad = torch.cat([p.grad.flatten() for p in m.parameters() if p.grad is not None])
@@ -546,20 +546,23 @@ def _run(m, x, dtype=None):
 
 
 @pytest.mark.parametrize('cls,arch', SMALLEST)
-@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
-def test_autocast_matches_fp32(cls, arch, dtype):
+@pytest.mark.parametrize('device,prec', on_devices(('bf16',), ('fp16',), cuda_only=[('tf32',)]))
+def test_autocast_matches_fp32(cls, arch, device, prec):
+    """A tiny backbone's training step (forward, backward) under bf16 / fp16 autocast, or TF32 on
+    CUDA, against the same step in float32."""
     try:
-        with torch.autocast('cpu', dtype=dtype):
+        with precision(device, prec):
             pass
     except RuntimeError as err:  # torch 2.1's CPU autocast takes bfloat16 only
-        pytest.skip(f'this torch\'s CPU autocast does not take {dtype}: {err}')
+        pytest.skip(f'this torch\'s {device} autocast does not take {prec}: {err}')
     m = cls(arch=arch, drop_path_rate=0.0)
     m.init_weights()
     m.train()
     x = torch.randn(2, 3, 64, 64) * 3
-    ref_outs, ref_grad = _run(m, x)
-    outs, grad = _run(m, x, dtype)
-    tol = LOW_PRECISION_TOL[dtype]
+    m, x = m.to(device), x.to(device)
+    ref_outs, ref_grad = _run(m, x, device)
+    outs, grad = _run(m, x, device, prec)
+    tol = LOW_PRECISION_TOL[prec]
     for i, (o, r) in enumerate(zip(outs, ref_outs)):
         assert torch.isfinite(o).all()
         rel = ((o - r).norm() / r.norm()).item()

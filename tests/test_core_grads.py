@@ -18,24 +18,27 @@ from mmlinattn.core.ops import (
 )
 from mmlinattn.core.ops.grad import InlineAttentionFunction, MalaAttentionFunction
 
+from helpers import on_devices
+
 KERNELS = ['identity', 'relu', 'leakyrelu', 'exp', 'elu']
 D64 = dict(dtype=torch.float64)
 HW = (3, 4)  # N = 12 tokens
 D, DV = 8, 6
 
 
-def _qkv(b=2, h=2, n=HW[0] * HW[1], d=D, dv=DV, dtype=torch.float64):
+def _qkv(b=2, h=2, n=HW[0] * HW[1], d=D, dv=DV, dtype=torch.float64, device='cpu'):
     q, k = (torch.randn(b, h, n, d, dtype=dtype) for _ in range(2))
-    return q, k, torch.randn(b, h, n, dv, dtype=dtype)
+    return tuple(t.to(device) for t in (q, k, torch.randn(b, h, n, dv, dtype=dtype)))
 
 
-def _rope(kind, n=HW[0] * HW[1], d=D):
+def _rope(kind, n=HW[0] * HW[1], d=D, device='cpu'):
     if kind is None:
         return None
     if kind == 'tables':
-        return rope_sin_cos(HW, rope_angles(d, dtype=torch.float64))
-    # any (N, d) tables, not only pair-equal sines: the backward uses the exact adjoint
-    return torch.randn(n, d, **D64), torch.randn(n, d, **D64)
+        tables = rope_sin_cos(HW, rope_angles(d, dtype=torch.float64))
+    else:  # any (N, d) tables, not only pair-equal sines: the backward uses the exact adjoint
+        tables = torch.randn(n, d, **D64), torch.randn(n, d, **D64)
+    return tuple(t.to(device) for t in tables)
 
 
 def _grads_match(fn, ref, inputs, atol=1e-9):
@@ -80,20 +83,24 @@ def test_mala_function_gradcheck(rope, beta, gamma, eps, step):
 
 @pytest.mark.parametrize('kernel', KERNELS)
 @pytest.mark.parametrize('scale', [None, 0.9])
-def test_inline_grads_equal_the_quadratic_reference(kernel, scale):
+@pytest.mark.parametrize('device', on_devices())
+def test_inline_grads_equal_the_quadratic_reference(device, kernel, scale):
     out = _grads_match(lambda q, k, v: inline_attention(q, k, v, kernel=kernel, scale=scale),
-                       lambda q, k, v: inline_attention_reference(q, k, v, kernel, scale), _qkv())
+                       lambda q, k, v: inline_attention_reference(q, k, v, kernel, scale),
+                       _qkv(device=device))
     assert type(out.grad_fn).__name__ == 'InlineAttentionFunctionBackward'
 
 
 @pytest.mark.parametrize('rope', [None, 'tables', 'random'])
 @pytest.mark.parametrize('beta,gamma', list(itertools.product([True, False], repeat=2)))
 @pytest.mark.parametrize('eps', [1e-6, 0.25])
-def test_mala_grads_equal_the_quadratic_reference(rope, beta, gamma, eps):
-    tables = _rope(rope)
+@pytest.mark.parametrize('device', on_devices())
+def test_mala_grads_equal_the_quadratic_reference(device, rope, beta, gamma, eps):
+    tables = _rope(rope, device=device)
     opts = dict(rope=tables, eps=eps, beta=beta, gamma=gamma)
     out = _grads_match(lambda q, k, v: mala_attention(q, k, v, **opts),
-                       lambda q, k, v: mala_attention_reference(q, k, v, **opts), _qkv())
+                       lambda q, k, v: mala_attention_reference(q, k, v, **opts),
+                       _qkv(device=device))
     assert type(out.grad_fn).__name__ == 'MalaAttentionFunctionBackward'
 
 
@@ -131,14 +138,15 @@ def test_backward_saves_q_k_v_and_small_states_only(core):
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize('core', ['inline', 'mala'])
-def test_half_inputs_promoted_output_and_grads_in_their_dtype(dtype, core):
-    q64, k64, v64 = _qkv()
+@pytest.mark.parametrize('device', on_devices())
+def test_half_inputs_promoted_output_and_grads_in_their_dtype(device, dtype, core):
+    q64, k64, v64 = _qkv(device=device)
     fn = inline_attention if core == 'inline' else mala_attention
     ref = inline_attention_reference if core == 'inline' else mala_attention_reference
     q, k, v = (t.to(dtype).requires_grad_(True) for t in (q64, k64, v64))
     out = fn(q, k, v)
     assert out.dtype == dtype
-    g = torch.randn(out.shape, **D64)
+    g = torch.randn(out.shape, **D64).to(device)
     out.backward(g.to(dtype))
     xs = [t.to(dtype).double().requires_grad_(True) for t in (q64, k64, v64)]
     want = torch.autograd.grad(ref(*xs), xs, g.to(dtype).double())
@@ -151,13 +159,15 @@ def test_half_inputs_promoted_output_and_grads_in_their_dtype(dtype, core):
 
 @pytest.mark.parametrize('backward_inside', [False, True])
 @pytest.mark.parametrize('core', ['inline', 'mala'])
-def test_autocast_float32_inputs(core, backward_inside):
-    """Under CPU autocast (bfloat16) the cores still compute in float32, backward included - also
+@pytest.mark.parametrize('device', on_devices())
+def test_autocast_float32_inputs(device, core, backward_inside):
+    """Under autocast (bfloat16) the cores still compute in float32, backward included - also
     when ``.backward()`` is called inside the autocast region (the Functions' backward is marked
-    with custom_bwd and runs with autocast off, as their forward did)."""
-    q, k, v = (t.float().requires_grad_(True) for t in _qkv())
+    with custom_bwd and runs with autocast off, as their forward did); on CUDA too (float32 there:
+    torch's matmuls leave TF32 off by default)."""
+    q, k, v = (t.float().requires_grad_(True) for t in _qkv(device=device))
     fn = inline_attention if core == 'inline' else mala_attention
-    with torch.autocast('cpu', dtype=torch.bfloat16):
+    with torch.autocast(device, dtype=torch.bfloat16):
         out = fn(q, k, v)
         if backward_inside:
             out.sum().backward()

@@ -18,6 +18,8 @@ from mmlinattn.core.ops.cores import (
     unregister_core,
 )
 
+from helpers import on_devices
+
 
 # Every comparison below is float64 against float64 (linear-time form or module against the explicit
 # matrix or formula): another order of the sums moves an O(1) result by ~1e-15, far under the
@@ -28,12 +30,15 @@ def _qkv(n=24, d=8, seed=0):
 
 
 @pytest.mark.parametrize('name', list(CORES))
-def test_every_core_linear_equals_its_matrix_times_v(name):
+@pytest.mark.parametrize('device', on_devices())
+def test_every_core_linear_equals_its_matrix_times_v(name, device):
     """What the modules run (``core(q, k, v)``) is ``A @ v`` with the core's own explicit matrix,
-    for every entry of the table, with the RoPE tables passed the way the table says."""
+    for every entry of the table, with the RoPE tables passed the way the table says (on CUDA too:
+    its kernels, SDPA's among them, in float64)."""
     core = get_core(name)
-    q, k, v = _qkv(n=24, d=8)
-    rope = tuple(t.double() for t in rope_sin_cos((4, 6), rope_angles(8, dtype=torch.float64)))
+    q, k, v = (t.to(device) for t in _qkv(n=24, d=8))
+    rope = tuple(t.double().to(device)
+                 for t in rope_sin_cos((4, 6), rope_angles(8, dtype=torch.float64)))
     for kernel in core.kernels or (None,):
         out = core(q, k, v, scale=0.3, kernel=kernel, rope=rope)
         a = core.attention_matrix(q, k, scale=0.3, kernel=kernel, rope=rope)

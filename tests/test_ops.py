@@ -22,6 +22,8 @@ from mmlinattn.core.ops import (
     softmax_attention_reference,
 )
 
+from helpers import on_devices
+
 SHAPES = [(1, 1, 1, 1), (2, 3, 1, 8), (1, 2, 7, 1), (2, 1, 13, 4), (1, 4, 97, 16), (3, 2, 50, 32)]
 D64 = dict(dtype=torch.float64)
 # The linear-time forms against their quadratic references, chunked against whole, run in float64
@@ -181,19 +183,21 @@ def test_local_residual_equals_neighbourhood_sum():
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize('name', ['inline', 'mala', 'linear'])
-def test_low_precision_matches_float64(dtype, name):
+@pytest.mark.parametrize('device', on_devices())
+def test_low_precision_matches_float64(device, dtype, name):
     """Large inputs (|x| up to 50) under autocast and as half tensors: the d x d state and the
-    normalisers are accumulated in float32, so the result is within 2 % (relative L2) of float64."""
+    normalisers are accumulated in float32, so the result is within 2 % (relative L2) of float64
+    (a bound of the half type's rounding, so CUDA's too)."""
     fn = dict(inline=inline_attention, mala=mala_attention,
               linear=lambda q, k, v: linear_attention(q, k, v, kernel='elu'))[name]
-    q, k, v = (torch.empty(1, 2, 512, 32).uniform_(-50, 50) for _ in range(3))
+    q, k, v = (torch.empty(1, 2, 512, 32).uniform_(-50, 50).to(device) for _ in range(3))
     ref = fn(q.double(), k.double(), v.double())
     try:
-        with torch.autocast('cpu', dtype=dtype):
+        with torch.autocast(device, dtype=dtype):
             pass
     except RuntimeError as e:  # torch 2.1's CPU autocast takes bfloat16 only
-        pytest.skip(f'CPU autocast to {dtype}: {e}')
-    with torch.autocast('cpu', dtype=dtype):
+        pytest.skip(f'{device} autocast to {dtype}: {e}')
+    with torch.autocast(device, dtype=dtype):
         out = fn(q, k, v)
     out_h = fn(q.to(dtype), k.to(dtype), v.to(dtype))
     assert out_h.dtype == dtype
@@ -459,8 +463,8 @@ def test_chunk_length_follows_the_tensors_device(chunk_settings):
     assert attention._step(*(t.requires_grad_() for t in meta)) == n
 
 
-def _chunking_cases():
-    rope = rope_sin_cos((5, 6), rope_angles(8, dtype=torch.float64))
+def _chunking_cases(device='cpu'):
+    rope = rope_sin_cos((5, 6), rope_angles(8, dtype=torch.float64, device=device))
     return {
         'inline': lambda q, k, v: inline_attention(q, k, v),
         'inline-exp': lambda q, k, v: inline_attention(q, k, v, kernel='exp', scale=0.4),
@@ -472,16 +476,18 @@ def _chunking_cases():
 
 
 @pytest.mark.parametrize('case', list(_chunking_cases()))
-def test_chunked_and_whole_sequence_agree(chunk_settings, case):
+@pytest.mark.parametrize('device', on_devices())
+def test_chunked_and_whole_sequence_agree(chunk_settings, device, case):
     """Every core that chunks gives the same output and gradients whether the sequence runs in
-    chunks (7 tokens: the CPU's choice) or in one piece (CUDA's default), float64, to 1e-10."""
+    chunks (7 tokens: the CPU's choice) or in one piece (CUDA's default), float64, to 1e-10, on
+    each device."""
     from mmlinattn.core.ops import set_chunk_tokens
-    fn = _chunking_cases()[case]
-    qkv = [rand((2, 3, 30, 8)) for _ in range(3)]
-    g = rand((2, 3, 30, 8))
+    fn = _chunking_cases(device)[case]
+    qkv = [rand((2, 3, 30, 8)).to(device) for _ in range(3)]
+    g = rand((2, 3, 30, 8)).to(device)
     results = []
     for tokens in (7, None):
-        set_chunk_tokens('cpu', tokens)
+        set_chunk_tokens(device, tokens)
         with torch.inference_mode():
             inference = fn(*qkv)
         xs = [t.clone().requires_grad_(True) for t in qkv]

@@ -30,17 +30,6 @@ STAMP_SCRIPT=${BASH_SOURCE[0]}
 # shellcheck source=tools/install_lib.sh
 source "$ROOT/tools/install_lib.sh"
 
-# The wheels tools/analysis_tools/gpu_check.py takes to a GPU node (and its test runs from):
-# pure-Python ones only (the node's own numpy / pyyaml / opencv / pillow are used), into wheels/gpu_check/,
-# fetched again when requirements/gpu_check.txt changes (fetch writes its sha256 into .complete).
-check_wheels() {
-  local want
-  want="sha256 $(sha256sum "$ROOT/requirements/gpu_check.txt" | cut -d' ' -f1)"
-  [[ "$(head -n1 "$ROOT/wheels/gpu_check/.complete" 2>/dev/null)" == "$want" ]] && return 0
-  log "the GPU check's wheels (requirements/gpu_check.txt) into wheels/gpu_check/"
-  "$VENV/bin/python" "$ROOT/tools/analysis_tools/gpu_check.py" fetch --quiet >&2
-}
-
 # The checkout on this environment's path (a .pth file, as an editable install has its package):
 # the developer tools import their shared code as tools.workshop from any folder
 checkout_on_path() {
@@ -54,8 +43,6 @@ PY
 if stamp_up_to_date; then
   torch_sees_the_gpu
   checkout_on_path
-  check_wheels || log "WARNING: the GPU check's wheels could not be fetched (output above); \
-tests/test_gpu_check.py needs them: rerun make install with network"
   log "up to date: $VENV"
   exit 0
 fi
@@ -83,7 +70,6 @@ log "test tools"
 pipi -q -r "$ROOT/requirements/tests.txt"
 log "deployment extras: onnx, onnxscript, onnxruntime (tools/deployment/export_onnx.py)"
 pipi -q -r "$ROOT/requirements/deploy.txt"
-check_wheels || die "downloading the GPU check's wheels failed (output above)"
 log "mmlinattn[all] (editable; its requirements are installed above)"
 pipi -q --no-deps --no-build-isolation -e "$ROOT[all]"
 checkout_on_path

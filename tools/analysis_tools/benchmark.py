@@ -1,7 +1,7 @@
 """Our backbones against mmdet's Swin-T and PVT-S, batch 1, one run each (docs/benchmarks.md):
 
     python tools/analysis_tools/benchmark.py [backbones] [--sizes 224 512 1024 512x2048]
-        [--compile] [--no-memory] [--out docs/benchmarks]                 # sections 2 and 5
+        [--compile] [--no-memory] [--device cuda] [--out docs/benchmarks]  # sections 2 and 5
     python tools/analysis_tools/benchmark.py inference [--sizes 512 1024] [--neck-sizes 800x1333]
         [--paths eager compile onnx bf16] [--repeats 5] [--out OUT]       # section 6
     python tools/analysis_tools/benchmark.py amp [--batch 2] [--size 224] [--out FILE.json]  # 10
@@ -38,6 +38,7 @@ from tools.workshop.benchmarking import (  # noqa: E402
     save,
     status_kb,
     swap_backbone,
+    synced,
     timeit,
     where,
 )
@@ -73,26 +74,30 @@ def ratios(t):
 
 def backbones(args):
     from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        print(f'--device {args.device}: this torch sees no CUDA device', file=sys.stderr)
+        return 2
     zoo = dict(zip(NAMES, (lambda: InLineSwin(arch='tiny'), lambda: build_reference('Swin-T'),
                            lambda: InLinePVT(arch='small'), lambda: build_reference('PVT-S'),
                            lambda: MAViT(arch='tiny'))))
     torch.manual_seed(0)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
-    models = {n: zoo[n]().to(memory_format=fmt) for n in args.models}
+    models = {n: zoo[n]().to(device=device, memory_format=fmt) for n in args.models}
     for m in models.values():
         m.eval()  # (mmdet's backbones' train() returns None, so no chaining)
-    print(f'{where()}; batch 1, fp32, forward only\n')
+    print(f'{where(device)}; batch 1, fp32, forward only\n')
     header = f'{"size":>10} | ' + ' | '.join(f'{n:>15}' for n in models)
     print(header + ' |  Swin/InL  PVT/InL  PVT/MAViT\n' + '-' * (len(header) + 32))
     rows = []
     for hw in map(_hw, args.sizes):
-        x = torch.randn(1, 3, *hw).to(memory_format=fmt)
+        x = torch.randn(1, 3, *hw).to(device=device, memory_format=fmt)
         t, mem, tc = {}, {}, {}
         for name, m in models.items():
             with torch.inference_mode():
-                t[name] = timeit(lambda: m(x), min_time=0.5, max_reps=10)
+                t[name] = timeit(synced(lambda: m(x), device), min_time=0.5, max_reps=10)
                 if not args.no_memory:
-                    mem[name] = peak_memory(lambda: m(x)) / 2 ** 20
+                    mem[name] = peak_memory(synced(lambda: m(x), device)) / 2 ** 20
             if args.compile:
                 # no_grad, not inference_mode: dynamo's guards on mmdet's PVT (a tensor made from a
                 # numpy array) fail inside inference_mode in torch 2.14
@@ -100,7 +105,8 @@ def backbones(args):
                 mc = torch.compile(m, dynamic=False)
                 try:
                     with torch.no_grad():
-                        tc[name] = timeit(lambda: mc(x), min_time=0.5, max_reps=10)
+                        tc[name] = timeit(synced(lambda: mc(x), device), min_time=0.5,
+                                          max_reps=10)
                 except Exception as e:  # torch.compile raises any type: printed, the rest go on
                     print(f'{name}: torch.compile failed: {type(e).__name__}: {str(e)[:200]}')
                     tc[name] = float('nan')
@@ -115,12 +121,15 @@ def backbones(args):
             print(f'{"eager/comp":>10} | '
                   + ' | '.join(f'{t[n] / tc[n]:14.2f}x' for n in models) + ' |', flush=True)
     stem = osp.join(args.out, 'benchmark_backbones')
-    save(stem, dict(where=where(), threads=torch.get_num_threads(), rows=rows))
+    save(stem, dict(where=where(device), threads=torch.get_num_threads(), rows=rows))
     mpx = [r['size'][0] * r['size'][1] / 1e6 for r in rows]
-    plot(stem + '.png', [(n, 'o-', [(x, r['time_s'][n] * 1e3) for x, r in zip(mpx, rows)],
-                          [(x, r['peak_mb'][n]) for x, r in zip(mpx, rows) if r['peak_mb']])
-                         for n in models], 'megapixels (H x W)', 'backbone latency, batch 1')
-    print(f'\nplot: {stem}.png')
+    try:
+        plot(stem + '.png', [(n, 'o-', [(x, r['time_s'][n] * 1e3) for x, r in zip(mpx, rows)],
+                              [(x, r['peak_mb'][n]) for x, r in zip(mpx, rows) if r['peak_mb']])
+                             for n in models], 'megapixels (H x W)', 'backbone latency, batch 1')
+        print(f'\nplot: {stem}.png')
+    except ImportError:  # a bare GPU node (make gpu-check)
+        print('matplotlib not installed: no plot')
 
 
 # ------------------------------------------------------------------------------------- inference
@@ -356,6 +365,7 @@ def main(argv=None):
     b.add_argument('--channels-last', action='store_true', help='channels_last inputs/weights')
     b.add_argument('--no-memory', action='store_true', help='skip the (slower) memory pass')
     b.add_argument('--compile', action='store_true', help='also time the torch.compile-d models')
+    b.add_argument('--device', default='cpu', help='cpu or cuda (default: cpu)')
     b.add_argument('--out', default='work_dirs/benchmark')
     i = sub.add_parser('inference', help='eager, compile, ONNX Runtime, bf16; ratios to Swin-T')
     i.add_argument('--sizes', nargs='*', default=['512', '1024'], help='backbone alone, H or HxW')
