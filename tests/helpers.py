@@ -230,11 +230,11 @@ def run_checks(cfg, run: str = 'train'):
     if not isinstance(runner, LinAttnRunner):
         raise TypeError(f'{cfg.get("runner_type")} is not a LinAttnRunner')
     try:
-        with runner._checks():  # as train() / test(): a refusal leaves nothing in the work dir
-            runner.check(run)
+        runner.check(run)  # what build_train_loop / build_test_loop run first
     finally:
         runner.release()
     return runner.cfg
+
 
 # ------------------------------------------------------------------ the device of an oracle test
 def on_devices(*cases, cuda_only=()):
@@ -272,3 +272,18 @@ def precision(device, name: str):
     finally:
         for f, on in zip(flags, saved):
             f.allow_tf32 = on
+
+
+def work_dir_files(work) -> dict:
+    """``{name: (size, mtime_ns)}`` of a work dir's entries other than mmengine's timestamped log
+    folders (``YYYYMMDD_HHMMSS``): what a refused run must leave as it found ({} for no folder)."""
+    import re
+    if not osp.isdir(str(work)):
+        return {}
+    out = {}
+    for name in os.listdir(str(work)):
+        if re.fullmatch(r'\d{8}_\d{6}', name) and osp.isdir(osp.join(str(work), name)):
+            continue
+        st = os.stat(osp.join(str(work), name))
+        out[name] = (st.st_size, st.st_mtime_ns)
+    return out

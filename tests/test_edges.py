@@ -271,6 +271,44 @@ def test_writable_work_dir_passes_and_leaves_nothing(tmp_path):
 
 # ---------------------------------------------- 4. the preemption checkpoint in max_keep_ckpts
 # about 13 s (idle 2-core CPU): 5 + 3 toy iterations in two runs
+def test_ctrl_c_during_validation_stops_the_validation_there(toy_data, tmp_path, capfd):
+    """A real SIGINT during the first batch of the validation after iteration 2: the line says the
+    validation stops, and it does after that batch (not the whole validation, then one more
+    training iteration); the checkpoint of iteration 2 is the resume point; exit code 130."""
+    from mmengine.hooks import Hook
+    from mmengine.registry import RUNNERS
+
+    from mmlinattn.training.hooks import Interrupted
+    seen = {'val': 0, 'train': 0}
+
+    class CtrlCInValidation(Hook):
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            seen['train'] += 1
+
+        def before_val_iter(self, runner, batch_idx, data_batch=None):
+            seen['val'] += 1
+            if seen['val'] == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # the handler runs here
+
+    work = tmp_path / 'work'
+    args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--cfg-options',
+                                  *toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=2',
+                                                   'train_cfg.val_interval=2',
+                                                   'train_cfg.max_iters=4')])
+    cfg = train_tool.build_cfg(args)
+    cfg.experiment_name = 'edges_ctrl_c_in_val'
+    runner = RUNNERS.build(cfg)
+    runner.register_hook(CtrlCInValidation(), priority='NORMAL')
+    with pytest.raises(Interrupted, match=r'SIGINT \(Ctrl-C\) received: stopped the validation '
+                                          r'after iteration 2, saved .*iter_2\.pth') as e:
+        runner.train()
+    assert e.value.exit_code == 130
+    assert 'stopping the validation after this batch' in capfd.readouterr().err
+    assert seen == {'val': 1, 'train': 2}  # no more validation batches, no iteration 3
+    assert read_last_checkpoint(work) == str(work / 'iter_2.pth')
+
+
 def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy_data, tmp_path):
     """CheckpointHook every 2 iterations keeping 2; SIGTERM during iteration 5 (sent by a hook of
     this test, so the iteration is certain): mmengine's rotation would keep iter_2 and iter_4, so

@@ -36,7 +36,7 @@ from mmengine.config import ConfigDict
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
-from mmlinattn.training import runner
+from mmlinattn.training import refusal
 from mmlinattn.training.cli import (
     add_common_args,
     config_from_args,
@@ -119,7 +119,7 @@ def main(argv=None):
     from mmengine.dist import get_rank
     from mmengine.registry import RUNNERS
     args = parse_args(argv)
-    runner.PROG = 'tools/test.py'  # the Runner's one-line errors name this tool
+    refusal.PROG = 'tools/test.py'  # the Runner's one-line errors name this tool
     try:
         cfg = build_cfg(args)
     except ConfigError as e:

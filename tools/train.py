@@ -18,7 +18,7 @@ import sys
 
 import mmlinattn  # noqa: F401  (registers our modules)
 import mmlinattn.upstream_fixes  # noqa: F401  (mmengine on torch >= 2.6: see the module)
-from mmlinattn.training import runner
+from mmlinattn.training import refusal
 from mmlinattn.training.cli import (
     add_common_args,
     config_from_args,
@@ -85,7 +85,7 @@ def build_cfg(args):
 def main(argv=None):
     from mmengine.registry import RUNNERS
     args = parse_args(argv)
-    runner.PROG = 'tools/train.py'  # the Runner's one-line errors name this tool
+    refusal.PROG = 'tools/train.py'  # the Runner's one-line errors name this tool
     try:
         cfg = build_cfg(args)
     except ConfigError as e:

@@ -5,11 +5,19 @@ _base_ = 'mmpretrain::_base_/default_runtime.py'
 custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], allow_failed_imports=False)
 # mmlinattn.training.runner.LinAttnRunner (see default_runtime_det.py)
 runner_type = 'LinAttnRunner'
-check_non_finite = True
-preemption_signals = ['SIGTERM', 'SIGUSR1']
 # mmpretrain's CheckpointHook settings, written by SafeCheckpointHook (atomic, rotation after
 # the save)
 default_hooks = dict(checkpoint=dict(type='SafeCheckpointHook'))
-# a tool that builds mmengine's plain Runner whatever runner_type says (mmseg 1.2.2's test.py):
-# the checkpoint's checks before its weights are loaded, one line
-custom_hooks = [dict(type='RunChecksHook')]
+# the hooks every run of ours has, under any tool (a child config that writes its own custom_hooks
+# list gets those it drops put back by LinAttnRunner, with one log line):
+# - NonFiniteLossHook: a NaN/inf loss stops the run, no bad checkpoint (interval=0: off)
+# - PreemptionHook: these signals and Ctrl-C save a checkpoint, then stop; --resume goes on
+#   (signals=[], ctrl_c=False: off)
+# - RunChecksHook: where a tool builds mmengine's own Runner whatever runner_type says (mmseg
+#   1.2.2's test.py), the checkpoint's checks before its weights are loaded, and one line naming
+#   what that Runner leaves off
+custom_hooks = [
+    dict(type='NonFiniteLossHook'),
+    dict(type='PreemptionHook', signals=['SIGTERM', 'SIGUSR1']),
+    dict(type='RunChecksHook'),
+]

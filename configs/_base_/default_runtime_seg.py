@@ -6,11 +6,17 @@ custom_imports = dict(imports=['mmlinattn', 'mmlinattn.upstream_fixes'], allow_f
 # lock, --resume from the newest intact checkpoint, the checkpoint checked against the model
 # (fit, trained-as attention), the hooks below, one-line errors
 runner_type = 'LinAttnRunner'
-# the Runner's hooks: NonFiniteLossHook (a NaN/inf loss stops the run, no bad checkpoint) and
-# PreemptionHook (these signals and Ctrl-C save a checkpoint, then stop: --resume goes on)
-check_non_finite = True
-preemption_signals = ['SIGTERM', 'SIGUSR1']
-# a tool that builds mmengine's plain Runner whatever runner_type says (mmseg 1.2.2's test.py):
-# the checkpoint's checks before its weights are loaded, one line
-custom_hooks = [dict(type='RunChecksHook')]
-# (the schedules' CheckpointHook is written by SafeCheckpointHook: atomic, rotation after the save)
+# the hooks every run of ours has, under any tool (a child config that writes its own custom_hooks
+# list gets those it drops put back by LinAttnRunner, with one log line):
+# - NonFiniteLossHook: a NaN/inf loss stops the run, no bad checkpoint (interval=0: off)
+# - PreemptionHook: these signals and Ctrl-C save a checkpoint, then stop; --resume goes on
+#   (signals=[], ctrl_c=False: off)
+# - RunChecksHook: where a tool builds mmengine's own Runner whatever runner_type says (mmseg
+#   1.2.2's test.py), the checkpoint's checks before its weights are loaded, and one line naming
+#   what that Runner leaves off
+custom_hooks = [
+    dict(type='NonFiniteLossHook'),
+    dict(type='PreemptionHook', signals=['SIGTERM', 'SIGUSR1']),
+    dict(type='RunChecksHook'),
+]
+# (our schedules name SafeCheckpointHook: atomic writes, rotation after the save)

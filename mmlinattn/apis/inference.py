@@ -43,7 +43,7 @@ def config_scope(cfg: Config, name: str = 'the config') -> str:
         raise ScopeError(
             f'{name} has default_scope={scope!r}: only detection (mmdet) and segmentation (mmseg) '
             'configs can be run here, through mmdet\'s DetInferencer or mmseg\'s MMSegInferencer')
-    from mmlinattn.training.toolboxes import check_toolboxes
+    from mmlinattn.training.config import check_toolboxes
     check_toolboxes(cfg, name)  # its toolbox installed, else the extra that installs it
     return scope
 

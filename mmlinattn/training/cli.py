@@ -1,6 +1,6 @@
 """What our command-line tools share before a Runner exists: their OpenMMLab options
 (``--cfg-options``, ``--launcher``, ``--local_rank``), the config read with a line naming a missing
-or foreign ``_base_`` or a toolbox that is not installed (:mod:`.toolboxes`) and each
+or foreign ``_base_`` or a toolbox that is not installed (:func:`.config.check_toolboxes`) and each
 ``--cfg-options`` key checked, the work dir, ``--amp``, and the tools' one-line errors. The run
 itself is :class:`~mmlinattn.training.runner.LinAttnRunner`'s."""
 import os
@@ -11,9 +11,8 @@ from typing import Optional
 import torch
 from mmengine.config import Config
 
-from .config import ConfigError, read_config_file
+from .config import ConfigError, check_toolboxes, read_config_file
 from .preflight.cfg_options import CfgOptionsAction, check_cfg_options
-from .toolboxes import check_toolboxes
 
 
 def add_common_args(parser) -> None:

@@ -23,12 +23,19 @@ environment turns them off there. Each fix is applied only where the breakage it
    default AND mmengine's own ``__getstate__`` puts functions into the state, for mmengine in
    :data:`MMENGINE_RANGE`.
 
+3. ``local_loader`` - **a checkpoint an unpatched mmengine wrote still loads** (``load_from``,
+   ``--resume``, a test's checkpoint): mmengine's loader of local files
+   (``CheckpointLoader``'s scheme ``''``) is registered again as itself, then, where torch refuses
+   the file weights-only, :func:`mmlinattn.core.weights.load_runner_checkpoint` (weights-only
+   with the Runner's allow-list: mmengine's ``HistoryBuffer`` rebuilt without running code).
+   Applied where torch loads weights-only by default.
+
 The behaviours that are ours are registered classes that configs name, not fixes:
 :class:`mmlinattn.training.hooks.SafeCheckpointHook` (atomic checkpoint writes, rotation after the
 save),
 :class:`~mmlinattn.training.hooks.NonFiniteLossHook`,
 :class:`~mmlinattn.training.hooks.PreemptionHook`; naming an unreadable data file is an extra of our
-tools (``tools/workshop/apis/datafaults.py``).
+tools (:mod:`mmlinattn.training.datafaults`).
 """
 import warnings
 
@@ -129,10 +136,31 @@ def _patch_history_buffer():
     torch.serialization.add_safe_globals([HistoryBuffer])
 
 
+def _patch_local_loader():
+    from mmengine.runner.checkpoint import CheckpointLoader, load_from_local
+    if not _torch_loads_weights_only_by_default():
+        raise _NotNeeded(f'torch {torch.__version__} does not load weights-only by default')
+
+    def load_local(filename, map_location=None):
+        import os.path as osp
+        import pickle
+        try:
+            return load_from_local(filename, map_location)
+        except pickle.UnpicklingError:
+            if not osp.isfile(osp.expanduser(filename)):
+                raise
+            from ..core.weights import load_runner_checkpoint
+            return load_runner_checkpoint(osp.expanduser(filename), map_location=map_location)
+
+    # the scheme of every local path (mmengine's own prefix ''), through mmengine's public registry
+    CheckpointLoader.register_scheme(prefixes='', loader=load_local, force=True)
+
+
 #: name -> patch, in the order they are applied (see the module docstring for why each exists)
 PATCHES = {
     'numpy_globals': _patch_numpy_globals,
     'history_buffer': _patch_history_buffer,
+    'local_loader': _patch_local_loader,
 }
 
 

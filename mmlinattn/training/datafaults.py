@@ -10,8 +10,8 @@ under any tool) builds its data loaders through :func:`naming_unreadable_files`:
 wrapped on that dataset object only, and turns such a failure into a :class:`DataFileError` naming
 the file, whether it is the image or the label map, the reason, the sample and the dataset's config
 key. It does so only after re-reading the sample's files and finding one that does not decode; any
-other error of the pipeline passes through unchanged. The tools print it as one line (exit code
-2).
+other error of the pipeline passes through unchanged. The data loader's iteration turns it into the
+run's one line (exit code 2).
 
 Files that are listed but missing are found earlier, by the pre-flight checks (existence only).
 """
@@ -107,14 +107,43 @@ def name_unreadable_files_in(dataset) -> int:
     return 1
 
 
+_ONE_LINE = {}
+
+
+def _one_line_loader(loader):
+    """``loader`` whose iteration turns a :class:`DataFileError` (raised here, or in a worker and
+    re-raised here by torch) into the run's one line (``refuse``: exit 2, no traceback): its class
+    becomes a subclass of its own with that ``__iter__`` (a loop may iterate it many times)."""
+    cls = type(loader)
+    if cls not in _ONE_LINE:
+
+        def __iter__(self):
+            it = cls.__iter__(self)
+            while True:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                except DataFileError as e:
+                    from .refusal import refuse
+                    raise refuse(e) from None
+                yield batch
+
+        _ONE_LINE[cls] = type(cls.__name__, (cls,), {'__iter__': __iter__,
+                                                     '__module__': cls.__module__})
+    loader.__class__ = _ONE_LINE[cls]
+    return loader
+
+
 def naming_unreadable_files(build_dataloader):
     """``Runner.build_dataloader`` whose datasets name an unreadable file
-    (:func:`name_unreadable_files_in`), for one runner object (``runner.build_dataloader =
-    naming_unreadable_files(runner.build_dataloader)``)."""
+    (:func:`name_unreadable_files_in`) and whose iteration stops the run in one line there."""
 
     def build(dataloader, *args, **kwargs):
         loader = build_dataloader(dataloader, *args, **kwargs)
-        name_unreadable_files_in(getattr(loader, 'dataset', None))
+        if name_unreadable_files_in(getattr(loader, 'dataset', None)) and \
+                hasattr(type(loader), '__iter__'):
+            loader = _one_line_loader(loader)
         return loader
 
     return build

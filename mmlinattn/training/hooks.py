@@ -76,6 +76,17 @@ class Interrupted(Preempted):
     exit_code = INTERRUPTED_EXIT_CODE
 
 
+def stop_run(error: TrainingStopped, voted: bool = True):
+    """``error`` as the run's one line: the :class:`~mmlinattn.training.runner.RunRefused` to raise
+    (a ``SystemExit`` with the error's exit code that is also ``error``'s type), so any tool that
+    runs the config ends with that line and code, no traceback. ``voted``: every rank stops at this
+    point (the stop was voted on), so the process group is closed first."""
+    from .refusal import close_distributed, refuse
+    if voted:
+        close_distributed()
+    return refuse(error, error.exit_code)
+
+
 def rank_max(values):
     """Each of the integers ``values`` maxed over all ranks of a distributed run, in one all-reduce
     (on the group's device: mmengine's ``all_reduce`` moves the tensor there and back); the values
@@ -97,7 +108,7 @@ def _any_rank_each(flags):
 _STOP_REASONS = ('non_finite', 'preempted')
 
 
-def stop_vote(runner, reason: str, flag: bool) -> bool:
+def stop_vote(runner, reason: str, flag: bool, step=None) -> bool:
     """Whether any rank has ``reason`` (one of :data:`_STOP_REASONS`) to stop after this iteration.
 
     One all-reduce per iteration serves every stop hook of the run: the first of them to ask (in
@@ -110,12 +121,14 @@ def stop_vote(runner, reason: str, flag: bool) -> bool:
     In one process (no process group) there is nothing to vote on: each hook's own flag is the
     answer, read when that hook runs. With several ranks a preemption signal that arrives after the
     iteration's vote (while the logging or checkpoint hooks of that iteration run) is honoured at
-    the end of the next iteration."""
+    the end of the next iteration. ``step``: what one vote is for (default: the training
+    iteration; a validation iteration passes its own)."""
     from mmengine.dist import get_world_size
     if get_world_size() <= 1:
         return bool(flag)
+    step = runner.iter if step is None else step
     cache = getattr(runner, '_mmlinattn_stop_vote', None)
-    if cache is not None and cache[0] == runner.iter and reason in cache[2]:
+    if cache is not None and cache[0] == step and reason in cache[2]:
         return cache[1][reason]
     # a reason not voted on with its real flag yet this iteration (a config that runs
     # PreemptionHook before NonFiniteLossHook): vote again - every rank runs the same hooks in the
@@ -128,7 +141,7 @@ def stop_vote(runner, reason: str, flag: bool) -> bool:
             flags['preempted'] = hook.received is not None
             voted.add('preempted')
     result = dict(zip(_STOP_REASONS, _any_rank_each([flags[r] for r in _STOP_REASONS])))
-    runner._mmlinattn_stop_vote = (runner.iter, result, voted)
+    runner._mmlinattn_stop_vote = (step, result, voted)
     return result[reason]
 
 
@@ -185,8 +198,8 @@ class NonFiniteLossHook(Hook):
     such an update stops training at most one iteration later, or at the checkpoint, whichever
     comes first, and never leaves a broken checkpoint.
 
-    ``LinAttnRunner`` (our runtimes' Runner) adds it to every run; ``check_non_finite=False`` in the
-    config turns it off.
+    Our runtimes list it in ``custom_hooks`` (``LinAttnRunner`` puts it back where a config's own
+    list dropped it); ``interval=0`` turns the per-iteration check off.
     """
 
     priority = 'ABOVE_NORMAL'
@@ -246,22 +259,23 @@ class NonFiniteLossHook(Hook):
                     'finite (the update overflowed)')
         elif bad:
             what = f'non-finite loss at {where}: {", ".join(bad)}'
-            # the unhealthy path only: were the weights already broken by the previous update?
+            # the unhealthy path only: the weights as this iteration's update left them (read
+            # after the step; whether they were finite before it is not known without reading
+            # them at every healthy iteration)
             weights = self._non_finite_params(runner)
-            if weights and runner.iter > 0:
-                what += (f' (the weights were already non-finite before this iteration: the '
-                         f'update of iteration {runner.iter} overflowed; {weights[1]} of '
-                         f'{weights[2]} parameter tensors, e.g. {", ".join(weights[0])})')
+            if weights:
+                what += (f'; after the update of {where}, {weights[1]} of {weights[2]} '
+                         f'parameter tensors are non-finite, e.g. {", ".join(weights[0])}')
         else:
             what = (f'non-finite loss or weights at {where} on another rank '
                     f'(this is rank {get_rank()})')
         last = last_checkpoint(runner.work_dir)
-        raise NonFiniteLossError(
+        raise stop_run(NonFiniteLossError(
             f'{what}; {_lr_text(runner)}. Training stopped; no '
             f'checkpoint of these weights was written' +
             (f'; the last good checkpoint is {last}' if last else '') +
             '. Lower the learning rate (optim_wrapper.optimizer.lr), add gradient clipping '
-            '(optim_wrapper.clip_grad=dict(max_norm=...)) or check the data.')
+            '(optim_wrapper.clip_grad=dict(max_norm=...)) or check the data.')) from None
 
     @staticmethod
     def _weights_before_a_save(runner):
@@ -307,14 +321,16 @@ class NonFiniteLossHook(Hook):
         if n:
             it = checkpoint.get('meta', {}).get('iter', runner.iter + 1)
             last = last_checkpoint(runner.work_dir)
-            raise NonFiniteLossError(
+            # rank 0 alone saves: no vote here (with several ranks, _weights_before_a_save voted)
+            raise stop_run(NonFiniteLossError(
                 f'non-finite weights after the update of iteration {it}: {n} of {total} '
                 f'state-dict tensors, e.g. {", ".join(names)}{", ..." if n > len(names) else ""}; '
                 f'the loss was finite (the update overflowed); {_lr_text(runner)}. '
                 'Refused to write this checkpoint; training stopped' +
                 (f'; the last good checkpoint is {last}' if last else '') +
                 '. Lower the learning rate (optim_wrapper.optimizer.lr), add gradient clipping '
-                '(optim_wrapper.clip_grad=dict(max_norm=...)) or check the data.')
+                '(optim_wrapper.clip_grad=dict(max_norm=...)) or check the data.'),
+                voted=False) from None
 
 
 @HOOKS.register_module()
@@ -344,8 +360,8 @@ class PreemptionHook(Hook):
     checkpoint. With an epoch-based loop, a resumed run starts the interrupted epoch again from its
     first batch (mmengine's resume), keeping the iteration count.
 
-    ``LinAttnRunner`` adds it to every run; ``preemption_signals=[]`` in the config turns it off
-    (Ctrl-C is then Python's ``KeyboardInterrupt`` again).
+    Our runtimes list it in ``custom_hooks``; ``signals=[], ctrl_c=False`` turns it off (Ctrl-C is
+    then Python's ``KeyboardInterrupt`` again).
 
     Data loader workers started before ``before_train`` (an iteration-based loop starts them when
     it is built) keep Python's own Ctrl-C handling: a Ctrl-C typed in the terminal also reaches them
@@ -366,6 +382,8 @@ class PreemptionHook(Hook):
         self.received = None
         self._previous = {}
         self._stale = None
+        self._validating = False
+        self._trained = False
 
     def _handler(self, signum, frame) -> None:
         if signum == signal.SIGINT:
@@ -373,9 +391,10 @@ class PreemptionHook(Hook):
                 self.after_train(None)
                 raise KeyboardInterrupt
             # os.write: safe inside a signal handler (print could re-enter a half-written stream)
-            os.write(2,
-                     b'\nCtrl-C: finishing this iteration, then saving a checkpoint and stopping '
-                        b'(press Ctrl-C again to stop at once, without saving)\n')
+            now = (b'stopping the validation after this batch' if self._validating else
+                   b'finishing this iteration')
+            os.write(2, b'\nCtrl-C: ' + now + b', then saving a checkpoint and stopping '
+                     b'(press Ctrl-C again to stop at once, without saving)\n')
         if self.received is None:
             self.received = signal.Signals(signum).name
 
@@ -392,6 +411,27 @@ class PreemptionHook(Hook):
         for s, prev in self._previous.items():
             signal.signal(s, prev)
         self._previous = {}
+        if runner is not None and self.received is not None and not self._trained:
+            # the signal came after the last iteration's vote (the last validation's end, the
+            # hooks after it): the training is complete, nothing to stop
+            self._trained = True
+            runner.logger.warning(f'{self.received} received after the last training iteration: '
+                                  'the training was complete, nothing was stopped')
+
+    # a validation during the training: the signal stops it after the batch under way
+    def before_val(self, runner) -> None:
+        self._validating = bool(self._previous)  # only a validation inside our training
+
+    def after_val(self, runner) -> None:
+        self._validating = False
+
+    def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if not self._validating or \
+                not stop_vote(runner, 'preempted', self.received is not None, ('val', batch_idx)):
+            return
+        self._validating = False
+        # the training loop has counted its iterations before validating: runner.iter is done
+        self._stop(runner, runner.iter, 'stopped the validation after iteration', in_val=True)
 
     @staticmethod
     def _checkpoint_hook(runner):
@@ -418,11 +458,22 @@ class PreemptionHook(Hook):
         self._drop_stale(runner)
         if not stop_vote(runner, 'preempted', self.received is not None):
             return
+        # mmengine counts the iteration after the hooks
+        self._stop(runner, runner.iter + 1, 'finished iteration')
+
+    def _stop(self, runner, done: int, what: str, in_val: bool = False) -> None:
+        """Save the weights after ``done`` iterations (unless the checkpoint hook has just saved
+        them), then stop with :class:`Preempted` / :class:`Interrupted`."""
         from mmengine.dist import barrier, is_main_process
-        done = runner.iter + 1  # mmengine counts the iteration after the hooks
+        self._trained = True
         meta = dict(epoch=runner.epoch, iter=done)
         hook = self._checkpoint_hook(runner)
-        if hook is not None and not hook.by_epoch and getattr(hook, 'file_backend', None):
+        saved = getattr(hook, 'last_ckpt', None)
+        if in_val and hook is not None and hook.by_epoch and saved and \
+                getattr(hook, 'file_backend', None) and saved == hook.file_backend.join_path(
+                    hook.out_dir, hook.filename_tmpl.format(runner.epoch)):
+            path = saved  # the epoch's checkpoint, written before this validation
+        elif hook is not None and not hook.by_epoch and getattr(hook, 'file_backend', None):
             # the hook's own save: its out_dir and file name, and its max_keep_ckpts rotation
             path = hook.file_backend.join_path(hook.out_dir, hook.filename_tmpl.format(done))
             if hook.last_ckpt != path:  # not saved by the hook at this very iteration
@@ -450,5 +501,5 @@ class PreemptionHook(Hook):
         why = self.received or 'a signal on another rank'
         error = Interrupted if self.received == 'SIGINT' else Preempted
         shown = 'SIGINT (Ctrl-C)' if self.received == 'SIGINT' else why
-        raise error(f'{shown} received: finished iteration {done}, saved {path}; continue with '
-                    f'--resume (exit code {error.exit_code})')
+        raise stop_run(error(f'{shown} received: {what} {done}, saved {path}; continue with '
+                             f'--resume (exit code {error.exit_code})')) from None

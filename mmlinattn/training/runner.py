@@ -6,35 +6,32 @@ the Runner a config names (mmdet's, mmseg's and mmpretrain's ``tools/train.py`` 
 
 * at construction (:meth:`LinAttnRunner.from_cfg`): bad ``MMLINATTN_*`` values, a work dir that
   cannot be written, the launcher's environment (and, without CUDA, a gloo process group with
-  :class:`~mmlinattn.training.distributed.CPUDistributedDataParallel`), the safety hooks where a
-  config's own ``custom_hooks`` list replaced ours (:func:`add_safety_hooks`);
-* before a run reads its datasets (:meth:`~LinAttnRunner.train`, :meth:`~LinAttnRunner.val`,
-  :meth:`~LinAttnRunner.test`): a training on a machine whose ``nvidia-smi`` lists a GPU that torch
-  cannot see (:mod:`.gpu_guard`; ``allow_cpu=True`` to train there on the CPU), the work dir's run
-  lock (training), the pre-flight over the
-  loaders that run will read (:mod:`mmlinattn.training.preflight`: a training run's schedule
-  included, a test's not), the ``--resume`` choice (the newest intact checkpoint of this work dir),
-  the checkpoint read once and checked against the model (fit, trained-as attention, finite
-  weights for a test) and handed to the load;
-* during the run: a data file that does not decode is named (:mod:`.datafaults`), segmentation
-  of large images without full-size logits (:mod:`mmlinattn.apis.large_image`), checkpoints that
-  mmengine wrote without ``mmlinattn.upstream_fixes`` load on any torch.
+  :class:`~mmlinattn.training.distributed.CPUDistributedDataParallel`), a safety hook that a
+  config's own ``custom_hooks`` list dropped put back (:func:`add_safety_hooks`, one log line);
+* before a run reads its datasets (mmengine's ``build_train_loop`` / ``build_val_loop`` /
+  ``build_test_loop``, which ``train()`` / ``val()`` / ``test()`` call first): a training on a
+  machine whose ``nvidia-smi`` lists a GPU that torch cannot see (:mod:`.gpu_guard`;
+  ``allow_cpu=True`` to train there on the CPU), the work dir's run lock (training), the pre-flight
+  over the loaders that run will read (:mod:`mmlinattn.training.preflight`: a training run's
+  schedule included, a test's not), the ``--resume`` choice (the newest intact checkpoint of this
+  work dir), the checkpoint checked against the model (fit, trained-as attention, finite weights
+  for a test);
+* during the run, the hooks the runtimes list (:mod:`.hooks`: a non-finite loss stops, SIGTERM /
+  Ctrl-C save and stop; :class:`RunChecksHook` where a tool built mmengine's own Runner), and a data
+  file that does not decode is named (:mod:`.datafaults`). What holds under any Runner and any hook
+  list is in the model: the backbone refuses weights recorded as another attention function.
 
 A refusal prints one line, ``PROG: error: MESSAGE``, on stderr and raises :class:`RunRefused`, a
 ``SystemExit`` with code 2 (a training stopped by our hooks: the hook's code, 75 after SIGTERM,
-130 after Ctrl-C); nothing of a refused run is left in the work dir. A Runner built from keyword
-arguments instead of a config gets the hooks and the loading only.
+130 after Ctrl-C). A refused run leaves mmengine's log folder, its log saying why, and no
+checkpoint, no ``last_checkpoint``, no config dump, nothing of the work dir's earlier contents
+changed. A Runner built from keyword arguments instead of a config gets the hooks only.
 """
 import copy
-import os
 import os.path as osp
-import pickle
-import sys
-from contextlib import contextmanager
-from typing import Optional
+from typing import List, Optional
 
 import torch
-from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import Runner
@@ -42,93 +39,35 @@ from mmengine.runner import Runner
 from mmlinattn.core.weights import CheckpointError, extract_state_dict, read_checkpoint
 from mmlinattn.core.weights.reading import CheckpointContents
 
-from .config import ConfigError
+from .config import ConfigError, check_toolboxes
 from .datafaults import DataFileError, naming_unreadable_files
-from .fileio import CheckpointWriteError
-from .hooks import TrainingStopped
+from .refusal import RunRefused, _prog, close_distributed, refuse
 
 __all__ = ['LinAttnRunner', 'RunChecksHook', 'RunRefused', 'add_safety_hooks',
-           'check_finite_checkpoint', 'close_distributed', 'evaluation_checks', 'on_device']
+           'check_finite_checkpoint', 'close_distributed', 'evaluation_checks', 'refuse']
 
 
-class RunRefused(SystemExit):
-    """A run that stopped with one line on stderr (``message``, also its ``str``); ``code``: the
-    exit status. Raised as a subclass of the error it reports as well (:func:`refuse`), so that
-    ``except ConfigError`` / ``except Preempted`` in a script or notebook catch it as before, while
-    a command-line tool ends with the code and no traceback (an ``OSError``, such as a checkpoint
-    that could not be written, is a plain ``RunRefused``)."""
-
-    def __init__(self, message: str, code: int = 2):
-        super().__init__(code)
-        self.message = message
-
-    def __str__(self):
-        return self.message
+#: the hooks our runtimes list in ``custom_hooks``, with the arguments they list them with
+SAFETY_HOOKS = (dict(type='NonFiniteLossHook'),
+                dict(type='PreemptionHook', signals=['SIGTERM', 'SIGUSR1']),
+                dict(type='RunChecksHook'))
 
 
-_REFUSALS = {}
-
-
-def _refusal_class(error_type: type) -> type:
-    """``RunRefused`` that is also an ``error_type`` (one class per type); plain ``RunRefused``
-    for a type whose instances cannot also be a ``SystemExit`` (``OSError``'s layout)."""
-    if error_type not in _REFUSALS:
-        try:
-            _REFUSALS[error_type] = type(error_type.__name__, (RunRefused, error_type),
-                                         {'__module__': error_type.__module__})
-        except TypeError:
-            _REFUSALS[error_type] = RunRefused
-    return _REFUSALS[error_type]
-
-
-#: the command's name in its messages, where a tool of ours sets it (``tools/train.py``)
-PROG: Optional[str] = None
-
-
-def _prog() -> str:
-    """The command's name for its messages: :data:`PROG`, else the script as it was started
-    (``tools/train.py`` from mmdet's root), its file name where it was started by an absolute
-    path (``mim train``), else ``mmlinattn``."""
-    if PROG:
-        return PROG
-    arg = sys.argv[0] if sys.argv and sys.argv[0] not in ('', '-c', '-m') else ''
-    if not arg or not arg.endswith('.py'):
-        return 'mmlinattn'
-    return arg if not osp.isabs(arg) else osp.basename(arg)
-
-
-def refuse(error: Exception, code: int = 2) -> RunRefused:
-    """Print ``error`` as the run's one line; return the :class:`RunRefused` to raise (also an
-    instance of ``type(error)``)."""
-    message = str(error)
-    print(f'{_prog()}: error: {message}', file=sys.stderr, flush=True)
-    cls = _refusal_class(type(error)) if isinstance(error, Exception) else RunRefused
-    refused = cls.__new__(cls)
-    RunRefused.__init__(refused, message, code)
-    return refused
-
-
-def add_safety_hooks(cfg) -> None:
-    """The hooks every run of a config of ours has, also where a config's own ``custom_hooks``
-    list replaced the runtime's: :class:`~mmlinattn.training.hooks.NonFiniteLossHook` (off with
-    ``check_non_finite=False``), :class:`~mmlinattn.training.hooks.PreemptionHook` (signals from
-    ``preemption_signals``, default ``['SIGTERM', 'SIGUSR1']``; ``[]`` turns it off), and a plain
-    ``CheckpointHook`` made :class:`~mmlinattn.training.safe_checkpoint.SafeCheckpointHook` with the
-    same arguments. A hook of the same type the config sets is left as it sets it."""
-    ckpt = (cfg.get('default_hooks') or {}).get('checkpoint')
-    if isinstance(ckpt, dict) and ckpt.get('type') in ('CheckpointHook', 'mmengine.CheckpointHook'):
-        ckpt['type'] = 'SafeCheckpointHook'
+def add_safety_hooks(cfg) -> List[str]:
+    """Put back into ``cfg.custom_hooks`` each of :data:`SAFETY_HOOKS` that a config's own list
+    dropped (a child config that writes ``custom_hooks = [...]`` replaces the runtime's list); a
+    hook the list names is left as it is set (``NonFiniteLossHook(interval=0)``,
+    ``PreemptionHook(signals=[], ctrl_c=False)``: off). With ``compile``, also
+    :class:`~mmlinattn.training.hooks.PlainParamGroupsHook`. Returns the types added."""
     hooks = list(cfg.get('custom_hooks') or [])
-    have = {h.get('type') for h in hooks if isinstance(h, dict)}
-    if cfg.get('check_non_finite', True) and 'NonFiniteLossHook' not in have:
-        hooks.append(dict(type='NonFiniteLossHook'))
-    signals = cfg.get('preemption_signals', ('SIGTERM', 'SIGUSR1'))
-    if signals and 'PreemptionHook' not in have:
-        hooks.append(dict(type='PreemptionHook', signals=list(signals)))
-    if cfg.get('compile') and 'PlainParamGroupsHook' not in have:
+    have = {str(h.get('type')).split('.')[-1] for h in hooks if isinstance(h, dict)}
+    wanted = list(SAFETY_HOOKS)
+    if cfg.get('compile'):
         # mmengine compiles train_step with the optimizer step: dynamo needs plain-dict groups
-        hooks.append(dict(type='PlainParamGroupsHook'))
-    cfg.custom_hooks = hooks
+        wanted.append(dict(type='PlainParamGroupsHook'))
+    added = [copy.deepcopy(h) for h in wanted if h['type'] not in have]
+    cfg.custom_hooks = hooks + added
+    return [h['type'] for h in added]
 
 
 def _cpu_distributed(cfg) -> None:
@@ -142,22 +81,6 @@ def _cpu_distributed(cfg) -> None:
     dist_cfg['backend'] = 'gloo'
     distributed.init_cpu_process_group(launcher, float(dist_cfg.get('timeout', 1800)))
     distributed.use_cpu_ddp(cfg)
-
-
-class FormattedOnce(Config):
-    """A Runner's config that formats its text (``pretty_text``: yapf, about 1 s on 2 cores) once
-    for each content: mmengine formats ``runner.cfg`` at each of the environment log, the
-    visualizer's config, the config dump, the runtime info and every checkpoint's meta, five
-    times or more per run. The text is that of mmengine's own Config for the same content."""
-
-    @property
-    def pretty_text(self) -> str:
-        key = (repr(self._cfg_dict.to_dict()), self.__dict__.get('_format_python_code'))
-        cached = self.__dict__.get('_formatted')
-        if cached is None or cached[0] != key:
-            cached = (key, Config.pretty_text.fget(self))
-            object.__setattr__(self, '_formatted', cached)
-        return cached[1]
 
 
 def _free_instance_name(manager, name: str) -> str:
@@ -180,9 +103,41 @@ def _fresh_visualizer_name(cfg) -> None:
         vis['name'] = _free_instance_name(Visualizer, vis.get('name', 'visualizer'))
 
 
+def _built(loop) -> bool:
+    from mmengine.runner import BaseLoop
+    return isinstance(loop, BaseLoop)
+
+
 @RUNNERS.register_module()
 class LinAttnRunner(Runner):
-    """mmengine's ``Runner`` with our checks, stops, saves and locks (the module's docstring)."""
+    """mmengine's ``Runner`` with the checks a run of ours makes before it reads any data, at
+    mmengine's own seams: the training's checks and the work dir's lock in
+    :meth:`build_train_loop`, an evaluation's in :meth:`build_val_loop` / :meth:`build_test_loop`
+    (mmengine's ``train()`` / ``val()`` / ``test()`` build their loop, and the loop its dataloader,
+    before anything else). The stops and saves are hooks the runtimes list (:func:`add_safety_hooks`
+    puts back one a child config's ``custom_hooks`` dropped); mmengine loads the checkpoints.
+
+    Members of mmengine's ``Runner`` overridden, each because no seam exists for it:
+
+    * :meth:`from_cfg` - the config is checked and its hook list completed before mmengine's
+      constructor reads it (a refusal there builds nothing);
+    * :meth:`build_logger` - mmengine hands back an existing logger of the same name (a second run
+      of one config started in the same second of one process logged into the first run's files);
+    * :meth:`dump_config` - mmengine dumps at construction; a refused run must not replace the work
+      dir's earlier dump, so it is written once the checks passed;
+    * :meth:`build_dataloader` - the loops build their dataloaders through it: the datasets name a
+      file they cannot decode (:mod:`.datafaults`);
+    * :meth:`load_or_resume` - ``--resume`` continues from the checkpoint the checks chose (the
+      newest intact one), and a checkpoint the model refuses is one line;
+    * :meth:`build_train_loop`, :meth:`build_val_loop`, :meth:`build_test_loop` - the seams above.
+    """
+
+    _dump_pending = False  # the config to dump once a run passed its checks
+    _lock = None  # the work dir's run lock, held by a training
+    _meta_backbone = None  # the config's backbone on meta, from from_cfg's checks
+    _chosen = None  # (path, resume) the training's checks chose to load, or None
+    _loaded = False  # a checkpoint was loaded into this runner's model
+    _training = _evaluating = False  # which run built its loop first
 
     @classmethod
     def check_config(cls, cfg):
@@ -200,6 +155,7 @@ class LinAttnRunner(Runner):
             settings.check_all()
         except settings.SettingError as e:
             raise ConfigError(str(e)) from None
+        check_toolboxes(cfg, getattr(cfg, 'filename', None) or 'the config')  # before MODELS
         check_work_dir(cfg['work_dir'])
         if cfg.get('launcher', 'none') != 'none':
             distributed.check_launcher_env(cfg.launcher)
@@ -213,53 +169,28 @@ class LinAttnRunner(Runner):
     @classmethod
     def from_cfg(cls, cfg) -> 'LinAttnRunner':
         cfg = copy.deepcopy(cfg)
-        if type(cfg) is Config:
-            object.__setattr__(cfg, '__class__', FormattedOnce)  # Config routes setattr to its dict
         try:
             backbone = cls.check_config(cfg)
             _cpu_distributed(cfg)
         except ValueError as e:  # ConfigError included
             raise refuse(e) from None
-        add_safety_hooks(cfg)
+        added = add_safety_hooks(cfg)
         _fresh_visualizer_name(cfg)
-        existed = osp.isdir(cfg['work_dir'])
         runner = super().from_cfg(cfg)
-        runner._made_work_dir, runner._meta_backbone = not existed, backbone
+        runner._meta_backbone = backbone
+        if added:
+            runner.logger.info(f'custom_hooks lacks {", ".join(added)} (a config\'s own list '
+                               'replaced the runtime\'s): added with its defaults')
         return runner
 
-    def __init__(self, *args, **kwargs):
-        self._dump_pending = False  # the config to dump once a run passed its checks
-        self._made_work_dir = False
-        self._contents: Optional[CheckpointContents] = None
-        self._lock = None
-        self._meta_backbone = None  # the config's backbone on meta, from from_cfg's checks
-        super().__init__(*args, **kwargs)
-        from mmengine.model import is_model_wrapper
-        model = self.model.module if is_model_wrapper(self.model) else self.model
-        if self.cfg.get('default_scope') == 'mmseg' and hasattr(model, 'decode_head'):
-            from mmlinattn.apis.large_image import lean_postprocess
-            lean_postprocess(model)  # a segmentor (a TTA wrapper needs the logits)
-
-    # ---- what mmengine calls, changed --------------------------------------------------------
-
-    def setup_env(self, env_cfg) -> None:
-        super().setup_env(env_cfg)
-        # a run started in the same second into the same work dir shares the log folder: a
-        # refusal of this run must not remove it
-        self._log_dir_existed = osp.isdir(osp.join(self.work_dir, self.timestamp))
-
     def build_logger(self, log_level='INFO', log_file=None, **kwargs):
-        """mmengine's, under a name no logger of this process has: mmengine names it after the
-        config and the second the run started, and hands back an existing logger of that name, so
-        a second run of the same config started in the same second (a notebook, a script that
-        trains then tests) logged into the first run's log file and streams."""
+        """mmengine's, under a name no logger of this process has (see the class docstring)."""
         from mmengine.logging import MMLogger
-        name = _free_instance_name(MMLogger, kwargs.pop('name', None) or self._experiment_name)
+        name = _free_instance_name(MMLogger, kwargs.pop('name', None) or self.experiment_name)
         return super().build_logger(log_level=log_level, log_file=log_file, name=name, **kwargs)
 
     def dump_config(self) -> None:
-        """Deferred until a run has passed its checks (a refused run leaves no config dump); what
-        is dumped is the config as given, before the checks chose ``load_from``."""
+        """Deferred until a run has passed its checks (a refused run leaves no config dump)."""
         self._dump_pending = copy.deepcopy(self.cfg)
 
     @staticmethod
@@ -268,96 +199,71 @@ class LinAttnRunner(Runner):
         return naming_unreadable_files(Runner.build_dataloader)(
             dataloader, seed=seed, diff_rank_seed=diff_rank_seed)
 
-    def load_checkpoint(self, filename, map_location='cpu', strict=False,
-                        revise_keys=[(r'^module.', '')]):  # noqa: B006 - mmengine's signature
-        """mmengine's load (``load_from``, ``--resume``, a test's checkpoint), which takes the file
-        as the checks before the run read it (not read twice: the tensors moved to
-        ``map_location`` where that is a device), and also reads a checkpoint mmengine wrote
-        without ``mmlinattn.upstream_fixes`` (torch >= 2.6 refuses its ``HistoryBuffer``s
-        weights-only)."""
-        from mmengine.model import is_model_wrapper
-        from mmengine.runner.checkpoint import _load_checkpoint_to_model
-        handed, self._contents = self._contents, None
-        checkpoint = None
-        if handed is not None and handed.obj is not None and handed.matches(filename):
-            obj, handed.obj = handed.obj, None
-            checkpoint = on_device(obj, map_location)
-            self.logger.info(f'{filename}: ' + (
-                'the contents read before the run, not read again' if checkpoint is not None else
-                f'read again for map_location={map_location!r}'))
-        if checkpoint is None:
-            try:
-                return super().load_checkpoint(filename, map_location=map_location, strict=strict,
-                                               revise_keys=revise_keys)
-            except pickle.UnpicklingError as err:
-                if not osp.isfile(filename):  # open-mmlab://, s3://...: mmengine's own error
-                    raise
-                from mmlinattn.core.weights import load_runner_checkpoint
-                checkpoint = load_runner_checkpoint(filename, map_location=map_location)
-                self.logger.info(f'{filename}: torch refused to load it weights-only '
-                                 f'({str(err).strip().splitlines()[-1][:120]}); read with '
-                                 "mmlinattn's Runner-checkpoint reader")
-        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
-        model = self.model.module if is_model_wrapper(self.model) else self.model
-        checkpoint = _load_checkpoint_to_model(model, checkpoint, strict, revise_keys=revise_keys)
-        self._has_loaded = True
-        self.logger.info(f'Load checkpoint from {filename}')
-        return checkpoint
+    # ---- the seams before a run reads data ---------------------------------------------------
 
-    # ---- the runs ------------------------------------------------------------------------------
-
-    def train(self):
-        with self._checks():
+    def build_train_loop(self, loop):
+        # an evaluation that builds the training loop (mmseg's SegVisualizationHook reads
+        # runner.iter) is no training: its own checks ran
+        if not _built(loop) and not self._evaluating:
+            self._training = True
             self.check('train')
-        try:
-            return self._running(super().train)
-        finally:
-            self.release()
+        return super().build_train_loop(loop)
 
-    def val(self):
-        with self._checks():
+    def build_val_loop(self, loop):
+        if loop is not None and not _built(loop) and not self._training:
+            self._evaluating = True  # a validation of its own, not the training's
             self.check('val')
-        return self._running(super().val)
+        return super().build_val_loop(loop)
 
-    def test(self):
-        with self._checks():
+    def build_test_loop(self, loop):
+        if loop is not None and not _built(loop):
+            self._evaluating = True
             self.check('test')
-        return self._running(super().test)
+        return super().build_test_loop(loop)
+
+    def load_or_resume(self) -> None:
+        """The checkpoint the checks chose (``--resume``: the newest intact one of the work dir),
+        loaded by mmengine's ``resume`` / ``load_checkpoint``; a checkpoint the model refuses (the
+        attention function it was trained as) is one line."""
+        if self._loaded or self.cfg.get('model') is None:
+            return super().load_or_resume()
+        path, resume = self._chosen if self._chosen is not None else \
+            (self.cfg.get('load_from'), False)
+        self._chosen = None
+        if not path:
+            return None
+        try:
+            if resume:
+                self.resume(path)
+            else:
+                self.load_checkpoint(path)
+        except CheckpointError as e:
+            raise refuse(e) from None
+        self._loaded = True
+        return None
 
     def check(self, run: str) -> None:
-        """The checks before ``run`` ('train', 'val' or 'test') reads any data, raising what they
-        find (:class:`ConfigError`, :class:`CheckpointError`); :meth:`train` and the others turn
-        that into one line. A training's checks take the work dir's lock (:meth:`release`)."""
-        if self.cfg.get('model') is None:  # a Runner built from objects: nothing to check
-            return
-        if run == 'train':
-            self._before_train()
-        else:
-            evaluation_checks(self, f'{run}_dataloader')
-
-    def release(self) -> None:
-        """Give the work dir's run lock back (a training's; at its end, or after its checks)."""
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-
-    @contextmanager
-    def _checks(self):
-        """The checks before a run: a refusal is one line and leaves nothing in the work dir. In a
-        distributed run every rank checks, and a refusal on one rank (the work dir's lock, which
-        rank 0 alone takes) stops them all (the others exit with the same code, no second line)."""
+        """The checks before ``run`` ('train', 'val' or 'test') reads any data; a refusal is one
+        line (:func:`refuse`). In a distributed run every rank checks, and a refusal on one rank
+        (the work dir's lock, which rank 0 alone takes) stops them all (the others exit with the
+        same code, no second line). A training's checks take the work dir's lock
+        (:meth:`release`). Once they pass, the config is dumped."""
         refused = None
         try:
-            yield
+            if self.cfg.get('model') is not None:  # a Runner built from objects: nothing
+                if run == 'train':
+                    self._check_training()
+                else:
+                    evaluation_checks(self, f'{run}_dataloader')
         except (RunRefused, ConfigError, CheckpointError, DataFileError) as e:
             refused = e
-        except BaseException:  # anything else (Ctrl-C, a bug): no lock or log folder left either
-            self._clean_up()
+        except BaseException:  # anything else (Ctrl-C, a bug): the lock goes back too
+            self.release()
             raise
         code = _any_rank_code(None if refused is None else
                               refused.code if isinstance(refused, RunRefused) else 2)
         if code is not None:
-            self._clean_up()
+            self.release()
             if isinstance(refused, RunRefused):
                 raise refused
             if refused is not None:
@@ -368,31 +274,13 @@ class LinAttnRunner(Runner):
             name = osp.basename(given.filename) if given.filename else f'{self.timestamp}.py'
             given.dump(osp.join(self.work_dir, name))
 
-    def _running(self, run):
-        """``run()``, its data-file and checkpoint errors and our hooks' stops as one line."""
-        try:
-            return run()
-        except (DataFileError, CheckpointError) as e:
-            # this rank's alone (the others wait in a collective): no barrier; the launcher
-            # (torchrun, srun) ends the others when this process exits
-            raise refuse(e) from None
-        except (TrainingStopped, CheckpointWriteError) as e:
-            if isinstance(e, TrainingStopped):  # raised on every rank at the same iteration
-                close_distributed()
-            raise refuse(e, e.exit_code) from None
+    def release(self) -> None:
+        """Give the work dir's run lock back (a training's; at its end, or after its checks)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
-    def _clean_up(self) -> None:
-        """Remove what this runner's construction wrote: its timestamped log folder, and the work
-        dir if the construction made it and nothing else is in it."""
-        self.release()
-        _remove_log_dir(self)
-        if self._made_work_dir:
-            try:
-                os.rmdir(self.work_dir)
-            except OSError:
-                pass
-
-    def _before_train(self) -> None:
+    def _check_training(self) -> None:
         from .gpu_guard import check_gpu_visible_to_torch
         from .preflight import preflight
         from .preflight.checkpoints import prepare_checkpoints
@@ -411,26 +299,22 @@ class LinAttnRunner(Runner):
             ('val_dataloader',) if cfg.get('val_dataloader') and cfg.get('val_cfg') else ()),
             backbone=self._meta_backbone)
         contents = None
-        cfg.load_from = self._load_from
-        if self._resume and self._load_from is None:
+        resume = bool(cfg.get('resume'))
+        if resume and not cfg.get('load_from'):
             from .resume import latest_intact_contents
             contents = latest_intact_contents(self.work_dir, self.logger)
-            if contents is None:
-                self._resume = False  # nothing to resume from: a fresh start
+            resume = contents is not None  # nothing to resume from: a fresh start
             cfg.load_from = contents.path if contents is not None else None
-        if self._resume and cfg.load_from:
+        if resume and cfg.load_from:
             if contents is None:
-                from mmlinattn.core.weights import local_checkpoint
                 from mmlinattn.core.weights.reading import read_contents
-                cfg.load_from = local_checkpoint(cfg.load_from, logger=self.logger)  # a URL
                 contents = read_contents(cfg.load_from)
             self._something_left(contents)
-        contents = prepare_checkpoints(cfg, resume=self._resume, contents=contents,
+        contents = prepare_checkpoints(cfg, resume=resume, contents=contents,
                                        backbone=checked.backbone, logger=self.logger)
-        self._load_from = cfg.load_from
-        check_fit(self, contents, 'resume checkpoint' if self._resume else 'load_from',
-                  partial=bool(cfg.get('partial_load')) and not self._resume)
-        self._log_auto_scale_lr()
+        self._chosen = (cfg.load_from, resume)
+        check_fit(self, contents, 'resume checkpoint' if resume else 'load_from',
+                  partial=bool(cfg.get('partial_load')) and not resume)
 
     def _something_left(self, contents: CheckpointContents) -> None:
         """A resumed checkpoint at the end of ``train_cfg``'s schedule: one line, exit 0 (mmengine
@@ -447,24 +331,6 @@ class LinAttnRunner(Runner):
                            f'train_cfg.{key}=N to train on)')
                 print(f'{_prog()}: {message}', flush=True)
                 raise RunRefused(message, 0)
-
-    def _log_auto_scale_lr(self) -> None:
-        """The base batch, the actual batch and the lr(s) the run will train with."""
-        cfg = self.cfg
-        asl = cfg.get('auto_scale_lr') or {}
-        if not asl.get('enable') or 'base_batch_size' not in asl or \
-                not cfg.get('train_dataloader'):
-            return
-        batch = cfg.train_dataloader.get('batch_size', 1)
-        real, base = self.world_size * batch, asl['base_batch_size']
-        ow = cfg.get('optim_wrapper') or {}
-        opts = {'': ow['optimizer']} if 'optimizer' in ow else \
-            {f'{k}.': v['optimizer'] for k, v in ow.items()
-             if isinstance(v, dict) and 'optimizer' in v}
-        lrs = ', '.join(f'{k}lr {o["lr"]:g} -> {o["lr"] * real / base:g}'
-                        for k, o in opts.items() if 'lr' in o)
-        self.logger.info(f'auto_scale_lr: base batch {base}, actual batch {real} '
-                         f'({self.world_size} process(es) x {batch}): {lrs}')
 
 
 def evaluation_checks(runner, loader: str) -> None:
@@ -483,12 +349,14 @@ def evaluation_checks(runner, loader: str) -> None:
     if cfg.get('default_scope') == 'mmseg' and vis.get('draw') and \
             cfg.get('train_dataloader'):
         loaders += ('train_dataloader',)
-    if runner._has_loaded:  # train() then test() on one runner: the trained weights are tested
-        runner._load_from = None
-    if runner._load_from:  # a missing checkpoint first: the one thing a test must be given
-        runner._load_from = local_checkpoint(runner._load_from, logger=runner.logger)
-        if '://' not in runner._load_from and not osp.isfile(runner._load_from):
-            raise ConfigError(f'checkpoint file not found: {runner._load_from}')
+    # train() then test() on one runner: the trained weights are tested
+    path = None if getattr(runner, '_loaded', False) else cfg.get('load_from')
+    if path:  # a missing checkpoint first: the one thing a test must be given
+        path = local_checkpoint(path, logger=runner.logger)  # a URL: the cached file, which
+        if isinstance(runner, LinAttnRunner):  # our load_or_resume loads then (not again)
+            cfg.load_from = path
+        if '://' not in path and not osp.isfile(path):
+            raise ConfigError(f'checkpoint file not found: {path}')
     try:
         preflight(cfg, loaders, backbone=getattr(runner, '_meta_backbone', None), training=False)
     except ConfigError as e:
@@ -497,126 +365,85 @@ def evaluation_checks(runner, loader: str) -> None:
                               'training loop, which builds train_dataloader; point it at '
                               'existing folders with --cfg-options)') from None
         raise
-    if not runner._load_from or '://' in runner._load_from:  # s3://, open-mmlab://: mmengine's
+    if not path or '://' in path:  # s3://, open-mmlab://: mmengine's
         return
-    contents = read_contents(runner._load_from)
-    check_finite_checkpoint(runner._load_from, contents.obj)  # a diverged run's weights
-    check_fit(runner, contents, 'checkpoint')
+    contents = read_contents(path)
+    check_finite_checkpoint(path, contents.obj)  # a diverged run's weights
+    check_fit(runner, contents, 'checkpoint', path=path)
 
 
-def check_fit(runner, contents: Optional[CheckpointContents], what: str,
-              partial: bool = False) -> None:
-    """The whole-model checkpoint the run loads checked against the model (keys, shapes, the
-    attention it was trained as); its contents handed to :meth:`load_checkpoint`."""
+def check_fit(runner, contents: Optional[CheckpointContents], what: str, partial: bool = False,
+              path: Optional[str] = None) -> None:
+    """The whole-model checkpoint the run loads (``path``, default the config's ``load_from``)
+    checked against the model (keys, shapes, the attention it was trained as)."""
+    from mmengine.model import is_model_wrapper
+
     from mmlinattn.core.weights import check_model_checkpoint
 
     from .preflight.backbone import model_cfg
-    if not runner._load_from or contents is None:
+    model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+    if runner.cfg.get('allow_attention_change'):  # the backbone's own check at the load, too
+        for m in model.modules():
+            if hasattr(m, 'allow_attention_change'):
+                m.allow_attention_change = True
+    path = path or runner.cfg.get('load_from')
+    if not path or contents is None:
         return
-    check_model_checkpoint(runner.model, runner._load_from, logger=runner.logger, obj=contents.obj,
+    check_model_checkpoint(model, path, logger=runner.logger, obj=contents.obj,
                            backbone_cfg=(model_cfg(runner.cfg) or {}).get('backbone'),
                            allow_attention_change=bool(runner.cfg.get('allow_attention_change')),
                            what=what, partial=partial)
-    if contents.runner_readable and isinstance(runner, LinAttnRunner) and \
-            type(runner).load_checkpoint is LinAttnRunner.load_checkpoint:
-        runner._contents = contents
-    else:
-        contents.obj = None
+    for m in model.modules():  # compared above, with the config's keys: the load's own
+        if hasattr(m, 'allow_attention_change'):  # check of this file would say it again
+            m.trained_as_checked = True
 
 
 @HOOKS.register_module()
 class RunChecksHook(Hook):
-    """:class:`LinAttnRunner`'s checks before a test or a validation, where a tool built
+    """What a checkpoint records of the model it was saved from (:meth:`before_save_checkpoint`),
+    and :class:`LinAttnRunner`'s checks before a test or a validation, where a tool built
     mmengine's plain ``Runner`` although the config names ours (mmseg 1.2.2's ``tools/test.py``
     builds ``Runner.from_cfg`` whatever ``runner_type`` says). At ``before_run``, so after the
     datasets were built (a missing data folder is the dataset's own error there) and before the
     weights are loaded: the checkpoint's checks and the rest of the pre-flight
-    (:func:`evaluation_checks`), a refusal as one line and no log folder left. Our runtimes list
-    it; under :class:`LinAttnRunner`, which checked before any data was read, it does nothing."""
+    (:func:`evaluation_checks`), a refusal as one line; and one log line naming what a plain
+    Runner leaves off. Our runtimes list it; under :class:`LinAttnRunner`, which checked before
+    any data was read, it does nothing."""
 
     priority = 'VERY_HIGH'
 
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        """Under any Runner: the checkpoint's state dict records what each attention module of
+        our backbones computes, which the backbone checks when the file is loaded into it (any
+        Runner, any hook list: the trained-as check that no config can drop)."""
+        from mmengine.model import is_model_wrapper
+
+        from mmlinattn.core.models.backbones.base import record_trained_as
+        state = checkpoint.get('state_dict')
+        if isinstance(state, dict):
+            model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+            record_trained_as(model, state)
+
     def before_run(self, runner) -> None:
-        from mmengine.runner import BaseLoop
         if isinstance(runner, LinAttnRunner) or runner.cfg.get('model') is None:
             return
+        # which run this is: the loop mmengine built before before_run (no public accessor)
         built = [run for run in ('train', 'val', 'test')
-                 if isinstance(getattr(runner, f'_{run}_loop', None), BaseLoop)]
-        if not built or built[0] == 'train':  # a training: our Runner's (runner_type)
+                 if _built(getattr(runner, f'_{run}_loop', None))]
+        training = not built or built[0] == 'train'
+        off = ('the pre-flight before any data is read, the work dir\'s lock and --resume\'s '
+               'choice of the newest intact checkpoint' if training else
+               'the pre-flight before any data is read (the checkpoint\'s checks run here, '
+               'after the datasets were built)')
+        runner.logger.warning(f'{type(runner).__name__} is not LinAttnRunner (runner_type='
+                              f'{runner.cfg.get("runner_type")!r}, or a tool that builds '
+                              f"mmengine's own Runner): off in this run: {off}")
+        if training:
             return
         try:
             evaluation_checks(runner, f'{built[0]}_dataloader')
         except (ConfigError, CheckpointError) as e:
-            _remove_log_dir(runner)
             raise refuse(e) from None
-
-
-def on_device(obj, map_location):
-    """``obj`` - a checkpoint read on the CPU - as ``torch.load(..., map_location=map_location)``
-    would have returned it: as it is for the CPU; for another device (a ``str`` or
-    ``torch.device``) every tensor moved there, in place in its dict / list, tensors that shared a
-    storage sharing the moved one. ``None`` for a ``map_location`` that depends on where each
-    tensor was saved (a function, a dict, ``None``): the file must be read with it."""
-    if not isinstance(map_location, (str, torch.device)):
-        return None
-    device = torch.device(map_location)
-    if device.type == 'cpu':
-        return obj
-    return _moved(obj, device, {})
-
-
-def _moved(obj, device, storages):
-    if isinstance(obj, torch.Tensor):
-        if obj.layout != torch.strided:
-            return obj.to(device)
-        storage = obj.untyped_storage()
-        key = storage.data_ptr() if storage.nbytes() else None
-        new = storages.get(key) if key is not None else None
-        if new is None:  # as torch.load's restore: a storage of the size on the device, copied
-            new = torch.empty(storage.nbytes(), dtype=torch.uint8, device=device).untyped_storage()
-            new.copy_(storage)
-            if key is not None:
-                storages[key] = new
-        moved = torch.empty(0, dtype=obj.dtype, device=device).set_(
-            new, obj.storage_offset(), obj.size(), obj.stride())
-        if isinstance(obj, torch.nn.Parameter):
-            return torch.nn.Parameter(moved, requires_grad=obj.requires_grad)
-        return moved.requires_grad_(obj.requires_grad)
-    if isinstance(obj, dict):
-        for k in list(obj):
-            obj[k] = _moved(obj[k], device, storages)
-    elif isinstance(obj, list):
-        obj[:] = [_moved(v, device, storages) for v in obj]
-    elif type(obj) is tuple:
-        return tuple(_moved(v, device, storages) for v in obj)
-    return obj
-
-
-def _remove_log_dir(runner) -> None:
-    """Remove the timestamped log folder the Runner made at construction (its log file and an
-    empty vis_data), for a run that stops before any work."""
-    import shutil
-
-    from mmengine.logging import MMLogger
-    log_dir = getattr(runner, 'log_dir', None)
-    if not log_dir or not osp.isdir(log_dir) or \
-            osp.dirname(osp.abspath(log_dir)) != osp.abspath(runner.work_dir):
-        return
-    logger = MMLogger.get_current_instance()
-    for h in list(logger.handlers):
-        if getattr(h, 'baseFilename', '').startswith(osp.abspath(log_dir)):
-            h.close()
-            logger.removeHandler(h)
-    if getattr(runner, '_log_dir_existed', False):  # another run's, started in the same second
-        return
-    # this run's visualizer writes into the folder: mmengine hands an existing instance of that name
-    # to the next Runner of the process (a notebook, a test), which would write into a folder that
-    # is gone; forget it, as if this run had not been built
-    vis = getattr(runner, 'visualizer', None)
-    instances = getattr(type(vis), '_instance_dict', None)
-    if vis is not None and isinstance(instances, dict):
-        instances.pop(getattr(vis, 'instance_name', None), None)
-    shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def check_finite_checkpoint(path: str, obj: Optional[dict] = None) -> None:
@@ -639,12 +466,3 @@ def _any_rank_code(code: Optional[int]) -> Optional[int]:
     from .hooks import rank_max
     (flag,) = rank_max([0 if code is None else code + 1])  # code 0 counts
     return flag - 1 if flag > 0 else None
-
-
-def close_distributed() -> None:
-    """End a distributed run cleanly: wait for every rank, then destroy the process group (a gloo
-    group left to the interpreter's exit can abort the process after its work is done)."""
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()

@@ -10,7 +10,8 @@ the oldest kept checkpoint *before* writing the new one (so does the previous be
   for - to a temporary file in the same folder and renames it into place;
 * holds the deletions back until the new file and ``last_checkpoint`` are written;
 * turns a failed write into :class:`mmlinattn.training.fileio.CheckpointWriteError`, one line naming
-  the work dir, the bytes the checkpoint needs and the bytes free (the previous checkpoint is kept);
+  the work dir, the bytes the checkpoint needs and the bytes free, and stops the run (exit 2; the
+  previous checkpoint is kept);
 * records the deletions it holds back in the message hub (``mmlinattn_pending_removals``: each
   file's name, size, mtime and inode), which is saved with the new checkpoint, and clears the
   record once they are done: a run resumed from a checkpoint whose save was killed before its
@@ -20,8 +21,9 @@ the oldest kept checkpoint *before* writing the new one (so does the previous be
 
 Other storage (``backend_args`` or a path prefix selecting another backend) keeps mmengine's own
 behaviour, one request per file. It takes every argument of ``CheckpointHook``; our configs name it
-(``default_hooks.checkpoint.type``), ``LinAttnRunner`` uses it in place of a plain
-``CheckpointHook``, and any config can opt in by naming it. Nothing of mmengine is patched.
+(``default_hooks.checkpoint.type``: our runtimes and schedules), and any config can opt in by naming
+it; a config that names mmengine's ``CheckpointHook`` gets that one. Nothing of mmengine is
+patched.
 """
 import os
 import os.path as osp
@@ -111,7 +113,8 @@ class SafeCheckpointHook(CheckpointHook):
             write_atomic(path, lambda tmp: runner.save_checkpoint(
                 osp.dirname(tmp), osp.basename(tmp), *args, **kwargs))
         except OSError as e:
-            raise checkpoint_write_error(self._pending or {}, path, e) from None
+            from .refusal import refuse  # one line under any tool, the run stops (exit 2)
+            raise refuse(checkpoint_write_error(self._pending or {}, path, e)) from None
         finally:
             self._saving, self._pending = False, None
 

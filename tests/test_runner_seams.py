@@ -1,0 +1,103 @@
+"""The run layer at mmengine's own seams, in-process: ``LinAttnRunner``'s checks run in
+``build_train_loop`` / ``build_test_loop`` (before a loop builds its dataloader), the safety hooks
+are the runtime's ``custom_hooks`` (put back, with one log line, where a child config's own list
+dropped them), and mmengine's plain Runner (``runner_type='Runner'``, what mmseg 1.2.2's test.py
+builds) runs the same hooks and says in one line what it leaves off."""
+import ast
+import os.path as osp
+
+import pytest
+from mmengine.config import Config
+
+from helpers import TOY_SEG_64, work_dir_files
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
+SAFETY = ('NonFiniteLossHook', 'PreemptionHook', 'RunChecksHook')
+
+
+def _cfg(toy_data, tmp_path, name, *options):
+    cfg = Config.fromfile(SEG_CFG)
+    opts = {f'{k}_dataloader.dataset.data_root': f'{toy_data}/toy_ade'
+            for k in ('train', 'val', 'test')}
+    for item in TOY_SEG_64 + list(options):
+        key, value = item.split('=', 1)
+        opts[key] = ast.literal_eval(value) if value[:1] in '([{0123456789-' else value
+    cfg.merge_from_dict(opts)
+    cfg.work_dir = str(tmp_path / 'work')
+    cfg.experiment_name = name  # a logger and visualizer of its own in this process
+    cfg.train_cfg.max_iters, cfg.train_cfg.val_interval = 2, 1000
+    cfg.train_dataloader.batch_size = 2
+    return cfg
+
+
+def _log(runner) -> str:
+    with open(osp.join(runner.log_dir, f'{runner.timestamp}.log')) as f:
+        return f.read()
+
+
+def test_the_checks_run_before_the_loop_builds_its_dataloader(toy_data, tmp_path, monkeypatch):
+    """A missing data folder stops train() at build_train_loop: no dataloader was built, and the
+    work dir holds nothing but mmengine's log folder (no config dump)."""
+    from mmengine.registry import RUNNERS
+
+    from mmlinattn.training.config import ConfigError
+    from mmlinattn.training.runner import LinAttnRunner
+    built = []
+    real = LinAttnRunner.build_dataloader
+    monkeypatch.setattr(LinAttnRunner, 'build_dataloader',
+                        staticmethod(lambda *a, **k: built.append(1) or real(*a, **k)))
+    cfg = _cfg(toy_data, tmp_path, 'seams_missing',
+               f'train_dataloader.dataset.data_root={tmp_path / "nowhere"}')
+    runner = RUNNERS.build(cfg)
+    assert type(runner) is LinAttnRunner
+    with pytest.raises(ConfigError, match='dataset paths do not exist') as e:
+        runner.train()
+    assert e.value.code == 2 and built == []
+    assert work_dir_files(cfg.work_dir) == {}
+
+
+def test_a_child_list_that_drops_the_safety_hooks_gets_them_back_in_one_line(toy_data,
+                                                                          tmp_path):
+    from mmengine.hooks import EmptyCacheHook
+    from mmengine.registry import RUNNERS
+    cfg = _cfg(toy_data, tmp_path, 'seams_child_hooks')
+    cfg.custom_hooks = [dict(type='EmptyCacheHook'), dict(type='NonFiniteLossHook', interval=0)]
+    runner = RUNNERS.build(cfg)
+    names = [type(h).__name__ for h in runner.hooks]
+    assert all(n in names for n in SAFETY) and EmptyCacheHook.__name__ in names, names
+    (check,) = [h for h in runner.hooks if type(h).__name__ == 'NonFiniteLossHook']
+    assert check.interval == 0  # the child's own setting is kept
+    lines = [ln for ln in _log(runner).splitlines() if 'custom_hooks lacks' in ln]
+    assert len(lines) == 1 and 'PreemptionHook, RunChecksHook' in lines[0], lines
+    assert 'NonFiniteLossHook' not in lines[0]
+
+
+def test_a_plain_runner_says_what_is_off_and_still_stops_on_a_non_finite_loss(toy_data,
+                                                                               tmp_path):
+    """runner_type='Runner' (mmengine's own) on a config of ours with a diverging loss: the
+    runtime's hooks are there, so the run stops in one line (exit 2) at the first non-finite
+    iteration and writes no checkpoint of the broken weights; one log line names what that Runner
+    leaves off."""
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+
+    from mmlinattn.training.hooks import NonFiniteLossError
+    cfg = _cfg(toy_data, tmp_path, 'seams_plain', 'optim_wrapper.optimizer.lr=1e12',
+               'default_hooks.checkpoint.interval=1')
+    cfg.runner_type = 'Runner'
+    cfg.train_cfg.max_iters = 6
+    runner = RUNNERS.build(cfg)
+    assert type(runner) is Runner
+    with pytest.raises(NonFiniteLossError) as e:
+        runner.train()
+    assert e.value.code == 2
+    off = [ln for ln in _log(runner).splitlines() if 'is not LinAttnRunner' in ln]
+    assert len(off) == 1 and 'the work dir\'s lock' in off[0], off
+    import torch
+
+    from mmlinattn.training.hooks import non_finite_tensors
+    for name in work_dir_files(cfg.work_dir):
+        if name.endswith('.pth'):
+            state = torch.load(osp.join(cfg.work_dir, name), weights_only=False)['state_dict']
+            assert non_finite_tensors(state)[1] == 0, name  # no broken weights saved
