@@ -129,7 +129,12 @@ def make_checkpoint(cfg, path, seed=0, meta=None, record_cfg=False):
                              'palette': [list(p) for p in meta['palette']]}}
     if record_cfg:
         info['cfg'] = cfg.pretty_text
-    torch.save({'state_dict': model.state_dict(), 'meta': info}, path)
+    from mmengine.runner.checkpoint import get_state_dict
+
+    from mmlinattn.core.models.backbones.base import record_trained_as
+    state = get_state_dict(model)
+    record_trained_as(model, state)  # as the runtime's RunChecksHook records it at a save
+    torch.save({'state_dict': state, 'meta': info}, path)
     return model
 
 

@@ -77,7 +77,7 @@ def test_load_from_and_image_demo_check_it_too(trained, tmp_path, capsys):
     image = sorted((root / 'toy_ade' / 'images' / 'validation').iterdir())[0]
     rc = image_demo.main([str(image), str(swapped), ckpt, '--out-dir', str(tmp_path / 'o')])
     err = capsys.readouterr().err
-    assert rc == 2 and 'was trained as another attention function' in err
+    assert rc == 2 and 'trained as another attention function' in err
 
 
 @pytest.mark.parametrize('payload', [
@@ -168,3 +168,64 @@ def test_modules_are_compared_by_name(trained, monkeypatch):
     msg = str(e.value)
     assert 's0.extra: (none) (checkpoint) vs inline_window=3 (config)' in msg
     assert 's1.attn' not in msg
+
+
+# ------------------------------------------- the backbone's own check, under any Runner and hooks
+def _mavit(attn_type):
+    from mmlinattn.core.models.backbones import MAViT
+
+    from helpers import tiny_arch
+    torch.manual_seed(0)
+    return MAViT(arch=tiny_arch(MAViT, (1, 1, 1, 1)), attn_type=attn_type)
+
+
+def test_the_backbone_refuses_weights_recorded_as_another_function(tmp_path):
+    """mmengine's own save and load (the functions every Runner calls), no check of ours in
+    between: the state dict records what the backbone computed, and loading it into a backbone
+    of another function stops, naming the first modules that differ; the same function loads. A
+    state dict without the record (model.state_dict(): an ablation moving weights on purpose, the
+    authors' files) loads as torch loads it."""
+    from mmengine.runner.checkpoint import get_state_dict, load_checkpoint, save_checkpoint
+
+    from mmlinattn.core.models.backbones.base import record_trained_as
+    from mmlinattn.core.weights import CheckpointError
+    path = str(tmp_path / 'mmss.pth')
+    trained = _mavit('MMSS')
+    state = get_state_dict(trained)
+    record_trained_as(trained, state)  # what the runtime's RunChecksHook does at every save
+    save_checkpoint({'state_dict': state}, path)
+    same = _mavit('MMSS')
+    load_checkpoint(same, path, strict=True)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(_mavit('MMMM'), path, strict=True)
+    msg = str(e.value)
+    assert 'trained as another attention function' in msg, msg
+    assert 'core=softmax' in msg and 'core=mala' in msg and '(weights) vs' in msg, msg
+    allowed = _mavit('MMMM')
+    allowed.allow_attention_change = True
+    load_checkpoint(allowed, path, strict=True)  # a warning, the weights loaded
+    theirs = same.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in allowed.state_dict().items())
+    _mavit('MMMM').load_state_dict(trained.state_dict())  # no record: torch's own load
+
+
+def test_a_plain_runner_with_the_hooks_replaced_refuses_the_swap(trained, tmp_path):
+    """mmseg 1.2.2's own test.py builds mmengine's plain Runner; a child config whose own
+    custom_hooks replace the runtime's list leaves nothing of ours there but the model: the MMSS
+    checkpoint tested as MMMM stops at the load instead of scoring another function."""
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    from mmlinattn.core.weights import CheckpointError
+    root, ckpt = trained
+    cfg = Config.fromfile(SEG)
+    cfg.merge_from_dict({f'{k}_dataloader.dataset.data_root': f'{root}/toy_ade'
+                         for k in ('train', 'val', 'test')})
+    cfg.custom_hooks = [dict(type='EmptyCacheHook')]
+    cfg.model.backbone.attn_type = 'MMMM'
+    cfg.load_from, cfg.work_dir = ckpt, str(tmp_path / 'w')
+    cfg.experiment_name = 'plain_runner_swap'
+    runner = Runner.from_cfg(cfg)  # mmengine's own, whatever runner_type says
+    assert type(runner) is Runner
+    with pytest.raises(CheckpointError, match='trained as another attention function'):
+        runner.test()

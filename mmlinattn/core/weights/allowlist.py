@@ -93,3 +93,33 @@ def default_load_reads(obj) -> bool:
     except pickle.UnpicklingError:
         return False
     return True
+
+
+_HINTED = []
+
+
+def hint_upstream_fixes() -> None:
+    """Once per process, where a model of ours is built without :mod:`mmlinattn.upstream_fixes`
+    imported (a user's config whose ``custom_imports`` names ``mmlinattn`` only) on a torch that
+    loads weights-only by default: one warning, before the run writes its first checkpoint, that
+    ``--resume`` and a test of those checkpoints will fail (mmengine 0.10's ``HistoryBuffer`` in
+    them) and what to add. ``MMLINATTN_UPSTREAM_FIXES=0`` (the fixes off on purpose): silent."""
+    import os
+    import sys
+    if _HINTED or 'mmlinattn.upstream_fixes' in sys.modules or \
+            os.environ.get('MMLINATTN_UPSTREAM_FIXES', '').strip().lower() in (
+                '0', 'off', 'false', 'no'):
+        return
+    _HINTED.append(True)
+    if not default_load_reads({'probe': _Probe()}):  # torch loads weights-only by default
+        from mmengine.logging import MMLogger
+        MMLogger.get_current_instance().warning(
+            f'torch {torch.__version__} loads checkpoints weights-only by default, and '
+            "mmengine's checkpoints of this run will not load back (--resume, test.py: "
+            "UnpicklingError on mmengine's HistoryBuffer): add 'mmlinattn.upstream_fixes' to the "
+            "config's custom_imports, e.g. custom_imports = dict(imports=['mmlinattn', "
+            "'mmlinattn.upstream_fixes'], allow_failed_imports=False)")
+
+
+class _Probe:
+    """A class no weights-only allow-list has."""

@@ -258,7 +258,7 @@ def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=
         return
     if type(theirs) is not type(own):
         return  # another class: the key check names it
-    a, b = _by_module(attention_functions(theirs)), _by_module(attention_functions(own))
+    a, b = by_module(attention_functions(theirs)), by_module(attention_functions(own))
     if a == b:
         return
     diff = [f'{name}: {a.get(name, "(none)")} (checkpoint) vs {b.get(name, "(none)")} (config)'
@@ -281,6 +281,6 @@ def check_trained_function(model: torch.nn.Module, path: str, obj, backbone_cfg=
         'with the other function on purpose, add allow_attention_change=True to the config.')
 
 
-def _by_module(lines):
+def by_module(lines):
     """:func:`attention_functions` lines as ``{module name: its settings}``."""
     return dict(line.split(': ', 1) if ': ' in line else (line, '') for line in lines)

@@ -51,8 +51,30 @@ class LinAttnBackbone(BaseModule):
     out_norm_name: str = 'out_norms'
     authors_layout: AuthorsLayout = AuthorsLayout('base', classification=('head.',))
 
+    #: the key of this backbone's entry in a state dict's ``_metadata`` that records the attention
+    #: function of every attention module (:func:`~mmlinattn.core.weights.attention_functions`)
+    TRAINED_AS_KEY = 'mmlinattn_attention'
+
     def __init__(self, init_cfg=None):
         super().__init__(init_cfg=copy.deepcopy(init_cfg))
+        #: load weights recorded as another attention function (MAViT's softmax and MALA stages
+        #: share their parameters) without the stop; the config's ``allow_attention_change=True``
+        #: sets it
+        self.allow_attention_change = False
+        #: the next load was checked already (a Runner's checks compared the checkpoint's
+        #: recorded config): the load pre-hook passes it once
+        self.trained_as_checked = False
+        # a checkpoint records the function in its state dict (record_trained_as, at the save),
+        # so any Runner and any tool that loads it into this backbone checks it (no hook a
+        # config can drop); a state dict without the record (model.state_dict(), the authors'
+        # files) loads as torch loads it
+        from mmlinattn.core.weights.allowlist import hint_upstream_fixes
+        hint_upstream_fixes()  # built before the run writes a checkpoint
+        add_pre = getattr(self, 'register_load_state_dict_pre_hook', None)
+        if add_pre is not None:
+            add_pre(_check_trained_as)
+        else:  # torch < 2.? : the private spelling, the module passed first the same way
+            self._register_load_state_dict_pre_hook(_check_trained_as, with_module=True)
 
     @property
     def _new_prefixes(self) -> Sequence[str]:
@@ -259,3 +281,52 @@ class LinAttnBackbone(BaseModule):
                 if isinstance(m, _BatchNorm):  # BatchNorm2d and SyncBatchNorm alike
                     m.eval()
         return self
+
+
+def record_trained_as(model: nn.Module, state_dict) -> None:
+    """Record in ``state_dict``'s metadata (torch's ``_metadata``, which mmengine's checkpoints and
+    ``torch.load`` keep) what each attention module of every backbone of ours in ``model``
+    computes, under the backbone's own entry: the check a load into such a backbone makes. Called
+    on a checkpoint being saved (``SafeCheckpointHook.before_save_checkpoint``)."""
+    from collections import OrderedDict
+
+    from mmlinattn.core.weights.fitting import attention_functions
+    metadata = getattr(state_dict, '_metadata', None)
+    if metadata is None:
+        metadata = state_dict._metadata = OrderedDict()
+    for name, module in model.named_modules():
+        if isinstance(module, LinAttnBackbone):
+            entry = metadata.setdefault(name, {'version': module._version})
+            entry[LinAttnBackbone.TRAINED_AS_KEY] = attention_functions(module)
+
+
+def _check_trained_as(module, state_dict, prefix, local_metadata, strict, missing_keys,
+                      unexpected_keys, error_msgs) -> None:
+    """Load pre-hook: a state dict recorded as another attention function stops the load, naming
+    the first modules that differ (a state dict without the record, such as the authors' files,
+    is not checked here)."""
+    recorded = (local_metadata or {}).get(LinAttnBackbone.TRAINED_AS_KEY)
+    if getattr(module, 'trained_as_checked', False):
+        module.trained_as_checked = False
+        return
+    if not isinstance(recorded, (list, tuple)):
+        return
+    from mmlinattn.core.weights import CheckpointError
+    from mmlinattn.core.weights.fitting import attention_functions, by_module
+    theirs, own = by_module(recorded), by_module(attention_functions(module))
+    if theirs == own:
+        return
+    diff = [f'{prefix}{n}: {theirs.get(n, "(none)")} (weights) vs {own.get(n, "(none)")} (model)'
+            for n in list(theirs) + [n for n in own if n not in theirs]
+            if theirs.get(n) != own.get(n)]
+    msg = (f'the weights loaded into {type(module).__name__} ({prefix.rstrip(".") or "model"}) '
+           f'were trained as another attention function than the model builds: '
+           f'{"; ".join(diff[:2])}' + (f' (and {len(diff) - 2} more)' if len(diff) > 2 else ''))
+    if getattr(module, 'allow_attention_change', False):
+        MMLogger.get_current_instance().warning(
+            msg + ' - loaded anyway (allow_attention_change=True)')
+        return
+    raise CheckpointError(
+        msg + '. Build the backbone as the weights were trained (its attn_type / attn_cfg: the '
+        "checkpoint's meta.cfg records them); to run these weights with the other function on "
+        'purpose, add allow_attention_change=True to the config.')
