@@ -12,11 +12,13 @@ such as mmseg's ``BaseSegDataset`` without ``metainfo``, is not checked). In bot
   sees: with ``reduce_zero_label=True`` the stored label 0 is ignored and is not one of them
   (ADE20K: 150), with ``reduce_zero_label=False`` a background class 0 is kept and counts.
 
-What stops, before any model is built, is a head with fewer classes than the dataset: its labels
-above the head's range fail the loss (an index error under the toolboxes' own tools, later). A head
-with more (80 COCO heads on a 3-class set, the common mistake) trains and scores under them - the
-extra classes are never labelled - so it is one warning naming the keys and the values;
-``allow_extra_classes=True`` in the config says a larger head is meant (to add classes later).
+What stops, before any model is built, is a head whose class count differs from the dataset's:
+fewer fails the loss later (an index error under the toolboxes' own tools); more trains, and then
+mmdet's ``CocoMetric`` dies at the first prediction of a class that has no COCO category id (an
+``IndexError`` after the first checkpoint), and mmseg scores classes nothing is labelled as. Both
+are one line naming every head key with its value and the dataset key with its count;
+``allow_extra_classes=True`` in the config says a larger head is meant (pre-sized for data that
+comes later): one warning then instead of the stop.
 
 Why not mmdet's ``NumClassCheckHook``: it runs once the Runner has built the model and the dataset
 (``before_train_epoch`` / ``before_val_epoch``), exists for mmdet only (mmseg has none), compares
@@ -91,8 +93,8 @@ def check_num_classes(cfg: Config, which=('train_dataloader', 'val_dataloader', 
     ``which`` read (or of the dataset ``views`` given, as the pre-flight passes them); else
     :class:`ConfigError` names every head key with its value and the dataset key with its class
     count. ``allow_extra`` (default: the config's ``allow_extra_classes``) accepts heads with *more*
-    classes than the dataset without the warning; fewer is always an error. The warning's lines
-    are returned (empty: none)."""
+    classes than the dataset (one warning); fewer is always an error. The warning's lines are
+    returned (empty: none)."""
     model = cfg.get('model')
     scope = cfg.get('default_scope')
     if not isinstance(model, dict) or scope not in ('mmdet', 'mmseg'):
@@ -114,10 +116,9 @@ def check_num_classes(cfg: Config, which=('train_dataloader', 'val_dataloader', 
         bad, extra = [], []
         for hkey, head in heads:
             got = head['num_classes']
-            if not isinstance(got, int) or got == n or (allow_extra and got > n):
+            if not isinstance(got, int) or got == n:
                 continue
-            # a larger head runs (nothing is labelled above the dataset's classes): a warning
-            (extra if got > n else bad).append(f'{hkey}.num_classes={got}')
+            (extra if got > n and allow_extra else bad).append(f'{hkey}.num_classes={got}')
         for found, into in ((bad, problems), (extra, larger)):
             sig = (tuple(found), n)
             if found and sig not in seen:  # val and test loaders usually share the dataset config
@@ -126,12 +127,13 @@ def check_num_classes(cfg: Config, which=('train_dataloader', 'val_dataloader', 
     if larger:
         from mmengine.logging import MMLogger
         MMLogger.get_current_instance().warning(
-            'heads with more classes than the dataset, trained and scored for classes that are '
-            f'never labelled ({ALLOW_KEY}=True: meant, no warning): ' + '; '.join(larger))
+            f'heads with more classes than the dataset ({ALLOW_KEY}=True: meant): '
+            + '; '.join(larger))
     if problems:
         raise ConfigError.listing(
             "the heads' num_classes do not match the dataset's classes", problems,
             'Set every listed head to the dataset\'s class count (Cascade: each of the '
             'roi_head.bbox_head stages and the mask_head; UperNet: decode_head and '
-            'auxiliary_head).')
+            f'auxiliary_head); a head larger than the dataset on purpose (pre-sized for later '
+            f'data): {ALLOW_KEY}=True in the config.')
     return larger
