@@ -10,10 +10,10 @@ HERE = osp.dirname(osp.abspath(__file__))
 #: what the wheel carries under mmlinattn/.mim, the folder OpenMMLab's tools read for a package
 #: (mim search / train / test, mmengine's config lookup), as mmdet and mmseg ship theirs
 MIM_FILES = ('configs', 'tools', 'model-index.yml')
-#: what of tools/ stays in the repository (developer tooling: benchmarks, profiling, FLOP
-#: conventions, analyses, the authors'-code harness, ONNX export helpers; the installers): a wheel's
-#: .mim/tools holds the tools a user runs (train, test, launchers, demos, converters, downloads)
-DEV_ONLY = ('workshop', 'analysis_tools', 'deployment', 'install*.sh')
+#: what of tools/ stays in the repository (the installers of the checkout's environment): a
+#: wheel's .mim/tools holds the tools a user runs (train, test, launchers, demos, converters,
+#: downloads, analysis_tools/, deployment/); what they share is the package's (mmlinattn.analysis)
+DEV_ONLY = ('install*.sh',)
 
 
 def read_version():

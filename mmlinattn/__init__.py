@@ -8,10 +8,9 @@ The package has two parts (docs/design.md, section 5):
   Runner our runtimes name (``LinAttnRunner``: the pre-flight, the work-dir lock, the checkpoint
   checks), the hooks, atomic checkpoint files, the CPU DDP wrapper, the fixes for upstream breakage;
 * :mod:`mmlinattn.apis` - inferencers from a config and checkpoint, drawing predictions, large-image
-  segmentation.
-
-Developer tooling (benchmarks, profiling, FLOPs, analysis, ONNX export) is not part of the package:
-it lives in the repository, in ``tools/workshop``.
+  segmentation;
+* :mod:`mmlinattn.analysis` - what the benchmark, FLOP and ONNX export tools compute; imported by
+  those tools only, not by ``import mmlinattn``.
 
 ``import mmlinattn`` registers our modules and changes nothing else in the process: the backbones
 ``InLinePVT``, ``InLineSwin`` and ``MAViT`` (and the ImageNet classifier parts) in mmengine's root

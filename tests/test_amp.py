@@ -67,7 +67,7 @@ def test_amp_step_matches_fp32(path):
     from mmengine.model import revert_sync_batchnorm
     from mmengine.optim import build_optim_wrapper
 
-    from tools.workshop.benchmarking import det_batch, seg_batch
+    from mmlinattn.analysis.benchmarking import det_batch, seg_batch
     cfg = Config.fromfile(osp.join(ROOT, 'configs', path))
     cfg.model.backbone.init_cfg = None
     cfg.model.backbone.drop_path_rate = 0.0

@@ -1,4 +1,4 @@
-"""ONNX export (tools.workshop.deploy, tools/deployment/export_onnx.py): the three T backbones
+"""ONNX export (mmlinattn.analysis.deploy, tools/deployment/export_onnx.py): the three T backbones
 with every attention core of the table, one whole segmentor and a dynamic export, each run with ONNX
 Runtime (CPU) against eager PyTorch in float32; the size rule of dynamic exports and the refusals
 name what to change.
@@ -18,11 +18,11 @@ pytest.importorskip('onnx')
 pytest.importorskip('onnxscript')
 pytest.importorskip('onnxruntime')
 
+from mmlinattn.analysis import deploy as E  # noqa: E402
 from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
 from mmlinattn.core.ops.cores import CORES  # noqa: E402
 from mmlinattn.training.cli import load_config  # noqa: E402
 from tools.deployment import export_onnx  # noqa: E402
-from tools.workshop import deploy as E  # noqa: E402
 
 from helpers import tiny_arch  # noqa: E402
 
@@ -242,6 +242,32 @@ def _no_model(monkeypatch):
         raise RuntimeError('the model was built')
     monkeypatch.setattr(export_onnx, 'build_model', build_model)
     return built
+
+
+def test_cli_refuses_a_check_shape_before_writing_the_file(tmp_path, capsys, monkeypatch):
+    """A ``--check-shape`` a static export cannot take (another size) is refused before the model
+    is built, one outside a dynamic export's size rule before the export: one line, exit 2, no
+    ONNX file. Was: the file written first, then exit 2 with the file left behind."""
+    det = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
+    out = tmp_path / 'x.onnx'
+    built = _no_model(monkeypatch)
+
+    def run(*args):
+        rc = export_onnx.main([det, '--shape', '128', '128', *args, '--out', str(out)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and not out.exists(), (rc, err)
+        return err[0]
+    assert run('--check-shape', '96', '96') == ('export_onnx: error: --check-shape 96 96: a static '
+                                                'export takes only its own 128x128 (add --dynamic)')
+    assert not built
+    monkeypatch.undo()
+    exported = []
+    monkeypatch.setattr(E, 'export', lambda *args, **kwargs: exported.append(args))
+    # MAViT-T's largest stride is 32: a dynamic graph takes sides of 64 px and more
+    said = run('--dynamic', '--check-shape', '32', '32')
+    assert said.startswith('export_onnx: error: --check-shape 32x32 is outside the size rule of '
+                           'this dynamic export: height >= 64; width >= 64'), said
+    assert not exported
 
 
 @pytest.mark.parametrize('args, said', [

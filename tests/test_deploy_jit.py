@@ -16,10 +16,10 @@ import torch
 pytest.importorskip('onnx')
 pytest.importorskip('onnxruntime')
 
+from mmlinattn.analysis import deploy as E  # noqa: E402
 from mmlinattn.core.models import InLinePVT, InLineSwin, MAViT  # noqa: E402
 from mmlinattn.core.ops.cores import CORES  # noqa: E402
 from tools.deployment import export_onnx  # noqa: E402
-from tools.workshop import deploy as E  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 RTOL = 1e-4

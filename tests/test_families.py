@@ -38,7 +38,7 @@ def test_every_row_agrees_with_its_class_and_the_repository(name):
     class's arch table for every arch; every released file has its authors' key layout in
     tests/data and a config folder with a metafile; the tools' tables know the family: its
     paper's FLOP convention exists, and the paper's backbone GFLOPs are there for every arch."""
-    from tools.workshop.flops import CONVENTIONS, FAMILY_CONVENTION, PAPER_BACKBONE_GFLOPS
+    from mmlinattn.analysis.flops import CONVENTIONS, FAMILY_CONVENTION, PAPER_BACKBONE_GFLOPS
     fam = FAMILIES[name]
     assert MODELS.get(fam.backbone.__name__) is fam.backbone
     assert set(AUTHORS_CHANNELS[name]) == set(fam.backbone.arch_zoo)
@@ -111,7 +111,7 @@ FOURTH_FAMILY = textwrap.dedent('''
     # ---- everything below is derived: nothing else is written for the new family
     import torch
     from mmlinattn.core.models import authors_to_classifier
-    from tools.workshop import benchmarking, flops
+    from mmlinattn.analysis import benchmarking, flops
     from tools.misc import download_checkpoints
     from tools.model_converters import convert_authors_checkpoint
     out = dict(

@@ -1,4 +1,4 @@
-"""FLOP counting (tools.workshop.flops, tools/analysis_tools/get_flops.py) against the papers'
+"""FLOP counting (mmlinattn.analysis.flops, tools/analysis_tools/get_flops.py) against the papers'
 tables.
 
 The expected numbers are typed here from the papers (InLine: Tab. 5 backbones at 224, Tab. 7 Mask /
@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from tools.workshop import flops
+from mmlinattn.analysis import flops
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 

@@ -179,7 +179,7 @@ def test_paper_facts_are_consistent(family):
 def test_classifier_parameters_are_the_built_models(model):
     """Parameters of the entries outside the detection / segmentation matrix (the ImageNet
     classifiers; the matrix: tests/test_configs.py::test_config_builds): the built model's count."""
-    from tools.workshop import flops
+    from mmlinattn.analysis import flops
     built, _ = flops.build_model(osp.join(ROOT, model['Config']))
     assert sum(p.numel() for p in built.parameters()) == model['Metadata']['Parameters']
 

@@ -1,9 +1,9 @@
-"""benchmark_step.py --profile (tools.workshop.profiling): one warm training step under
+"""benchmark_step.py --profile (mmlinattn.analysis.profiling): one warm training step under
 torch.profiler, its time and saved memory charged to the model's parts. The checks are accounting
 identities and the model's known structure, not timings."""
 import pytest
 
-from tools.workshop.profiling import profile_step, summary_table
+from mmlinattn.analysis.profiling import profile_step, summary_table
 
 MAVIT_CFG = 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py'  # MAViT-T, the toy's light heads
 

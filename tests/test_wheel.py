@@ -1,14 +1,17 @@
 """``pip install .`` (not editable), as from a package index: the wheel carries the configs, the
 tools and the model index under ``mmlinattn/.mim`` as mmdet's and mmseg's wheels do, so OpenMMLab's
 tools (``mim search``, mmengine's config lookup) and ours that read ``configs/`` find them from the
-installed package. Built here from a copy of the checkout, installed into a folder of its own and
-used from an empty folder (no checkout on the path)."""
+installed package, and the documented tools run on it. Built here from a copy of the checkout,
+installed into a folder of its own and run by a python of its own (:func:`fresh`) that has neither
+the checkout nor the editable install on its path, from the checkout's ``tools/`` and from an empty
+folder."""
 import json
 import os
 import os.path as osp
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import pytest
@@ -36,11 +39,38 @@ def installed(tmp_path_factory):
     return site, empty
 
 
-def run_installed(installed, code):
-    site, empty = installed
-    env = dict(os.environ, PYTHONPATH=str(site))
-    r = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], cwd=str(empty), env=env,
-                       capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope='module')
+def fresh(installed):
+    """A python of its own, as a user's with the wheel installed: a venv (no pip) whose path holds
+    the wheel's folder, then this environment's site-packages as plain folders. Their ``.pth``
+    files do not run, so neither the editable install nor the checkout (``make install`` puts it
+    on this environment's path) can stand in for what the wheel lacks; no ``PYTHONPATH``."""
+    site, _ = installed
+    venv = site.parent / 'venv'
+    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)], check=True,
+                   capture_output=True, timeout=300)
+    python = venv / 'bin' / 'python'
+    own = subprocess.run([str(python), '-c', 'import sysconfig; print(sysconfig.get_paths()'
+                          '["purelib"])'], check=True, capture_output=True, text=True).stdout
+    ours = dict.fromkeys([str(site), sysconfig.get_paths()['purelib'],
+                          sysconfig.get_paths()['platlib']])
+    with open(osp.join(own.strip(), 'wheel_under_test.pth'), 'w') as f:
+        f.write('\n'.join(ours) + '\n')
+    r = run_fresh(python, '-c', 'import importlib.util as u, mmlinattn; '
+                  'print(mmlinattn.__file__, u.find_spec("tools"))', cwd=site.parent / 'empty')
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == [str(site / 'mmlinattn' / '__init__.py'), 'None'], r.stdout
+    return python
+
+
+def run_fresh(python, *args, cwd):
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    return subprocess.run([str(python), *map(str, args)], cwd=str(cwd), capture_output=True,
+                          text=True, timeout=600, env=dict(env, PYTHONNOUSERSITE='1'))
+
+
+def run_installed(fresh, code):
+    r = run_fresh(fresh, '-c', textwrap.dedent(code), cwd=fresh.parents[2] / 'empty')
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -72,14 +102,16 @@ def test_the_wheel_carries_configs_tools_and_the_model_index(installed):
     assert carried == checkout_configs()
     assert (mim / 'tools' / 'train.py').is_file() and (mim / 'tools' / 'test.py').is_file()
     assert (mim / 'tools' / 'dist_train.sh').is_file()
-    # developer tooling stays in the repository (setup.py's DEV_ONLY)
-    for dev in ('workshop', 'analysis_tools', 'deployment', 'install.sh'):
-        assert not (mim / 'tools' / dev).exists(), dev
+    # the documented tools a user runs, and no installer (setup.py's DEV_ONLY)
+    for tool in ('deployment/export_onnx.py', 'analysis_tools/get_flops.py', 'image_demo.py',
+                 'misc/download_checkpoints.py', 'analysis_tools/benchmark_step.py'):
+        assert (mim / 'tools' / tool).is_file(), tool
+    assert not (mim / 'tools' / 'install.sh').exists()
 
 
-def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(installed):
+def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(installed, fresh):
     site, _ = installed
-    out = run_installed(installed, '''
+    out = run_installed(fresh, '''
         import json, os, os.path as osp
         import mmlinattn
         from mmengine.config import Config
@@ -108,18 +140,16 @@ def test_our_tools_and_mmengine_find_the_configs_in_the_installed_package(instal
     assert out['backbone'] == 'MAViT' and 'mmlinattn' in out['imports']
 
 
-def test_the_shipped_train_and_test_tools_start_from_the_installed_package(installed):
+def test_the_shipped_train_and_test_tools_start_from_the_installed_package(installed, fresh):
     """``mim train`` / ``mim test`` run the wheel's ``.mim/tools/train.py`` and ``test.py``: they
     start from an empty folder, and what a run needs (the Runner, its pre-flight) is the
     package's."""
     site, empty = installed
     mim = site / 'mmlinattn' / '.mim'
-    env = dict(os.environ, PYTHONPATH=str(site))
     for tool in ('train.py', 'test.py'):
-        r = subprocess.run([sys.executable, str(mim / 'tools' / tool), '--help'], cwd=str(empty),
-                           env=env, capture_output=True, text=True, timeout=600)
+        r = run_fresh(fresh, mim / 'tools' / tool, '--help', cwd=empty)
         assert r.returncode == 0 and '--cfg-options' in r.stdout, r.stdout[-2000:] + r.stderr
-    out = run_installed(installed, '''
+    out = run_installed(fresh, '''
         import json, sys
         from mmlinattn.training.preflight import preflight
         from mmlinattn.training.runner import LinAttnRunner
@@ -128,6 +158,50 @@ def test_the_shipped_train_and_test_tools_start_from_the_installed_package(insta
     ''')
     assert out['preflight'].startswith(str(site / 'mmlinattn' / 'training' / 'preflight'))
     assert out['runner'] == str(site / 'mmlinattn' / 'training' / 'runner.py')
+
+
+def test_the_documented_tools_run_on_the_installed_wheel(installed, fresh, tmp_path):
+    """Each tool of the user guide's table, as its doc writes the command (``python tools/...`` in
+    the checkout), on small inputs with the wheel's package: what the tools share is the package's
+    (``mmlinattn.analysis``), so none needs the checkout on the path (at 0.3.0 export_onnx.py,
+    get_flops.py and the benchmarks stopped on ``No module named 'tools'``). The wheel's own
+    copies (``.mim/tools``) run from an empty folder."""
+    site, empty = installed
+    src, out = site.parent / 'src', tmp_path
+    seg = 'configs/toy/fpn_mavit-t_toy-ade.py'
+
+    def ok(*args, cwd=src):
+        r = run_fresh(fresh, *args, cwd=cwd)
+        assert r.returncode == 0, f'{args}\n{r.stdout[-2000:]}{r.stderr[-3000:]}'
+        return r.stdout
+
+    said = ok('tools/deployment/export_onnx.py', seg, '--shape', 64, 64, '--part', 'backbone',
+              '--exporter', 'jit', '--out', out / 'backbone.onnx')
+    assert 'ONNX Runtime matches eager PyTorch' in said and (out / 'backbone.onnx').is_file(), said
+    flops = 'MAViT-tiny @ (64, 64): params'  # the line get_flops.py prints for a backbone
+    assert flops in ok('tools/analysis_tools/get_flops.py', '--backbone', 'MAViT', 'tiny',
+                       '--shape', 64, 64)
+    # a trained segmentor stands in: the toy config's model, its weights saved by this process
+    import torch
+    from mmengine.config import Config
+    from PIL import Image
+
+    from mmlinattn.training.config import model_registry
+    cfg = Config.fromfile(osp.join(ROOT, seg))
+    torch.manual_seed(0)
+    torch.save({'state_dict': model_registry(cfg).build(cfg.model).state_dict()}, out / 'seg.pth')
+    Image.new('RGB', (64, 48), (120, 60, 30)).save(out / 'img.png')
+    ok('tools/image_demo.py', out / 'img.png', seg, out / 'seg.pth', '--out-dir', out / 'demo')
+    with open(out / 'demo' / 'preds' / 'img.json') as f:
+        assert json.load(f)['height'] == 48
+    assert 'MAViT_T' in ok('tools/misc/download_checkpoints.py', '--list')
+    ok('tools/analysis_tools/analyze_attention.py', '--backbone', 'InLinePVT', 'tiny', '--size',
+       64, '--out', out / 'attention')
+    for bench in ('benchmark_step.py', 'benchmark_attention.py'):  # benchmark.py: the same imports
+        assert 'usage:' in ok(f'tools/analysis_tools/{bench}', '--help'), bench
+    mim_tools = site / 'mmlinattn' / '.mim' / 'tools'
+    assert flops in ok(mim_tools / 'analysis_tools' / 'get_flops.py', '--backbone', 'MAViT',
+                       'tiny', '--shape', 64, 64, cwd=empty)
 
 
 @pytest.mark.skipif(MIM is None, reason='openmim (requirements/tests.txt) is not installed')

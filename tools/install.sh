@@ -30,19 +30,8 @@ STAMP_SCRIPT=${BASH_SOURCE[0]}
 # shellcheck source=tools/install_lib.sh
 source "$ROOT/tools/install_lib.sh"
 
-# The checkout on this environment's path (a .pth file, as an editable install has its package):
-# the developer tools import their shared code as tools.workshop from any folder
-checkout_on_path() {
-  "$VENV/bin/python" - "$ROOT" <<'PY'
-import os, sys, sysconfig
-with open(os.path.join(sysconfig.get_paths()['purelib'], 'mmlinattn-checkout.pth'), 'w') as f:
-    f.write(sys.argv[1] + '\n')
-PY
-}
-
 if stamp_up_to_date; then
   torch_sees_the_gpu
-  checkout_on_path
   log "up to date: $VENV"
   exit 0
 fi
@@ -72,7 +61,6 @@ log "deployment extras: onnx, onnxscript, onnxruntime (tools/deployment/export_o
 pipi -q -r "$ROOT/requirements/deploy.txt"
 log "mmlinattn[all] (editable; its requirements are installed above)"
 pipi -q --no-deps --no-build-isolation -e "$ROOT[all]"
-checkout_on_path
 
 mmcv_ok || die "mmcv ops do not load after install (mmcv._ext); remove $(mmcv_wheel_dir) and rerun"
 "$VPY" -c 'import mmdet, mmseg, mmpretrain, mmlinattn' || die "an OpenMMLab package does not import"

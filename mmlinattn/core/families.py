@@ -3,7 +3,7 @@ come the config folders and name prefixes, the family names the tools take and t
 checkpoint table (:data:`AUTHORS_CHECKPOINTS`). Adding one: its class, its row in :data:`ROWS` (or
 :func:`register_family`, before the tools are imported), its configs (``configs/<name>/``: the T
 config of each recipe over ``configs/_base_``, the larger archs inheriting it) and FLOP figures
-(``tools/workshop/flops.py``)."""
+(``mmlinattn.analysis.flops``)."""
 import inspect
 from collections import OrderedDict
 from dataclasses import dataclass

@@ -1,8 +1,8 @@
 """Tools run in subprocesses, and the metrics mmengine records for them.
 
-tools/demo.py, tools/finetune_chain.py, tools/analysis_tools/from_scratch_study.py and the tests
-start tools/train.py and tools/test.py as a user does, each in its own process (mmengine's logger,
-visualizer and message hub are process-wide), with :func:`run_script`. The metrics are then read
+tools/demo.py and the tests start tools/train.py and tools/test.py as a user does, each in its own
+process (mmengine's logger, visualizer and message hub are process-wide), with
+:func:`run_script`. The metrics are then read
 from what mmengine writes into the work dir, not from the log text (:func:`read_metrics`):
 
 - a training run: the LoggerHook passes every training log and every validation result to the

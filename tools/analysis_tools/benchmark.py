@@ -25,7 +25,7 @@ os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chat
 
 import torch  # noqa: E402
 
-from tools.workshop.benchmarking import (  # noqa: E402
+from mmlinattn.analysis.benchmarking import (  # noqa: E402
     ROOT,
     build_reference,
     cpu_info,
@@ -137,7 +137,7 @@ def runner(path, wrapper, x, workdir, tag):
     """A no-argument callable running ``wrapper`` on ``x`` on ``path`` (set-up, compilation and
     export done here, untimed)."""
     if path == 'onnx':
-        from tools.workshop.deploy import export, ort_session
+        from mmlinattn.analysis.deploy import export, ort_session
         file = osp.join(workdir, f'{tag}.onnx')
         export(wrapper, tuple(x.shape[2:]), file)
         sess, feed = ort_session(file), {'input': x.numpy()}
@@ -156,8 +156,8 @@ def runner(path, wrapper, x, workdir, tag):
 
 def measure_paths(names, part, hw, path, repeats, workdir, log=print):
     """Times of every model on one path at one size, interleaved; one dict per model."""
+    from mmlinattn.analysis.deploy import Exportable, build_model, example_input
     from mmlinattn.training.cli import load_config
-    from tools.workshop.deploy import Exportable, build_model, example_input
     x, runs, out = example_input(hw), {}, {}
     if path == 'compile':
         torch._dynamo.reset()

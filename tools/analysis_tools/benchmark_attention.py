@@ -21,10 +21,7 @@ os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # the profiler's start/stop chat
 
 import torch  # noqa: E402
 
-from mmlinattn.core.ops import CORES  # noqa: E402
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))  # for tools.workshop
-from tools.workshop.benchmarking import (  # noqa: E402
+from mmlinattn.analysis.benchmarking import (  # noqa: E402
     peak_memory,
     plot,
     rounds,
@@ -33,7 +30,8 @@ from tools.workshop.benchmarking import (  # noqa: E402
     timeit,
     where,
 )
-from tools.workshop.profiling import count_passes  # noqa: E402
+from mmlinattn.analysis.profiling import count_passes  # noqa: E402
+from mmlinattn.core.ops import CORES  # noqa: E402
 
 # the kernel each core is timed with where it takes one (plain linear attention: ELU+1, as MALA's
 # figures); every other setting is the core's default

@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-from tools.workshop.benchmarking import (
+from mmlinattn.analysis.benchmarking import (
     REFERENCES,
     bench_model,
     in_fresh_process,
@@ -38,7 +38,7 @@ from tools.workshop.benchmarking import (
     save,
     where,
 )
-from tools.workshop.profiling import profile_step, summary_table
+from mmlinattn.analysis.profiling import profile_step, summary_table
 
 SWITCHES = ('amp', 'compile', 'no_train', 'same_head_work', 'profile')
 

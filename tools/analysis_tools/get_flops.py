@@ -9,7 +9,7 @@
     python tools/analysis_tools/get_flops.py --zoo [--json OUT]  # every zoo config vs the papers
 
 A config is counted whole on one image of the paper's size unless --shape is given. The rules:
-tools.workshop.flops, docs/benchmarks.md section 3.
+mmlinattn.analysis.flops, docs/benchmarks.md section 3.
 """
 import argparse
 import json
@@ -20,10 +20,10 @@ import sys
 from mmengine.logging import MMLogger
 
 import mmlinattn  # noqa: F401
+from mmlinattn.analysis import flops as F
 from mmlinattn.training.cli import load_config
 from mmlinattn.training.config import ConfigError
 from mmlinattn.training.preflight import CfgOptionsAction, preflight
-from tools.workshop import flops as F
 
 
 def _pct(x):
@@ -99,7 +99,7 @@ def main(argv=None):
     p.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction,
                    help='override config settings, key=value')
     p.add_argument('--convention', choices=sorted(F.CONVENTIONS), default='all',
-                   help='what is counted (tools.workshop.flops.CONVENTIONS); default: all')
+                   help='what is counted (mmlinattn.analysis.flops.CONVENTIONS); default: all')
     p.add_argument('--all-backbones', action='store_true')
     p.add_argument('--zoo', action='store_true')
     p.add_argument('--json', metavar='OUT', help='with --zoo: also write the rows as JSON')

@@ -14,14 +14,14 @@ import sys
 import time
 
 import mmlinattn  # noqa: F401  (registers the backbones)
+from mmlinattn.analysis import deploy as D
+from mmlinattn.analysis.deploy import ExportError, build_model
 from mmlinattn.core import settings
 from mmlinattn.core.weights import CheckpointError
 from mmlinattn.training.cli import load_config
 from mmlinattn.training.config import ConfigError
 from mmlinattn.training.fileio import nearest_existing, probe_writable
 from mmlinattn.training.preflight import CfgOptionsAction
-from tools.workshop import deploy as D
-from tools.workshop.deploy import ExportError, build_model
 
 
 def parse_args(argv=None):
@@ -60,6 +60,10 @@ def check_args(args) -> None:
                               '(pixels), e.g. --shape 512 512')
     if args.batch < 1:
         raise ExportError(f'--batch {args.batch}: the batch size must be at least 1')
+    for s in [] if args.dynamic else args.check_shape or []:  # a static file: its own size only
+        if tuple(s) != tuple(args.shape):
+            raise ExportError(f'--check-shape {s[0]} {s[1]}: a static export takes only its own '
+                              f'{args.shape[0]}x{args.shape[1]} (add --dynamic)')
     check_out(args.out)
 
 
@@ -89,10 +93,15 @@ def main(argv=None) -> int:
         cfg = load_config(args.config, args.cfg_options)
         wrapper = D.Exportable(build_model(cfg, args.checkpoint), args.part)
         shape = tuple(args.shape)
+        # every refusal before the file is written: the dynamic size rule and --check-shape
+        rule = D.dynamic_rule(wrapper, shape) if args.dynamic else None
+        for s in (args.check_shape or []) if rule else []:
+            rule.check(s, '--check-shape')
         t0 = time.time()
         exporter = args.exporter or D.default_exporter()
-        rule = D.export(wrapper, shape, args.out, args.dynamic, args.batch, args.opset,
-                      meta={'mmlinattn.config': osp.basename(args.config)}, exporter=exporter)
+        D.export(wrapper, shape, args.out, args.dynamic, args.batch, args.opset,
+                 meta={'mmlinattn.config': osp.basename(args.config)}, exporter=exporter,
+                 rule=rule)
         print(f'exported {args.part} of {args.config} at {shape[0]}x{shape[1]} to {args.out} '
               f'with the {exporter} exporter ({time.time() - t0:.0f} s)')
         print(f'size rule: {rule.text()}' if rule else
@@ -102,12 +111,6 @@ def main(argv=None) -> int:
         shapes = [shape] + [tuple(s) for s in (args.check_shape or [])]
         if rule and not args.check_shape:
             shapes.append(rule.near(shape))
-        for s in shapes[1:]:
-            if rule is None and tuple(s) != shape:
-                raise ExportError(f'--check-shape {s[0]} {s[1]}: a static export takes only its '
-                                  f'own {shape[0]}x{shape[1]} (add --dynamic)')
-            if rule:
-                rule.check(s, '--check-shape')
         rows = D.check(args.out, wrapper, shapes, args.batch, args.rtol)
     except (ConfigError, ExportError, CheckpointError, settings.SettingError) as e:
         print(f'export_onnx: error: {e}', file=sys.stderr)

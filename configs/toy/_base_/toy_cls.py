@@ -1,6 +1,6 @@
 # The generated toy classification set (tools/misc/make_toy_datasets.py --only cls): 3 shape
 # classes, 64x64 images in mmpretrain's CustomDataset folder layout, and a short AdamW schedule for
-# pretraining a backbone as a classifier on the CPU (tools/finetune_chain.py).
+# pretraining a backbone as a classifier on the CPU (docs/finetuning.md).
 _base_ = ['../../_base_/default_runtime_cls.py']
 
 data_root = 'data/toy_cls/'

@@ -19,18 +19,24 @@ Nothing in the test suite runs this script (the suite never reaches the network 
 code); it documents how the committed data was made, so it can be checked and remade.
 """
 import argparse
+import importlib.util
 import json
 import os.path as osp
 import subprocess
 import sys
 
-# the authors' constructors and arguments, and the file importer, shared with
-# tools/analysis_tools/benchmark_authors.py
-# the checkout's root, for tools.workshop
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..', '..')))
-from tools.workshop.authors_code import SOURCES, load_file
-
 HERE = osp.dirname(osp.abspath(__file__))
+
+
+def _authors_code():
+    """tests/authors_code.py (the authors' constructors and arguments, and the file importer the
+    tests use too), loaded from its file: tests/ is no package, and no folder is put on
+    ``sys.path``."""
+    spec = importlib.util.spec_from_file_location(
+        'authors_code', osp.join(HERE, '..', '..', 'authors_code.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 # the classifier-only top-level modules of each family's released model
 CLASSIFICATION_PREFIXES = {'inline_swin': ['head.', 'norm.'], 'inline_pvt': ['head.'],
@@ -59,9 +65,10 @@ def main(argv=None):
     p.add_argument('--out', default=HERE, help='where to write the JSON files (default: here)')
     args = p.parse_args(argv)
     repos = {'LeapLabTHU/InLine': args.inline_repo, 'qhfan/MALA': args.mala_repo}
-    for family, (repo_name, rel, archs) in SOURCES.items():
+    authors_code = _authors_code()
+    for family, (repo_name, rel, archs) in authors_code.SOURCES.items():
         repo = repos[repo_name]
-        module = load_file(osp.join(repo, rel), f'authors_{family}')
+        module = authors_code.load_file(osp.join(repo, rel), f'authors_{family}')
         commit = subprocess.run(['git', '-C', repo, 'rev-parse', '--short', 'HEAD'],
                                 capture_output=True, text=True).stdout.strip() or '?'
         for arch, (ctor, kwargs) in archs.items():

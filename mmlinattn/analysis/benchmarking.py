@@ -329,7 +329,7 @@ def same_head_work(test_cfg) -> None:
 def build_untrained(cfg):
     """The model of the Config ``cfg`` (its backbone's ``init_cfg`` set to None in ``cfg``: no
     ImageNet weights), built by its scope's registry, SyncBN reverted to BN; in training mode, not
-    initialised. tools/workshop/flops.py and tools/workshop/deploy.py build with it too."""
+    initialised. :mod:`.flops` and :mod:`.deploy` build with it too."""
     from mmengine.model import revert_sync_batchnorm
 
     from mmlinattn.core.registry import model_registry

@@ -1,16 +1,17 @@
 """The authors' own model code, built from a local clone of their repositories, beside ours
-(``benchmark_authors.py``, ``tests/data/authors_keys/make_manifests.py``). Nothing of theirs ships
-or is copied: their model files are imported from the path given (a clone of LeapLabTHU/InLine or
-qhfan/MALA; ``pip install timm einops fvcore``). :func:`build_pair` builds their ImageNet
-classifier and ours (``configs/classification/``) and loads their weights into ours through the
-family's key layout, as a downloaded file would be.
+(``tests/data/authors_keys/make_manifests.py``, tests/test_authors_code.py). Nothing of theirs
+ships or is copied: their model files are imported from the path given (a clone of
+LeapLabTHU/InLine or qhfan/MALA; ``pip install timm einops fvcore``). :func:`build_authors` builds
+their ImageNet classifier, :func:`build_ours` ours (``configs/classification/``), and
+:func:`load_authors_weights` loads theirs into ours through the family's key layout, as a
+downloaded file would be. (Moved from tools/workshop/authors_code.py when the tool comparing the
+two, benchmark_authors.py, left the repository: docs/benchmarks.md section 12.)
 """
 import importlib.util
 import os.path as osp
 import sys
 from typing import Dict, Tuple
 
-import torch
 from torch import nn
 
 from mmlinattn.core.families import FAMILIES
@@ -131,16 +132,3 @@ def load_authors_weights(ours: nn.Module, theirs: nn.Module, family: str) -> Non
         raise AuthorsCodeError(f'{family}: the authors\' weights do not fit our classifier: '
                                f'missing {missing[:8]}, unexpected {unexpected[:8]}')
 
-
-def logits(model: nn.Module, x: torch.Tensor, ours: bool) -> torch.Tensor:
-    """Class scores of either model for the image batch ``x`` (ours: mmpretrain's tensor mode)."""
-    return model(x, mode='tensor') if ours else model(x)
-
-
-def build_pair(family: str, arch: str, repo: str, drop_path: float = 0.0, seed: int = 0):
-    """(ours, theirs) with the same weights, both in eval mode."""
-    torch.manual_seed(seed)
-    theirs = build_authors(family, arch, repo, drop_path)
-    ours = build_ours(family, arch, drop_path)
-    load_authors_weights(ours, theirs, family)
-    return ours.eval(), theirs.eval()

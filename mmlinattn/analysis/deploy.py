@@ -210,6 +210,19 @@ def size_rule(wrapper: Exportable, shape: Sequence[int]) -> SizeRule:
     return rule
 
 
+def dynamic_rule(wrapper: Exportable, shape: Sequence[int]) -> SizeRule:
+    """The size rule of a dynamic export of ``wrapper`` from the example ``shape``; raises
+    :class:`ExportError` where the part cannot take a dynamic size (:func:`dynamic_blockers`) or
+    ``shape`` breaks the rule. Runs one forward; writes nothing."""
+    blockers = dynamic_blockers(wrapper)
+    if blockers:
+        shown = '; '.join(blockers[:3]) + (f'; ... ({len(blockers)} in all)'
+                                           if len(blockers) > 3 else '')
+        raise ExportError(f'this {wrapper.part} cannot be exported with a dynamic height / '
+                          f'width: {shown}. Export without --dynamic, one file per input size.')
+    return size_rule(wrapper, shape)
+
+
 def example_input(shape: Sequence[int], batch: int = 1, seed: int = 0) -> torch.Tensor:
     """A normalised-image-like input: standard normal values."""
     g = torch.Generator().manual_seed(seed)
@@ -224,9 +237,10 @@ def default_exporter() -> str:
 
 def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = False,
            batch: int = 1, opset: Optional[int] = None, meta: Optional[dict] = None,
-           exporter: Optional[str] = None) -> Optional[SizeRule]:
+           exporter: Optional[str] = None, rule: Optional[SizeRule] = None) -> Optional[SizeRule]:
     """Export ``wrapper`` at ``shape`` (H, W) to the ONNX file ``out`` with ``exporter`` (default
-    :func:`default_exporter`); returns the size rule of a dynamic export (None for a static one).
+    :func:`default_exporter`); returns the size rule of a dynamic export (None for a static one),
+    ``rule`` if given (:func:`dynamic_rule`'s, computed by the caller).
     Both exporters serve the same rule: the jit records the sizes' arithmetic (the models keep
     sizes as traced values) and fixes what Python branches on, which the rule keeps constant."""
     from mmlinattn.core.ops import probes
@@ -240,14 +254,7 @@ def export(wrapper: Exportable, shape: Sequence[int], out: str, dynamic: bool = 
     opset = opset or (DEFAULT_OPSET if exporter == 'dynamo' else JIT_OPSET)
     import onnx
     x = example_input(shape, batch)
-    if dynamic:
-        blockers = dynamic_blockers(wrapper)
-        if blockers:
-            shown = '; '.join(blockers[:3]) + (f'; ... ({len(blockers)} in all)'
-                                               if len(blockers) > 3 else '')
-            raise ExportError(f'this {wrapper.part} cannot be exported with a dynamic height / '
-                              f'width: {shown}. Export without --dynamic, one file per input size.')
-    rule = size_rule(wrapper, shape) if dynamic else None
+    rule = (rule or dynamic_rule(wrapper, shape)) if dynamic else None
     with torch.no_grad():
         names = wrapper.output_names(len(wrapper(x)))
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)

@@ -1,8 +1,8 @@
-"""tools/analysis_tools/benchmark_authors.py and tools.workshop.authors_code without the
-authors' code (the suite never has it): the file importer's errors, our classifier of each family
-against the authors' manifests (tests/data/authors_keys, made from their model files), the tool's
-guard against models that are not the same, its command line, and the profile's split by part and
-by operator kind."""
+"""tests/authors_code.py (the authors' model files imported from a clone of their repository, beside
+ours) without the authors' code (the suite never has it): the file importer's errors, our
+classifier of each family against the authors' manifests (tests/data/authors_keys, made from their
+model files), and mmlinattn.analysis.profiling's split of a classifier by part and by operator
+kind."""
 import json
 import os.path as osp
 import types
@@ -11,16 +11,12 @@ import pytest
 import torch
 from torch import nn
 
-from tools.workshop import authors_code
-from tools.workshop.profiling import classifier_part, op_kind, profile_parts
+from mmlinattn.analysis.profiling import classifier_part, op_kind, profile_parts
+
+import authors_code
 
 HERE = osp.dirname(osp.abspath(__file__))
 KEYS = osp.join(HERE, 'data', 'authors_keys')
-
-
-def _tool():
-    from tools.analysis_tools import benchmark_authors
-    return benchmark_authors
 
 
 def _manifest(family, arch):
@@ -113,80 +109,6 @@ def test_our_classifier_cfg_has_the_authors_head_shapes(family, arch):
         assert cfg['head']['in_channels'] == shapes['head.weight'][1]
 
 
-class _Ours(nn.Module):
-    """A stand-in classifier called as mmpretrain's (``mode='tensor'``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.norm = nn.LayerNorm(3)
-        self.head = nn.Linear(3, 1000)
-
-    def forward(self, x, mode='tensor'):
-        assert mode == 'tensor'
-        return self.head(self.norm(x.mean(dim=(2, 3))))
-
-
-class _Theirs(nn.Module):
-    def __init__(self, ours):
-        super().__init__()
-        self.inner = ours
-
-    def forward(self, x):
-        return self.inner(x)
-
-
-def _args(tool, **kw):
-    return tool.argparse.Namespace(**{**dict(batch=2, size=16, reps=2, seed=0, atol=1e-4,
-                                             profile=False), **kw})
-
-
-def _pair(perturb):
-    ours = _Ours()
-    theirs = _Theirs(_Ours())
-    theirs.inner.load_state_dict(ours.state_dict())
-    if perturb:
-        with torch.no_grad():
-            theirs.inner.head.bias.add_(1e-2)
-    return ours, theirs
-
-
-def test_measure_refuses_models_that_differ(monkeypatch):
-    tool = _tool()
-    monkeypatch.setattr(authors_code, 'build_pair', lambda *a, **k: _pair(perturb=True))
-    with pytest.raises(SystemExit, match='differ from the authors'):
-        tool.measure('inline_pvt', 'tiny', 'REPO', _args(tool), torch.device('cpu'))
-
-
-def test_measure_reports_both_and_their_ratios(monkeypatch):
-    tool = _tool()
-    monkeypatch.setattr(authors_code, 'build_pair', lambda *a, **k: _pair(perturb=False))
-    r = tool.measure('inline_pvt', 'tiny', 'REPO', _args(tool, profile=True), torch.device('cpu'))
-    assert r['logits_max_abs_diff'] == 0.0 and r['params_ours'] == r['params_authors'] == 4006
-    for what in ('infer', 'train_step'):
-        assert r[f'{what}_ratio'] == pytest.approx(
-            r[f'{what}_s_authors'] / r[f'{what}_s_ours'], rel=1e-2)
-    assert r['memory_ratio'] == pytest.approx(1.0, abs=0.2)  # the same model twice
-    md = tool.table([r]) + tool.profile_table([r])
-    assert '| inline_pvt-tiny | 0.00 |' in md and 'by operator kind' in md
-    assert {row['path'] for row in r['profile_ours']['rows']} >= {'norm', 'head'}
-
-
-def test_command_line_needs_a_repository(capsys):
-    tool = _tool()
-    with pytest.raises(SystemExit):
-        tool.main([])
-    assert '--inline-repo and / or --mala-repo' in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        tool.main(['--inline-repo', 'X', '--families', 'mavit'])
-    assert 'mavit needs --mala-repo' in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        tool.main(['--inline-repo', 'X', '--families', 'swin'])
-    assert "unknown 'swin'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        tool.main(['--inline-repo', 'X', '--arch', 'medium'])
-    assert "inline_swin has no released arch 'medium'" in capsys.readouterr().err
-
-
 @pytest.mark.parametrize('name,kind', [
     ('aten::addmm', 'GEMM'), ('aten::mm', 'GEMM'), ('aten::bmm', 'GEMM'),
     ('aten::mkldnn_convolution', 'convolution (incl. depthwise)'),
@@ -222,27 +144,3 @@ def test_classifier_part_by_what_a_module_is():
     assert classifier_part('layers.0.downsample', nn.Sequential()) == 'embed'
     assert classifier_part('head', nn.Linear(2, 2)) == 'head'
     assert classifier_part('layers.0.blocks.0', nn.Sequential()) is None
-
-
-def test_peak_rss_sees_an_allocation_of_known_size():
-    """The peak-RSS reader (--rss here, benchmark_step's CPU memory) grows by (at least most of) a
-    200 MB buffer written once, in a fresh process as the tools run, after its high-water mark is
-    reset to the current resident size through ``/proc/self/clear_refs`` where that file can be
-    written (as benchmark.py --rss does). Taken in the long-lived pytest worker instead, the
-    reading once grew by 0 KB under ``make test`` while it passed alone and in other full runs
-    (cause not found); the tools take it in a process of their own."""
-    import subprocess
-    import sys
-    code = ('import torch\n'
-            'from tools.workshop.benchmarking import peak_rss_kb\n'
-            'try:\n'
-            '    with open("/proc/self/clear_refs", "w") as f: f.write("5")\n'
-            'except OSError:\n'
-            '    pass\n'
-            'base = peak_rss_kb()\n'
-            'buf = torch.ones(200 * 2 ** 20 // 4); buf += 1\n'
-            'print(peak_rss_kb() - base)\n')
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                         check=True, cwd=osp.dirname(HERE))
-    grown = float(out.stdout.split()[-1])
-    assert grown >= 0.9 * 200 * 1024

@@ -1,5 +1,5 @@
-"""Where a training step's time and saved memory go, by model part (``benchmark_step.py --profile``,
-``benchmark_authors.py --profile``; docs/benchmarks.md section 8), and passes over memory
+"""Where a training step's time and saved memory go, by model part (``benchmark_step.py --profile``;
+docs/benchmarks.md section 8; a classifier's split as section 12's), and passes over memory
 (``benchmark_attention.py --passes``). Forward time is each operator's self time, in the innermost
 named range it ran in; backward time goes to the range whose forward made the autograd node (the
 profiler records its sequence number on both); saved memory is what autograd packs while a range
