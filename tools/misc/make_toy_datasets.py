@@ -7,7 +7,7 @@ Three shape classes (circle, square, triangle; each its own colour range) on tex
 ``toy_coco``: 1-3 instances per image, polygon / RLE masks, some cut by the border. ``toy_ade``:
 label 1 = background, 2-4 = the shapes, 0 = a thin unlabelled rim ("ignore" after
 ``reduce_zero_label``). ``toy_cls`` (``--only cls`` / ``--with-cls``, the pretraining set of
-tools/finetune_chain.py): which shape is in the middle, in mmpretrain's CustomDataset folders. Each
+docs/finetuning.md): which shape is in the middle, in mmpretrain's CustomDataset folders. Each
 set is written to a temporary folder and renamed into place when complete (a ``COMPLETE`` file).
 """
 import argparse
