@@ -14,7 +14,9 @@ The package has two parts (docs/design.md, section 5):
 
 ``import mmlinattn`` registers our modules and changes nothing else in the process: the backbones
 ``InLinePVT``, ``InLineSwin`` and ``MAViT`` (and the ImageNet classifier parts) in mmengine's root
-model registry, visible from mmdet, mmseg and mmpretrain configs; the hooks
+model registry, visible from mmdet, mmseg and mmpretrain configs, with ``LinAttnEncoderDecoder``
+(mmseg's segmentor with the large-image post-processing, :mod:`mmlinattn.apis.large_image`); the
+hooks
 (``SafeCheckpointHook``, ``NonFiniteLossHook``, ``PreemptionHook``, ``PlainParamGroupsHook``) in its
 hook registry; the CPU DDP wrapper in its model-wrapper registry; ``LinAttnRunner`` in its runner
 registry. The fixes for upstream breakage
@@ -25,9 +27,12 @@ The core's modules live under ``mmlinattn.core`` only (the 0.1 paths ``mmlinattn
 ``mmlinattn.models`` and ``mmlinattn.registry`` were removed in 0.3.0; docs/changelog.md).
 """
 from . import core  # noqa: F401  (registers the backbones)
+from .apis import large_image as _large_image
 
 # registers the hooks, the DDP wrapper and LinAttnRunner
 from .training import distributed, hooks, runner  # noqa: F401
 from .version import __version__
+
+_large_image.register()  # LinAttnEncoderDecoder (mmseg is imported when one is built)
 
 __all__ = ['__version__', 'core']

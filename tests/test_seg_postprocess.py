@@ -31,20 +31,30 @@ def test_banded_argmax_is_resize_then_argmax(align_corners):
     compare.assert_same_label_maps(got.numpy(), full, full.argmax(0).numpy())
 
 
-def test_a_segmentor_keeps_to_the_budget(monkeypatch):
+@pytest.mark.parametrize('how', ['config', 'wrapped'])
+def test_a_segmentor_keeps_to_the_budget(how, monkeypatch):
     """The toy Semantic FPN on a 240 x 320 image with the budget below its logits: the same label
     map as mmseg's own postprocess_result (up to near-ties), no full-resolution seg_logits kept;
-    with the default budget mmseg's own path runs (logits kept)."""
+    with the default budget mmseg's own path runs (logits kept). ``config``: the segmentor our
+    configs build (LinAttnEncoderDecoder: the post-processing is the model's own, under any
+    Runner); ``wrapped``: mmseg's EncoderDecoder given it by lean_postprocess (the inferencers)."""
     import os.path as osp
 
     from mmengine.config import Config
+    from mmseg.models import EncoderDecoder
     from mmseg.structures import SegDataSample
 
     from test_inference import registry
     root = osp.dirname(osp.dirname(osp.abspath(__file__)))
     cfg = Config.fromfile(osp.join(root, 'configs/toy/fpn_mavit-t_toy-ade.py'))
+    assert cfg.model.type == 'LinAttnEncoderDecoder'
+    if how == 'wrapped':
+        cfg.model.type = 'EncoderDecoder'
     torch.manual_seed(0)
     model = registry(cfg, 'MODELS').build(cfg.model).eval()
+    assert isinstance(model, EncoderDecoder) and type(model).__name__ == cfg.model.type
+    if how == 'wrapped':
+        sp.lean_postprocess(model)
     logits = torch.randn(1, 4, 30, 40) * 3
 
     def sample():
@@ -53,9 +63,8 @@ def test_a_segmentor_keeps_to_the_budget(monkeypatch):
                             flip=True, flip_direction='horizontal'))
         return s
 
-    want = model.postprocess_result(logits.clone(), [sample()])[0]
+    want = EncoderDecoder.postprocess_result(model, logits.clone(), [sample()])[0]  # mmseg's own
     monkeypatch.delenv('MMLINATTN_FULL_LOGITS_BUDGET', raising=False)  # the default, 1 GiB
-    sp.lean_postprocess(model)
     kept = model.postprocess_result(logits.clone(), [sample()])[0]  # default budget: mmseg's path
     assert 'seg_logits' in kept and torch.equal(kept.pred_sem_seg.data, want.pred_sem_seg.data)
     monkeypatch.setenv('MMLINATTN_FULL_LOGITS_BUDGET', '1000')

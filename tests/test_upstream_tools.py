@@ -374,7 +374,7 @@ def test_mmseg_print_config_graph(root):
     backbone = Config.fromfile(SEG_CFG).model.backbone
     assert f"type='{backbone.type}'" in out and 'Model graph:' in out
     graph = (cwd / 'example-graph.txt').read_text()
-    assert graph.startswith('EncoderDecoder(') and f'(backbone): {backbone.type}(' in graph
+    assert graph.startswith('LinAttnEncoderDecoder(') and f'(backbone): {backbone.type}(' in graph
     assert Config.fromfile(str(cwd / 'example.py')).model.backbone.to_dict() == backbone.to_dict()
 
 

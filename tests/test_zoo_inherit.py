@@ -37,6 +37,11 @@ NOT_T = {'configs/mavit/mask-rcnn_mavit-s_fpn_ms-3x_coco.py',
 _HOOKS = ("the runtime's NonFiniteLossHook / PreemptionHook settings became custom_hooks entries "
           'of the runtime bases after 6638814')
 ALLOWED = {'check_non_finite': _HOOKS, 'preemption_signals': _HOOKS, 'custom_hooks': _HOOKS}
+#: dotted key -> (value at 6638814, value now, why): a change of one value in every config that has
+#: the key. The segmentors are mmseg's EncoderDecoder with the large-image post-processing as the
+#: model's own (it was applied by LinAttnRunner's constructor, which a plain Runner skips)
+RENAMED = {'model.type': ('EncoderDecoder', 'LinAttnEncoderDecoder',
+                          'the segmentor with the banded large-image post-processing')}
 
 
 def to_json(value):
@@ -124,8 +129,10 @@ def test_merged_config_is_the_dumped_one(rel):
     new = merged(rel)
     # the dump's own encoding: a second pass changes nothing
     assert json.loads(json.dumps(new, sort_keys=True)) == new
-    changed = [k for k in differences(dumped()[rel], new)
-               if re.split(r'[.\[]', k)[0] not in ALLOWED]
+    old = dumped()[rel]
+    changed = [k for k in differences(old, new) if re.split(r'[.\[]', k)[0] not in ALLOWED and
+               not (k in RENAMED and (old['model']['type'], new['model']['type']) ==
+                    RENAMED[k][:2])]
     assert not changed, f'{rel}: merged values differ from the 6638814 dump at {changed}'
     base = runtime('det' if rel.endswith('_coco.py') else 'seg')
     for key in ALLOWED:

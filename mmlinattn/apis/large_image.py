@@ -1,8 +1,13 @@
-"""Segmentation of large images within memory (tools/test.py, tools/image_demo.py): above
-:func:`full_logits_budget`, :func:`lean_postprocess` lets mmseg's ``postprocess_result`` work at the
-logits' own size, then takes the label map in bands of output rows with the separable bilinear
-resize ``out = R_h X R_w^T`` (``R`` read off ``F.interpolate``), not the C x H x W logits (7.2 GB
-for ADE20K on a 4000 x 3000 photo); ``seg_logits`` is left out of such a sample."""
+"""Segmentation of large images within memory: above :func:`full_logits_budget`, mmseg's
+``postprocess_result`` works at the logits' own size, then the label map is taken in bands of output
+rows with the separable bilinear resize ``out = R_h X R_w^T`` (``R`` read off ``F.interpolate``),
+not from the C x H x W logits (7.2 GB for ADE20K on a 4000 x 3000 photo); ``seg_logits`` is left out
+of such a sample.
+
+It is the model's own: our segmentation configs build ``LinAttnEncoderDecoder``
+(:func:`build_segmentor`, registered in mmengine's root ``MODELS``), mmseg's ``EncoderDecoder``
+with this post-processing, so it holds under any Runner, any tool and any hook list.
+:func:`lean_postprocess` gives an already built mmseg segmentor the same (the inferencers)."""
 
 import torch
 import torch.nn.functional as F
@@ -45,37 +50,75 @@ def banded_argmax(logits: torch.Tensor, size, align_corners: bool = False,
 def lean_postprocess(model, budget: int = None):
     """Give ``model`` (mmseg) a ``postprocess_result`` within the budget (module docstring)."""
     original = getattr(model, 'postprocess_result', None)
-    if original is None or getattr(original, '_mmlinattn_lean', False):
+    if original is None or getattr(original, '_mmlinattn_lean', False) or \
+            getattr(type(model), '_mmlinattn_lean', False):
         return model
 
     def postprocess_result(seg_logits, data_samples=None):
-        limit = full_logits_budget() if budget is None else budget
-        c = seg_logits.shape[1]
-        big = data_samples is not None and c > 1 and \
-            all('ori_shape' in s.metainfo for s in data_samples) and any(
-                c * int(s.metainfo['ori_shape'][0]) * int(s.metainfo['ori_shape'][1]) *
-                seg_logits.element_size() > limit for s in data_samples)
-        if not big:
-            return original(seg_logits, data_samples)
-        ori = [tuple(s.metainfo['ori_shape']) for s in data_samples]
-        for s in data_samples:  # mmseg's own crop and flip, at the logits' own size
-            pad = s.metainfo.get('img_padding_size', s.metainfo.get('padding_size', [0] * 4))
-            left, right, top, bottom = pad
-            s.set_metainfo(dict(ori_shape=(seg_logits.shape[2] - top - bottom,
-                                           seg_logits.shape[3] - left - right)))
-        try:
-            samples = original(seg_logits, data_samples)
-        finally:
-            for s, shape in zip(data_samples, ori):
-                s.set_metainfo(dict(ori_shape=shape))
-        from mmengine.structures import PixelData
-        align = bool(getattr(model, 'align_corners', False))
-        for s, shape in zip(samples, ori):
-            small = s.seg_logits.data
-            del s.seg_logits
-            s.pred_sem_seg = PixelData(data=banded_argmax(small, shape, align)[None])
-        return samples
+        return lean_result(model, original, seg_logits, data_samples, budget)
 
     postprocess_result._mmlinattn_lean = True
     model.postprocess_result = postprocess_result
     return model
+
+
+_SEGMENTOR = {}
+
+
+def build_segmentor(**kwargs):
+    """``LinAttnEncoderDecoder``: mmseg's ``EncoderDecoder`` (the same modules, parameters and
+    forward) whose ``postprocess_result`` takes a large image's label map in bands (module
+    docstring). Built from a config's ``model = dict(type='LinAttnEncoderDecoder', ...)``; mmseg is
+    imported when the first one is built."""
+    if not _SEGMENTOR:
+        from mmseg.models import EncoderDecoder
+
+        class LinAttnEncoderDecoder(EncoderDecoder):
+            _mmlinattn_lean = True
+
+            def postprocess_result(self, seg_logits, data_samples=None):
+                return lean_result(self, super().postprocess_result, seg_logits, data_samples)
+
+        LinAttnEncoderDecoder.__module__ = __name__
+        globals()['LinAttnEncoderDecoder'] = LinAttnEncoderDecoder  # pickles by this name
+        _SEGMENTOR['cls'] = LinAttnEncoderDecoder
+    return _SEGMENTOR['cls'](**kwargs)
+
+
+def register() -> None:
+    """Register :func:`build_segmentor` as ``LinAttnEncoderDecoder`` in mmengine's root
+    ``MODELS`` (mmseg's registry falls back to it); imports no toolbox."""
+    from mmengine.registry import MODELS
+    if 'LinAttnEncoderDecoder' not in MODELS.module_dict:
+        MODELS.register_module(name='LinAttnEncoderDecoder', module=build_segmentor)
+
+
+def lean_result(model, original, seg_logits, data_samples=None, budget: int = None):
+    """``original(seg_logits, data_samples)`` (mmseg's ``postprocess_result``), or the banded label
+    maps where a sample's full-size logits would pass the budget."""
+    limit = full_logits_budget() if budget is None else budget
+    c = seg_logits.shape[1]
+    big = data_samples is not None and c > 1 and \
+        all('ori_shape' in s.metainfo for s in data_samples) and any(
+            c * int(s.metainfo['ori_shape'][0]) * int(s.metainfo['ori_shape'][1]) *
+            seg_logits.element_size() > limit for s in data_samples)
+    if not big:
+        return original(seg_logits, data_samples)
+    ori = [tuple(s.metainfo['ori_shape']) for s in data_samples]
+    for s in data_samples:  # mmseg's own crop and flip, at the logits' own size
+        pad = s.metainfo.get('img_padding_size', s.metainfo.get('padding_size', [0] * 4))
+        left, right, top, bottom = pad
+        s.set_metainfo(dict(ori_shape=(seg_logits.shape[2] - top - bottom,
+                                       seg_logits.shape[3] - left - right)))
+    try:
+        samples = original(seg_logits, data_samples)
+    finally:
+        for s, shape in zip(data_samples, ori):
+            s.set_metainfo(dict(ori_shape=shape))
+    from mmengine.structures import PixelData
+    align = bool(getattr(model, 'align_corners', False))
+    for s, shape in zip(samples, ori):
+        small = s.seg_logits.data
+        del s.seg_logits
+        s.pred_sem_seg = PixelData(data=banded_argmax(small, shape, align)[None])
+    return samples
