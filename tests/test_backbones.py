@@ -18,6 +18,7 @@ from helpers import (
     save_authors_file,
     save_inline_style,
     save_mala_style,
+    tiny_arch,
 )
 
 # Trainable parameters without the classification parts and our output norms: the authors' counts
@@ -251,6 +252,20 @@ def test_window_bias_table_is_initialised_once():
     for name, before in tables:
         assert torch.equal(params[name], before), name
         assert 0.015 < before.std().item() < 0.025, name
+
+
+@pytest.mark.parametrize('cls', [InLinePVT, InLineSwin, MAViT])
+def test_gradients_have_their_parameters_strides(cls):
+    """DDP's buckets are views with each parameter's strides, size-1 dimensions included, and
+    torch copies (and warns, "Grad strides do not match bucket view strides") every step where a
+    gradient has other strides: each parameter's gradient has exactly its strides."""
+    torch.manual_seed(0)
+    m = cls(arch=tiny_arch(cls, (1, 1, 1, 1)))
+    out = m(torch.randn(2, 3, 64, 64))
+    sum(o.sum() for o in out).backward()
+    bad = [(n, p.stride(), p.grad.stride()) for n, p in m.named_parameters()
+           if p.grad is not None and p.grad.stride() != p.stride()]
+    assert not bad, bad[:4]
 
 
 def test_swin_global_inline_equals_literal_windows_at_224():

@@ -193,6 +193,14 @@ class MAViT(LinAttnBackbone):
             for i in range(n)])
         self._build_out_norms(out_norm, norm_cfg)
         self._freeze_stages()
+        # MAViT's maps are channels-last in memory (the (B, N, C) tokens viewed as NCHW), so the
+        # convolutions' weight gradients come out channels-last: weights in that layout get
+        # gradients in their own layout, which DDP's buckets take without a copy ("Grad strides
+        # do not match bucket view strides"). The values, and the state dict, are unchanged.
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                w = torch.empty_like(m.weight.data, memory_format=torch.channels_last)
+                m.weight.data = w.copy_(m.weight.data)  # (size-1 dims' strides too)
 
     def _post_init(self):
         for layer in self.layers:
