@@ -101,3 +101,25 @@ def test_a_plain_runner_says_what_is_off_and_still_stops_on_a_non_finite_loss(to
         if name.endswith('.pth'):
             state = torch.load(osp.join(cfg.work_dir, name), weights_only=False)['state_dict']
             assert non_finite_tensors(state)[1] == 0, name  # no broken weights saved
+
+
+def test_a_finished_runs_logger_writes_to_the_stream_of_now(toy_data, tmp_path, capsys):
+    """The stream a run's logger started with (a notebook cell's, a test's capture) is closed when
+    a later line of that logger comes (mmengine's current logger, an earlier run's): the line goes
+    to the process's stdout of now, not to 'Logging error' on a closed stream."""
+    import io
+    import sys
+
+    from mmengine.registry import RUNNERS
+    first = io.StringIO()
+    real = sys.stdout
+    sys.stdout = first
+    try:
+        runner = RUNNERS.build(_cfg(toy_data, tmp_path, 'seams_streams'))
+    finally:
+        sys.stdout = real
+    first.close()
+    runner.logger.info('a line after the run')
+    captured = capsys.readouterr()
+    assert 'a line after the run' in captured.out
+    assert 'Logging error' not in captured.err

@@ -29,6 +29,7 @@ changed. A Runner built from keyword arguments instead of a config gets the hook
 """
 import copy
 import os.path as osp
+import sys
 from typing import List, Optional
 
 import torch
@@ -101,6 +102,35 @@ def _fresh_visualizer_name(cfg) -> None:
     vis = cfg.get('visualizer')
     if isinstance(vis, dict):
         vis['name'] = _free_instance_name(Visualizer, vis.get('name', 'visualizer'))
+
+
+class _CurrentStream:
+    """``sys.stdout`` / ``sys.stderr`` as they are at each write, for a log handler: a run that
+    ended leaves no handler on the stream object it started with (a notebook cell's, a test's
+    capture), which may be closed when a later line of the same logger comes."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def write(self, text):
+        return getattr(sys, self.name).write(text)
+
+    def flush(self):
+        getattr(sys, self.name).flush()
+
+    def isatty(self):
+        return bool(getattr(getattr(sys, self.name), 'isatty', lambda: False)())
+
+
+def follow_current_streams(logger) -> None:
+    """Point ``logger``'s console handlers (those on the process's stdout / stderr) at
+    :class:`_CurrentStream` instead of the stream object they were made with."""
+    import logging
+    for h in logger.handlers:
+        if type(h) is logging.StreamHandler:
+            for name in ('stdout', 'stderr'):
+                if h.stream is getattr(sys, name) or h.stream is getattr(sys, f'__{name}__'):
+                    h.setStream(_CurrentStream(name))
 
 
 def _built(loop) -> bool:
@@ -184,10 +214,13 @@ class LinAttnRunner(Runner):
         return runner
 
     def build_logger(self, log_level='INFO', log_file=None, **kwargs):
-        """mmengine's, under a name no logger of this process has (see the class docstring)."""
+        """mmengine's, under a name no logger of this process has (see the class docstring), whose
+        console lines go to the process's ``sys.stdout`` as it is when they are written."""
         from mmengine.logging import MMLogger
         name = _free_instance_name(MMLogger, kwargs.pop('name', None) or self.experiment_name)
-        return super().build_logger(log_level=log_level, log_file=log_file, name=name, **kwargs)
+        logger = super().build_logger(log_level=log_level, log_file=log_file, name=name, **kwargs)
+        follow_current_streams(logger)
+        return logger
 
     def dump_config(self) -> None:
         """Deferred until a run has passed its checks (a refused run leaves no config dump)."""
@@ -427,6 +460,7 @@ class RunChecksHook(Hook):
     def before_run(self, runner) -> None:
         if isinstance(runner, LinAttnRunner) or runner.cfg.get('model') is None:
             return
+        follow_current_streams(runner.logger)
         # which run this is: the loop mmengine built before before_run (no public accessor)
         built = [run for run in ('train', 'val', 'test')
                  if _built(getattr(runner, f'_{run}_loop', None))]
