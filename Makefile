@@ -1,6 +1,6 @@
 # The entry commands (each installs ./.venv on first use):
 #   make demo   - the main job: toy data -> train a detector and a segmentor -> COCO AP / mIoU
-#   make test   - the test suite (CI runs `make lint` and then this)
+#   make test   - the test suite (CI runs `make lint`, `make demo`, then this)
 #   make lint   - ruff (ruff.toml: pycodestyle, pyflakes, import order; lines up to 100 characters)
 VENV ?= .venv
 PY := $(VENV)/bin/python
