@@ -198,7 +198,8 @@ class MAViT(LinAttnBackbone):
         # gradients in their own layout, which DDP's buckets take without a copy ("Grad strides
         # do not match bucket view strides"). The values, and the state dict, are unchanged.
         for m in self.modules():
-            if isinstance(m, nn.Conv2d):
+            if isinstance(m, nn.Conv2d) and m.weight.is_contiguous(
+                    memory_format=torch.channels_last):  # 1x1 and depthwise: the same memory
                 w = torch.empty_like(m.weight.data, memory_format=torch.channels_last)
                 m.weight.data = w.copy_(m.weight.data)  # (size-1 dims' strides too)
 
