@@ -4,6 +4,7 @@ are the runtime's ``custom_hooks`` (put back, with one log line, where a child c
 dropped them), and mmengine's plain Runner (``runner_type='Runner'``, what mmseg 1.2.2's test.py
 builds) runs the same hooks and says in one line what it leaves off."""
 import ast
+import os
 import os.path as osp
 
 import pytest
@@ -123,3 +124,49 @@ def test_a_finished_runs_logger_writes_to_the_stream_of_now(toy_data, tmp_path, 
     captured = capsys.readouterr()
     assert 'a line after the run' in captured.out
     assert 'Logging error' not in captured.err
+
+
+@pytest.mark.parametrize('fixes', [False, True], ids=['mmlinattn-only', 'with-upstream-fixes'])
+def test_the_upstream_fixes_hint_comes_when_the_model_is_built(fixes):
+    """A user's config with custom_imports=['mmlinattn'] only, on a torch that loads weights-only
+    by default: building the backbone (before any checkpoint is written) logs one line naming
+    mmlinattn.upstream_fixes; with it imported, nothing. A fresh interpreter: the suite imports
+    the fixes."""
+    import subprocess
+    import sys
+
+    import torch
+    code = ('import mmlinattn\n' + ('import mmlinattn.upstream_fixes\n' if fixes else '') +
+            'from mmlinattn.core.models import MAViT\n'
+            "MAViT(arch=dict(embed_dims=[8, 8, 8, 8], depths=[1, 1, 1, 1], num_heads=[1] * 4))\n"
+            "MAViT(arch=dict(embed_dims=[8, 8, 8, 8], depths=[1, 1, 1, 1], num_heads=[1] * 4))\n")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, MMLINATTN_UPSTREAM_FIXES='1'))
+    assert r.returncode == 0, r.stderr[-2000:]
+    said = (r.stdout + r.stderr).count("add 'mmlinattn.upstream_fixes' to the config's "
+                                       'custom_imports')
+    # torch >= 2.6 loads weights-only by default (the oracle: torch.load's own default)
+    import inspect
+    default = inspect.signature(torch.load).parameters['weights_only'].default
+    weights_only = default is not False  # None from 2.6 on: weights-only unless the env says not
+    assert said == (1 if weights_only and not fixes else 0), r.stdout[-2000:] + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize('key, value, said', [
+    ('optim_wrapper.optimizer.lr', '6e-4x',
+     "optim_wrapper.optimizer.lr='6e-4x': a learning rate must be a number"),
+    ('train_dataloader', None,
+     'train_dataloader=None but train_cfg, optim_wrapper set: a training needs all three'),
+], ids=['lr-not-a-number', 'no-train-dataloader'])
+def test_a_training_config_mmengine_would_fail_deep_in_is_one_line(key, value, said, toy_data,
+                                                                    tmp_path, capsys):
+    """Each passed every check (a config file's value, under any tool: mmdet's own train.py
+    here is RUNNERS.build(cfg).train()) and failed inside mmengine with a ValueError traceback
+    (the optimizer's constructor; the Runner's constructor): one line naming the key, exit 2."""
+    from mmengine.registry import RUNNERS
+    cfg = _cfg(toy_data, tmp_path, f'seams_deep_{key.split(".")[0]}')
+    cfg.merge_from_dict({key: value})
+    with pytest.raises(SystemExit) as e:
+        RUNNERS.build(cfg).train()
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ': error: ' in ln]
+    assert e.value.code == 2 and len(err) == 1 and said in err[0], err

@@ -71,6 +71,19 @@ def add_safety_hooks(cfg) -> List[str]:
     return [h['type'] for h in added]
 
 
+def check_training_parts(cfg) -> None:
+    """``train_dataloader``, ``train_cfg`` and ``optim_wrapper``: all three set, or all three None
+    (a test-only config); mmengine's constructor refuses anything else with a ``ValueError``
+    traceback (``--cfg-options train_dataloader=None`` on a training config)."""
+    keys = ('train_dataloader', 'train_cfg', 'optim_wrapper')
+    unset = [k for k in keys if cfg.get(k) is None]
+    if unset and len(unset) < len(keys):
+        raise ConfigError(
+            f'{", ".join(f"{k}=None" for k in unset)} but '
+            f'{", ".join(k for k in keys if k not in unset)} set: a training needs all three, a '
+            'config that only tests sets all three to None')
+
+
 def _cpu_distributed(cfg) -> None:
     """A ``launcher`` other than none without CUDA: a gloo process group opened here (mmengine's
     own init is for GPUs) and the model wrapped by ``CPUDistributedDataParallel``."""
@@ -187,6 +200,7 @@ class LinAttnRunner(Runner):
             raise ConfigError(str(e)) from None
         check_toolboxes(cfg, getattr(cfg, 'filename', None) or 'the config')  # before MODELS
         check_work_dir(cfg['work_dir'])
+        check_training_parts(cfg)
         if cfg.get('launcher', 'none') != 'none':
             distributed.check_launcher_env(cfg.launcher)
         if cfg.get('model') is None:

@@ -37,7 +37,7 @@ from .channels import check_model_channels
 from .classes import check_num_classes
 from .coco import COCO_CHECK_MAX_BYTES, check_coco_annotations
 from .datasets import DatasetView, check_dataset_args, check_format_only, dataset_views
-from .schedules import check_param_schedulers
+from .schedules import check_optimizer_lr, check_param_schedulers
 from .segmentation import SEG_CHECK_ALL_MAX, SEG_CHECK_SAMPLE, check_seg_annotations
 
 __all__ = ['preflight', 'Preflight', 'MetaBackbone', 'DatasetView', 'dataset_views',
@@ -69,6 +69,7 @@ def preflight(cfg: Config, loaders: Sequence[str] = ALL_LOADERS,
     views = dataset_views(cfg, tuple(loaders))
     check_dataset_args(views)
     if training if training is not None else 'train_dataloader' in loaders:
+        check_optimizer_lr(cfg)
         check_param_schedulers(cfg, MMLogger.get_current_instance())
     check_format_only(views)
     check_num_classes(cfg, views=views)

@@ -90,3 +90,21 @@ def check_param_schedulers(cfg: Config, logger=None) -> List[str]:
         for w in warnings:
             logger.warning(f'param_scheduler: {w}')
     return warnings
+
+
+def check_optimizer_lr(cfg: Config) -> None:
+    """Each optimizer's ``lr`` (``optim_wrapper.optimizer.lr``, or each of an
+    ``OptimWrapperDict``'s) is a number: a string such as ``'6e-4x'`` (a typo in --cfg-options)
+    reached the optimizer's constructor, deep in mmengine, as a ``ValueError`` traceback."""
+    wrapper = cfg.get('optim_wrapper')
+    if not isinstance(wrapper, dict):
+        return
+    found = [('optim_wrapper.optimizer', wrapper['optimizer'])] if isinstance(
+        wrapper.get('optimizer'), dict) else [
+        (f'optim_wrapper.{k}.optimizer', v['optimizer']) for k, v in wrapper.items()
+        if isinstance(v, dict) and isinstance(v.get('optimizer'), dict)]
+    bad = [f'{key}.lr={opt["lr"]!r}' for key, opt in found if 'lr' in opt and
+           (isinstance(opt['lr'], bool) or not isinstance(opt['lr'], (int, float)))]
+    if bad:
+        raise ConfigError(f'{", ".join(bad)}: a learning rate must be a number (e.g. '
+                          f'--cfg-options {bad[0].split("=")[0]}=6e-4)')
