@@ -129,9 +129,14 @@ def test_the_authors_hosts_go_through_our_loader_and_other_urls_stay_mmengines()
                         ('http://huggingface.co/a/b/resolve/main/c.pth', mc.load_from_http),
                         ('https://huggingface.co.evil.example/c.pth', mc.load_from_http),
                         ('open-mmlab://resnet50_v1c', mc.load_from_openmmlab),
-                        ('s3://bucket/c.pth', mc.load_from_ceph),
-                        ('checkpoints/c.pth', mc.load_from_local)):
+                        ('s3://bucket/c.pth', mc.load_from_ceph)):
         assert CheckpointLoader._get_checkpoint_loader(url) is theirs, url
+    # a local path: mmengine's loader, or where mmlinattn.upstream_fixes applied its local_loader
+    # (torch loads weights-only by default), that fix's wrapper of it
+    from mmlinattn.training import compat
+    local = CheckpointLoader._get_checkpoint_loader('checkpoints/c.pth')
+    assert local is mc.load_from_local or (compat.STATUS.get('local_loader') is True and
+                                           local.__qualname__.endswith('load_local'))
 
 
 def test_a_url_is_fetched_once_for_mmengine_load_from_and_the_backbone(server):

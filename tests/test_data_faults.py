@@ -12,7 +12,7 @@ import pytest
 
 from tools import train as train_tool
 
-from helpers import make_toy_sets
+from helpers import make_toy_sets, work_dir_files
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -61,7 +61,7 @@ def test_coco_image_listed_but_missing_is_named_before_the_model(toy, tmp_path, 
     assert rc == 2 and len(err) == 1, err
     assert '1 of 4 image(s) listed in "images" are not in' in err[0]
     assert 'train_dataloader.dataset.data_prefix.img' in err[0] and name in err[0]
-    assert not work.exists()  # stopped before the Runner made its work dir
+    assert work_dir_files(work) == {}  # stopped before any data was read: a log folder only
 
 
 @pytest.mark.parametrize('fault', ['truncated', 'missing'])
@@ -76,7 +76,7 @@ def test_label_map_that_cannot_be_read_is_reported_by_the_preflight(fault, toy, 
                            'be read'), text
     assert f'{label}: ' + ('OSError: image file is truncated' if fault == 'truncated' else
                            'file not found') in text
-    assert not work.exists()
+    assert work_dir_files(work) == {}
 
 
 @pytest.mark.parametrize('workers', [0, 1], ids=['main-process', 'worker'])

@@ -15,7 +15,7 @@ from tools import test as test_tool
 from tools import train as train_tool
 from tools.misc import make_toy_datasets as toy
 
-from helpers import assert_resumed_from, run_checks, train_resumed
+from helpers import assert_resumed_from, run_checks, train_resumed, work_dir_files
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -37,7 +37,7 @@ def test_missing_dataset_root_is_named_with_its_config_key(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert 'train_dataloader.dataset.data_root' in err and '/nonexistent/ade' in err
-    assert not os.listdir(tmp_path)  # stopped before the runner (and any model) was built
+    assert work_dir_files(tmp_path) == {}  # no checkpoint, no config dump (a log folder)
 
 
 def test_missing_annotation_file_is_named(toy_data, tmp_path):

@@ -150,6 +150,12 @@ SNAPSHOT = '''
                 if isinstance(obj, type) and obj.__module__ == name:
                     for a, v in list(vars(obj).items()):
                         out[f'{name}.{attr}.{a}'] = id(v)
+        # mmengine's checkpoint schemes, a registry like its others: each prefix's loader (a
+        # scheme added is ours to add; one of mmengine's replaced is a change)
+        from mmengine.runner.checkpoint import CheckpointLoader
+        del out['mmengine.runner.checkpoint.CheckpointLoader._schemes']
+        for prefix, loader in CheckpointLoader._schemes.items():
+            out[f'scheme {prefix!r}'] = id(loader)
         allow = getattr(torch.serialization, 'get_safe_globals', lambda: [])()
         out['torch allow-list'] = sorted(map(repr, allow))
         out['sys.meta_path'] = [repr(f) for f in sys.meta_path]
@@ -185,7 +191,8 @@ def test_import_mmlinattn_changes_nothing_it_does_not_own():
 
 def test_upstream_fixes_change_only_what_they_fix():
     """``mmlinattn.upstream_fixes`` (our tools, our configs' custom_imports) changes HistoryBuffer's
-    pickling and torch's allow-list, and only where torch loads weights-only by default;
+    pickling, torch's allow-list and mmengine's loader of local files (which then also reads a
+    checkpoint an unpatched mmengine wrote), and only where torch loads weights-only by default;
     ``MMLINATTN_UPSTREAM_FIXES=0`` turns it off."""
     import io
     import pickle
@@ -201,10 +208,10 @@ def test_upstream_fixes_change_only_what_they_fix():
     except pickle.UnpicklingError:
         weights_only_default = True
     changed = import_changes('import mmlinattn.upstream_fixes')
-    if weights_only_default:
+    if weights_only_default:  # and the loader of local files ('' scheme): compat's local_loader
         assert changed == ['mmengine.logging.history_buffer.HistoryBuffer.__getstate__',
                            'mmengine.logging.history_buffer.HistoryBuffer.__setstate__',
-                           'torch allow-list']
+                           "scheme ''", 'torch allow-list']
     else:
         assert changed == []
     assert import_changes('import mmlinattn.upstream_fixes',

@@ -20,7 +20,7 @@ import pytest
 from mmlinattn.training.workdir_lock import lock_work_dir
 
 import warm
-from helpers import toy_coco_options, toy_seg_options
+from helpers import toy_coco_options, toy_seg_options, work_dir_files
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -52,7 +52,7 @@ def error_lines(r):
 @pytest.mark.parametrize('tool', TOOLS)
 def test_a_missing_data_folder_is_one_line_before_any_work(tool, toy_data, tmp_path):
     """From mmseg's root or an empty folder (no checkout there): one line naming the key, exit 2,
-    and the work dir is left as it was (no config dump, no log folder)."""
+    and the work dir is left as it was (no config dump, no checkpoint; mmengine's log folder)."""
     work = tmp_path / 'work'
     cmd = command(tool, 'train.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
                   *toy_seg_options(toy_data),
@@ -63,7 +63,7 @@ def test_a_missing_data_folder_is_one_line_before_any_work(tool, toy_data, tmp_p
     prog, message = line.split(': error: ', 1)
     assert prog.endswith('train.py') and message.startswith('dataset paths do not exist'), line
     assert 'train_dataloader.dataset.data_root' in r.stderr and 'Traceback' not in r.stderr
-    assert not work.exists() or not os.listdir(work), os.listdir(work)
+    assert work_dir_files(work) == {}, os.listdir(work)
 
 
 @pytest.mark.slow  # one tool process each, to the refusal: 5-10 s on the 2-core machine
@@ -82,7 +82,7 @@ def test_a_busy_work_dir_is_refused_naming_the_run_in_it(tool, toy_data, tmp_pat
     prog, message = line.split(': error: ', 1)
     assert prog.endswith('train.py') and message.startswith(
         f'work dir {work} is in use by another run (pid {os.getpid()}'), line
-    assert not [f for f in os.listdir(work) if f != '.mmlinattn-run.lock'], os.listdir(work)
+    assert set(work_dir_files(work)) <= {'.mmlinattn-run.lock'}, os.listdir(work)
 
 
 def _short_schedule_config(tmp_path):
@@ -334,7 +334,7 @@ def _diverged(checkpoint, path):
     obj = torch.load(checkpoint, map_location='cpu', weights_only=False)
     key = next(k for k, v in obj['state_dict'].items() if v.is_floating_point())
     obj['state_dict'][key] = obj['state_dict'][key].clone()
-    obj['state_dict'][key].view(-1)[0] = float('nan')
+    obj['state_dict'][key].view(-1)[0] = float('nan')  # (every parameter is contiguous)
     torch.save(obj, path)
     return str(path), key
 
@@ -344,8 +344,8 @@ def _diverged(checkpoint, path):
 def test_a_test_checks_its_checkpoint_under_every_tool(case, toy_data, toy_checkpoints, tmp_path):
     """The same one line and exit 2 from our test.py and mmseg's own (which builds mmengine's
     plain Runner whatever the config's runner_type: the runtime's RunChecksHook checks there,
-    after the datasets and before the weights); no log folder left. Ours, which checks before it
-    reads any data, leaves no work dir either."""
+    after the datasets and before the weights); no checkpoint. Ours, which checks before it
+    reads any data, leaves no config dump either."""
     opts = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('val', 'test')]
     checkpoint = toy_checkpoints.seg
     if case == 'diverged weights':
@@ -366,7 +366,7 @@ def test_a_test_checks_its_checkpoint_under_every_tool(case, toy_data, toy_check
         assert messages[tool].startswith(said), messages[tool]
         assert all(a in messages[tool] for a in also), messages[tool]
         assert 'Traceback' not in r.stderr and 'aAcc' not in r.stdout  # nothing scored
-        left = sorted(os.listdir(work)) if work.exists() else []
+        left = sorted(work_dir_files(work))
         # mmengine's plain Runner dumps the config at its construction, before any hook runs
         assert left == ([] if tool == 'ours' else [osp.basename(SEG_CFG)]), left
     assert messages['ours'] == messages['mmseg']
@@ -374,7 +374,8 @@ def test_a_test_checks_its_checkpoint_under_every_tool(case, toy_data, toy_check
 
 @pytest.mark.slow  # one tool process: 5-10 s on the 2-core machine
 def test_a_refused_test_leaves_no_work_dir(toy_data, toy_checkpoints, tmp_path):
-    """Our test.py checks the data before it reads any: nothing made. (mmseg 1.2.2's test.py
+    """Our test.py checks the data before it reads any: nothing but mmengine's log folder made
+    (its log says why). (mmseg 1.2.2's test.py
     builds mmengine's plain Runner, which reads the datasets first: a missing folder is the
     dataset's own traceback there.)"""
     work = tmp_path / 'never'
@@ -382,4 +383,4 @@ def test_a_refused_test_leaves_no_work_dir(toy_data, toy_checkpoints, tmp_path):
                     f'test_dataloader.dataset.data_root={tmp_path / "nowhere"}',
                     checkpoint=toy_checkpoints.seg), tmp_path)
     assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout[-2000:] + r.stderr[-2000:]
-    assert not work.exists(), os.listdir(work)
+    assert work_dir_files(work) == {}, os.listdir(work)
