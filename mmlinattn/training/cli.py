@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 from mmengine.config import Config
 
-from .config import ConfigError, check_toolboxes, read_config_file
+from .config import ConfigError, check_toolboxes, package_bases, read_config_file
 from .preflight.cfg_options import CfgOptionsAction, check_cfg_options
 
 
@@ -62,31 +62,18 @@ def _foreign_package_base(path: str) -> Optional[str]:
     mmengine refuses (it loads only the OpenMMLab packages of its ``MODULE2PACKAGE``): the line to
     write instead (the file's path); ``None`` where there is none."""
     from mmengine.config.utils import MODULE2PACKAGE
-    todo, seen = [path], set()
-    while todo:
-        current = todo.pop()
-        if current in seen:
+    for current, base in package_bases(path):
+        package, relative = base.split('::', 1)
+        if package in MODULE2PACKAGE:
             continue
-        seen.add(current)
-        try:
-            bases = Config._get_base_files(current)
-        except Exception:  # the entries cannot be read (any error): mmengine's own error stands
-            return None
-        for base in bases:
-            if '::' not in base:
-                todo.append(osp.join(osp.dirname(current), base))
-                continue
-            package, relative = base.split('::', 1)
-            if package in MODULE2PACKAGE:
-                continue
-            if package == 'mmlinattn':
-                from mmlinattn.paths import config_path
-                instead = f"_base_ = [{config_path(relative)!r}]"
-            else:
-                instead = f"_base_ = ['/path/to/{package}/configs/{relative}']"
-            return (f'{current}: _base_ {base!r}: mmengine loads PACKAGE:: bases only from the '
-                    f'OpenMMLab packages it lists ({package} is not one of them); write the '
-                    f'file\'s path instead: {instead}')
+        if package == 'mmlinattn':
+            from mmlinattn.paths import config_path
+            instead = f"_base_ = [{config_path(relative)!r}]"
+        else:
+            instead = f"_base_ = ['/path/to/{package}/configs/{relative}']"
+        return (f'{current}: _base_ {base!r}: mmengine loads PACKAGE:: bases only from the '
+                f'OpenMMLab packages it lists ({package} is not one of them); write the '
+                f'file\'s path instead: {instead}')
     return None
 
 

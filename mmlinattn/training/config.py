@@ -89,6 +89,17 @@ def missing_base_toolbox(path: str) -> Optional[str]:
     whose toolbox is not installed: the one line naming the config that lists it and the extra;
     ``None`` where there is none. mmengine reads such an entry from the installed package, so
     without it the config cannot be read at all."""
+    for current, base in package_bases(path):
+        message = missing_toolbox(base.split('::', 1)[0], f'{current}: _base_ {base!r}')
+        if message:
+            return message
+    return None
+
+
+def package_bases(path: str):
+    """``(file, entry)`` for each ``_base_ = 'PACKAGE::...'`` entry of ``path`` and of the local
+    files it inherits, in order; where the entries of a file cannot be read (any error) it stops:
+    mmengine's own error stands."""
     from mmengine.config import Config
     todo, seen = [path], set()
     while todo:
@@ -97,15 +108,11 @@ def missing_base_toolbox(path: str) -> Optional[str]:
             continue
         seen.add(current)
         try:
-            bases = Config._get_base_files(current)
-        except Exception:  # entries that cannot be read (any error): mmengine's own error stands
-            continue
+            bases = Config._get_base_files(current)  # mmengine's reading of the entries
+        except Exception:
+            return
         for base in bases:
-            if '::' not in base:
+            if '::' in base:
+                yield current, base
+            else:
                 todo.append(osp.normpath(osp.join(osp.dirname(current), base)))
-                continue
-            scope = base.split('::', 1)[0]
-            message = missing_toolbox(scope, f'{current}: _base_ {base!r}')
-            if message:
-                return message
-    return None
