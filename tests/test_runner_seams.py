@@ -170,3 +170,30 @@ def test_a_training_config_mmengine_would_fail_deep_in_is_one_line(key, value, s
         RUNNERS.build(cfg).train()
     err = [ln for ln in capsys.readouterr().err.splitlines() if ': error: ' in ln]
     assert e.value.code == 2 and len(err) == 1 and said in err[0], err
+
+
+def test_a_finished_training_gives_the_work_dir_lock_back(toy_data, tmp_path):
+    """In one process (a notebook, a script): once train() returns, another run may use the work
+    dir (the lock is not held until the interpreter exits)."""
+    from mmengine.registry import RUNNERS
+
+    from mmlinattn.training.workdir_lock import LOCK_NAME
+    cfg = _cfg(toy_data, tmp_path, 'seams_lock')
+    runner = RUNNERS.build(cfg)
+    runner.train()
+    assert not osp.exists(osp.join(cfg.work_dir, LOCK_NAME))
+
+
+@pytest.mark.parametrize('key', ['check_non_finite', 'preemption_signals'])
+def test_a_key_removed_in_0_4_is_one_line_naming_the_hook_to_write(key, toy_data, tmp_path,
+                                                                   capsys):
+    """0.3.0's switches: nothing reads them now, so a config that sets one would get the hook it
+    meant to turn off; one line names the custom_hooks entry instead."""
+    from mmengine.registry import RUNNERS
+    cfg = _cfg(toy_data, tmp_path, f'seams_{key}')
+    cfg[key] = False if key == 'check_non_finite' else []
+    with pytest.raises(SystemExit) as e:
+        RUNNERS.build(cfg)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ': error: ' in ln]
+    assert e.value.code == 2 and len(err) == 1 and 'removed in 0.4.0' in err[0], err
+    assert ('NonFiniteLossHook' if key == 'check_non_finite' else 'PreemptionHook') in err[0]

@@ -76,3 +76,23 @@ def test_a_segmentor_keeps_to_the_budget(how, monkeypatch):
                                             want.pred_sem_seg.data[0].numpy())
     assert n_ties < 0.01 * 240 * 320
     assert np.unique(got.pred_sem_seg.data.numpy()).size > 1
+
+
+def test_a_tta_wrapper_keeps_the_full_size_logits():
+    """mmseg's SegTTAModel merges each view's full-size seg_logits: inside it the segmentor's
+    banded post-processing is off (the runtime's RunChecksHook, under any Runner), which would
+    drop them above the budget (AttributeError in merge_preds)."""
+    import os.path as osp
+    import types
+
+    from mmengine.config import Config
+
+    from mmlinattn.training.runner import RunChecksHook
+
+    from test_inference import registry
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    cfg = Config.fromfile(osp.join(root, 'configs/toy/fpn_mavit-t_toy-ade.py'))
+    tta = registry(cfg, 'MODELS').build(dict(type='SegTTAModel', module=cfg.model))
+    assert tta.module.lean
+    RunChecksHook().before_run(types.SimpleNamespace(model=tta, cfg=dict(model=None)))
+    assert not tta.module.lean

@@ -75,14 +75,22 @@ def build_segmentor(**kwargs):
 
         class LinAttnEncoderDecoder(EncoderDecoder):
             _mmlinattn_lean = True
+            #: False inside a test-time-augmentation wrapper, which merges the full-size logits
+            #: (``RunChecksHook`` sets it; ``lean=False`` in the config does too)
+            lean = True
 
             def postprocess_result(self, seg_logits, data_samples=None):
+                if not self.lean:
+                    return super().postprocess_result(seg_logits, data_samples)
                 return lean_result(self, super().postprocess_result, seg_logits, data_samples)
 
         LinAttnEncoderDecoder.__module__ = __name__
         globals()['LinAttnEncoderDecoder'] = LinAttnEncoderDecoder  # pickles by this name
         _SEGMENTOR['cls'] = LinAttnEncoderDecoder
-    return _SEGMENTOR['cls'](**kwargs)
+    lean = kwargs.pop('lean', True)
+    model = _SEGMENTOR['cls'](**kwargs)
+    model.lean = bool(lean)
+    return model
 
 
 def register() -> None:

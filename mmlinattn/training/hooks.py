@@ -426,6 +426,8 @@ class PreemptionHook(Hook):
         self._validating = False
 
     def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        # with several ranks, one vote per validation batch: every rank runs the same number of
+        # batches (mmengine's DefaultSampler pads the split, round_up=True by default)
         if not self._validating or \
                 not stop_vote(runner, 'preempted', self.received is not None, ('val', batch_idx)):
             return

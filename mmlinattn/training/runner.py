@@ -179,7 +179,7 @@ class LinAttnRunner(Runner):
     _lock = None  # the work dir's run lock, held by a training
     _meta_backbone = None  # the config's backbone on meta, from from_cfg's checks
     _chosen = None  # (path, resume) the training's checks chose to load, or None
-    _loaded = False  # a checkpoint was loaded into this runner's model
+    _fit_checked = None  # the checkpoint the checks compared with the model
     _training = _evaluating = False  # which run built its loop first
 
     @classmethod
@@ -201,6 +201,12 @@ class LinAttnRunner(Runner):
         check_toolboxes(cfg, getattr(cfg, 'filename', None) or 'the config')  # before MODELS
         check_work_dir(cfg['work_dir'])
         check_training_parts(cfg)
+        for key, hook in (('check_non_finite', "dict(type='NonFiniteLossHook', interval=0)"),
+                          ('preemption_signals', "dict(type='PreemptionHook', signals=[...], "
+                                                 'ctrl_c=True)')):
+            if key in cfg:  # read by 0.3.0's Runner; nothing reads it now
+                raise ConfigError(f'{key}={cfg[key]!r}: removed in 0.4.0, the runtimes list the '
+                                  f'hooks in custom_hooks; write {hook} there instead')
         if cfg.get('launcher', 'none') != 'none':
             distributed.check_launcher_env(cfg.launcher)
         if cfg.get('model') is None:
@@ -272,13 +278,18 @@ class LinAttnRunner(Runner):
         """The checkpoint the checks chose (``--resume``: the newest intact one of the work dir),
         loaded by mmengine's ``resume`` / ``load_checkpoint``; a checkpoint the model refuses (the
         attention function it was trained as) is one line."""
-        if self._loaded or self.cfg.get('model') is None:
+        # mmengine's own flag: a load the caller made (runner.load_checkpoint) stands
+        if self._has_loaded or self.cfg.get('model') is None:
             return super().load_or_resume()
         path, resume = self._chosen if self._chosen is not None else \
             (self.cfg.get('load_from'), False)
         self._chosen = None
         if not path:
             return None
+        checked = self._fit_checked == path
+        backbones = [m for m in self.model.modules() if hasattr(m, 'trained_as_checked')]
+        for m in backbones:  # compared by the checks with the config's keys: not said twice
+            m.trained_as_checked = checked
         try:
             if resume:
                 self.resume(path)
@@ -286,7 +297,9 @@ class LinAttnRunner(Runner):
                 self.load_checkpoint(path)
         except CheckpointError as e:
             raise refuse(e) from None
-        self._loaded = True
+        finally:
+            for m in backbones:
+                m.trained_as_checked = False
         return None
 
     def check(self, run: str) -> None:
@@ -354,7 +367,9 @@ class LinAttnRunner(Runner):
             cfg.load_from = contents.path if contents is not None else None
         if resume and cfg.load_from:
             if contents is None:
+                from mmlinattn.core.weights import local_checkpoint
                 from mmlinattn.core.weights.reading import read_contents
+                cfg.load_from = local_checkpoint(cfg.load_from, logger=self.logger)  # a URL
                 contents = read_contents(cfg.load_from)
             self._something_left(contents)
         contents = prepare_checkpoints(cfg, resume=resume, contents=contents,
@@ -396,8 +411,8 @@ def evaluation_checks(runner, loader: str) -> None:
     if cfg.get('default_scope') == 'mmseg' and vis.get('draw') and \
             cfg.get('train_dataloader'):
         loaders += ('train_dataloader',)
-    # train() then test() on one runner: the trained weights are tested
-    path = None if getattr(runner, '_loaded', False) else cfg.get('load_from')
+    # train() then test() on one runner: the trained weights are tested (mmengine's flag)
+    path = None if runner._has_loaded else cfg.get('load_from')
     if path:  # a missing checkpoint first: the one thing a test must be given
         path = local_checkpoint(path, logger=runner.logger)  # a URL: the cached file, which
         if isinstance(runner, LinAttnRunner):  # our load_or_resume loads then (not again)
@@ -440,9 +455,8 @@ def check_fit(runner, contents: Optional[CheckpointContents], what: str, partial
                            backbone_cfg=(model_cfg(runner.cfg) or {}).get('backbone'),
                            allow_attention_change=bool(runner.cfg.get('allow_attention_change')),
                            what=what, partial=partial)
-    for m in model.modules():  # compared above, with the config's keys: the load's own
-        if hasattr(m, 'allow_attention_change'):  # check of this file would say it again
-            m.trained_as_checked = True
+    if isinstance(runner, LinAttnRunner):  # its load_or_resume: the backbones' check not again
+        runner._fit_checked = path
 
 
 @HOOKS.register_module()
@@ -471,7 +485,14 @@ class RunChecksHook(Hook):
             model = runner.model.module if is_model_wrapper(runner.model) else runner.model
             record_trained_as(model, state)
 
+    def after_train(self, runner) -> None:
+        if isinstance(runner, LinAttnRunner):  # the training's work-dir lock goes back
+            runner.release()
+
     def before_run(self, runner) -> None:
+        from mmengine.model import BaseTTAModel
+        if isinstance(runner.model, BaseTTAModel) and hasattr(runner.model.module, 'lean'):
+            runner.model.module.lean = False  # the TTA merge reads each view's full-size logits
         if isinstance(runner, LinAttnRunner) or runner.cfg.get('model') is None:
             return
         follow_current_streams(runner.logger)

@@ -287,7 +287,9 @@ def record_trained_as(model: nn.Module, state_dict) -> None:
     """Record in ``state_dict``'s metadata (torch's ``_metadata``, which mmengine's checkpoints and
     ``torch.load`` keep) what each attention module of every backbone of ours in ``model``
     computes, under the backbone's own entry: the check a load into such a backbone makes. Called
-    on a checkpoint being saved (``SafeCheckpointHook.before_save_checkpoint``)."""
+    on a checkpoint being saved (the runtime's ``RunChecksHook.before_save_checkpoint``; a run
+    whose hook list lacks it writes no record, and its checkpoints are checked by the Runner's
+    comparison of their recorded config only)."""
     from collections import OrderedDict
 
     from mmlinattn.core.weights.fitting import attention_functions
