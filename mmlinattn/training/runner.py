@@ -256,7 +256,8 @@ class LinAttnRunner(Runner):
 
     def build_train_loop(self, loop):
         # an evaluation that builds the training loop (mmseg's SegVisualizationHook reads
-        # runner.iter) is no training: its own checks ran
+        # runner.iter) is no training: its own checks ran (so test() then train() on one Runner
+        # object trains without the training's checks: build a new Runner for a training)
         if not _built(loop) and not self._evaluating:
             self._training = True
             self.check('train')
