@@ -197,3 +197,16 @@ def test_a_key_removed_in_0_4_is_one_line_naming_the_hook_to_write(key, toy_data
     err = [ln for ln in capsys.readouterr().err.splitlines() if ': error: ' in ln]
     assert e.value.code == 2 and len(err) == 1 and 'removed in 0.4.0' in err[0], err
     assert ('NonFiniteLossHook' if key == 'check_non_finite' else 'PreemptionHook') in err[0]
+
+
+def test_a_safety_hook_named_by_its_class_or_given_built_is_not_added_twice():
+    """custom_hooks may name a hook by its class (a pure-Python config) or hold a built hook, as
+    mmengine's register_hook takes them: that hook is there, and none is added beside it."""
+    from mmengine.config import ConfigDict
+
+    from mmlinattn.training.hooks import NonFiniteLossHook, PreemptionHook
+    from mmlinattn.training.runner import add_safety_hooks
+    cfg = ConfigDict(custom_hooks=[dict(type=NonFiniteLossHook, interval=0),
+                                   PreemptionHook(signals=[], ctrl_c=False)])
+    assert add_safety_hooks(cfg) == ['RunChecksHook']
+    assert len(cfg.custom_hooks) == 3

@@ -61,7 +61,11 @@ def add_safety_hooks(cfg) -> List[str]:
     ``PreemptionHook(signals=[], ctrl_c=False)``: off). With ``compile``, also
     :class:`~mmlinattn.training.hooks.PlainParamGroupsHook`. Returns the types added."""
     hooks = list(cfg.get('custom_hooks') or [])
-    have = {str(h.get('type')).split('.')[-1] for h in hooks if isinstance(h, dict)}
+    # a type is a registry name ('NonFiniteLossHook', 'mmlinattn.NonFiniteLossHook') or the
+    # class itself (a pure-Python config)
+    have = {getattr(t, '__name__', None) or str(t).split('.')[-1]
+            for t in (h.get('type') for h in hooks if isinstance(h, dict))}
+    have |= {type(h).__name__ for h in hooks if not isinstance(h, dict)}  # hook objects
     wanted = list(SAFETY_HOOKS)
     if cfg.get('compile'):
         # mmengine compiles train_step with the optimizer step: dynamo needs plain-dict groups
