@@ -235,3 +235,88 @@ def toy_checkpoints(tmp_path_factory):
                         record_cfg=True)
     with _read_only(root, 'toy checkpoints'):
         yield out
+
+
+def _let_go_of(root):
+    """mmengine keeps a finished run's logger (its log file open) and visualizer by name, and a
+    later Runner or ``print_log(logger='current')`` in this process may write into them: the run
+    under ``root`` gives both up, as a finished process would."""
+    from mmengine.logging import MMLogger
+    for logger in list(MMLogger._instance_dict.values()):
+        for handler in list(logger.handlers):
+            if str(getattr(handler, 'baseFilename', '')).startswith(str(root)):
+                logger.removeHandler(handler)
+                handler.close()
+    from mmengine.visualization import Visualizer
+    classes, todo = [], [Visualizer]
+    while todo:
+        classes.append(todo.pop())
+        todo.extend(classes[-1].__subclasses__())
+    for cls in classes:
+        for name, vis in list(cls.__dict__.get('_instance_dict', {}).items()):
+            dirs = [str(getattr(b, '_save_dir', '')) for b in vis._vis_backends.values()]
+            if any(d.startswith(str(root)) for d in dirs):
+                cls._instance_dict.pop(name, None)
+
+
+def _finished_run(tmp_path_factory, toy_data, kind):
+    """One short training of the ``configs/toy`` config of ``kind`` on ``toy_data``, through
+    tools/train.py's ``main`` in this process (our Runner), validated at its end."""
+    from types import SimpleNamespace
+
+    from mmlinattn.training.runs import read_metrics
+    from tools import train as train_tool
+
+    from helpers import TOY_SEG_64, toy_coco_options
+    root = tmp_path_factory.mktemp(f'finished_{kind}')
+    work = root / 'work'
+    if kind == 'det':
+        # Mask R-CNN (boxes and masks: every loss a detection tool reads); one epoch of the 4
+        # training images at batch 2 (2 iterations) at 64 px, validated at the epoch's end
+        config = os.path.join(_CONFIGS, 'toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
+        options = toy_coco_options(
+            f'{toy_data}/toy_coco', 'train_dataloader.dataset.pipeline.2.scale=(64,64)',
+            'test_dataloader.dataset.pipeline.1.scale=(64,64)',
+            'val_dataloader.dataset.pipeline.1.scale=(64,64)')
+        run = ['train_cfg.max_epochs=1', 'train_dataloader.batch_size=2',
+               'default_hooks.logger.interval=1']
+        checkpoint = work / 'epoch_1.pth'
+    else:
+        # the Semantic FPN: 2 iterations at batch 2 at 64 px, validated and saved at the second
+        config = os.path.join(_CONFIGS, 'toy/fpn_mavit-t_toy-ade.py')
+        options = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade'
+                   for k in ('train', 'val', 'test')] + TOY_SEG_64
+        run = ['train_cfg.max_iters=2', 'train_cfg.val_interval=2',
+               'default_hooks.checkpoint.interval=2', 'train_dataloader.batch_size=2',
+               'default_hooks.logger.interval=1']
+        checkpoint = work / 'iter_2.pth'
+    rc = train_tool.main([config, '--work-dir', str(work), '--cfg-options', *options, *run,
+                          f'experiment_name=finished_{kind}'])
+    _let_go_of(root)
+    assert rc == 0 and checkpoint.is_file(), f'the shared {kind} training failed ({rc})'
+    metrics = read_metrics(str(work))
+    assert metrics, f'the shared {kind} training logged no validation'
+    return root, SimpleNamespace(work_dir=work, config=config, checkpoint=str(checkpoint),
+                                 metrics=metrics, options=options)
+
+
+@pytest.fixture(scope='session')
+def finished_det(tmp_path_factory, toy_data):
+    """A finished toy detection run, for every test that reads one (its logs, its checkpoint, its
+    metrics) and whose subject is not the training itself: ``work_dir``, ``config``
+    (configs/toy Mask R-CNN with MAViT-T), ``checkpoint`` (``epoch_1.pth``), ``metrics`` (what its
+    validation at the end logged) and ``options`` (the ``--cfg-options`` that point the config at
+    ``toy_data`` at 64 px). Trained once per session (per xdist worker), a few seconds: 2
+    iterations. Read-only, as ``toy_data``: a test that changes it works on a copy."""
+    root, out = _finished_run(tmp_path_factory, toy_data, 'det')
+    with _read_only(root, 'finished detection run'):
+        yield out
+
+
+@pytest.fixture(scope='session')
+def finished_seg(tmp_path_factory, toy_data):
+    """A finished toy segmentation run (configs/toy Semantic FPN with MAViT-T, 2 iterations at
+    64 px, validated at the end): as :func:`finished_det`, ``checkpoint`` being ``iter_2.pth``."""
+    root, out = _finished_run(tmp_path_factory, toy_data, 'seg')
+    with _read_only(root, 'finished segmentation run'):
+        yield out

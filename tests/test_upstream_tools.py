@@ -42,10 +42,8 @@ from mmengine.config import Config
 from PIL import Image
 
 from tools import test as test_tool
-from tools import train as train_tool
 
 import warm
-from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
@@ -112,49 +110,25 @@ def decoded(path):
 
 # --------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope='module')
-def root(tmp_path_factory):
-    """The tools' working directory: ``data/toy_coco`` and ``data/toy_ade`` where the configs'
-    relative data roots point, so the tools run on the configs exactly as shipped."""
+def root(tmp_path_factory, toy_data):
+    """The tools' working directory: ``data`` (the shared ``toy_data``, read-only) where the
+    configs' relative data roots point, ``data/toy_coco`` and ``data/toy_ade``, so the tools run
+    on the configs exactly as shipped."""
     r = tmp_path_factory.mktemp('upstream_tools')
-    make_toy_sets(r / 'data', seed=9, size=64, train=4, val=2)
+    (r / 'data').symlink_to(toy_data, target_is_directory=True)
     return r
 
 
-def _data_roots(root, kind):
-    if kind == 'det':
-        d = f'{root}/data/toy_coco/'
-        return ([f'{k}_dataloader.dataset.data_root={d}' for k in ('train', 'val', 'test')] +
-                [f'{k}_evaluator.ann_file={d}annotations/instances_val.json'
-                 for k in ('val', 'test')])
-    return [f'{k}_dataloader.dataset.data_root={root}/data/toy_ade'
-            for k in ('train', 'val', 'test')]
-
-
 @pytest.fixture(scope='module')
-def det_run(root):
-    """A 2-iteration toy Mask R-CNN (one epoch of 4 images, batch 2, validated at its end) and its
-    test predictions dumped with ``tools/test.py --out``: (work dir, predictions .pkl)."""
-    wd = root / 'work_det'
-    rc = train_tool.main([DET_CFG, '--work-dir', str(wd), '--cfg-options', 'train_cfg.max_epochs=1',
-                          'train_dataloader.batch_size=2', 'default_hooks.logger.interval=1'] +
-                         _data_roots(root, 'det'))
-    assert rc == 0
+def det_predictions(root, finished_det):
+    """The shared finished toy Mask R-CNN's test predictions, dumped with ``tools/test.py --out``
+    (a .pkl)."""
+    assert finished_det.config == DET_CFG
     pkl = root / 'det_predictions.pkl'
-    rc = test_tool.main([DET_CFG, str(wd / 'epoch_1.pth'), '--work-dir', str(root / 'test_det'),
-                         '--out', str(pkl), '--cfg-options'] + _data_roots(root, 'det'))
+    rc = test_tool.main([DET_CFG, finished_det.checkpoint, '--work-dir', str(root / 'test_det'),
+                         '--out', str(pkl), '--cfg-options', *finished_det.options])
     assert rc == 0 and pkl.is_file()
-    return wd, pkl
-
-
-@pytest.fixture(scope='module')
-def seg_run(root):
-    """A 2-iteration toy Semantic FPN (validated at its end): its work dir."""
-    wd = root / 'work_seg'
-    rc = train_tool.main([SEG_CFG, '--work-dir', str(wd), '--cfg-options', 'train_cfg.max_iters=2',
-                          'train_dataloader.batch_size=2', 'default_hooks.logger.interval=1',
-                          'default_hooks.checkpoint.interval=2'] + _data_roots(root, 'seg'))
-    assert rc == 0
-    return wd
+    return pkl
 
 
 def scalars_json(work_dir):
@@ -218,7 +192,7 @@ def test_mmdet_browse_dataset(root):
     assert_ran(rc, out, 'mmdet', 'analysis_tools/browse_dataset.py')
     with open(root / 'data/toy_coco/annotations/instances_train.json') as f:
         names = [im['file_name'] for im in json.load(f)['images']]
-    # Resize to 128, the toy images are 64
+    # Resize to 128, the toy images are 48
     scale = Config.fromfile(DET_CFG).train_pipeline[2]['scale']
     _check_browsed(root / 'browse_det', root / 'data/toy_coco/train', names, tuple(scale))
 
@@ -253,10 +227,10 @@ def _check_plot(out, path, log, keys):
     assert osp.getsize(path) > 1000
 
 
-def test_mmdet_analyze_logs_plot_curve(root, det_run):
+def test_mmdet_analyze_logs_plot_curve(root, finished_det):
     """mmdet's analyze_logs on our detection training log; the PNG has matplotlib's default size."""
     import matplotlib
-    log = scalars_json(det_run[0])
+    log = scalars_json(finished_det.work_dir)
     rc, out = mim(root, 'mmdet', 'analyze_logs', 'plot_curve', log, '--keys', 'loss', 'loss_mask',
                   '--out', 'curve_det.png')
     assert_ran(rc, out, 'mmdet', 'analysis_tools/analyze_logs.py')
@@ -266,10 +240,10 @@ def test_mmdet_analyze_logs_plot_curve(root, det_run):
     assert decoded(root / 'curve_det.png').std() > 10
 
 
-def test_mmseg_analyze_logs(root, seg_run):
+def test_mmseg_analyze_logs(root, finished_seg):
     """mmseg's analyze_logs (no ``plot_curve`` sub-command: the log comes first) on our segmentation
     log, loss and the validation's mIoU, to a PDF."""
-    log = scalars_json(seg_run)
+    log = scalars_json(finished_seg.work_dir)
     rc, out = mim(root, 'mmseg', 'analyze_logs', log, '--keys', 'loss', 'mIoU', '--out',
                   'curve_seg.pdf')
     assert_ran(rc, out, 'mmseg', 'analysis_tools/analyze_logs.py')
@@ -279,10 +253,10 @@ def test_mmseg_analyze_logs(root, seg_run):
 
 
 # --------------------------------------------------------------------------- confusion_matrix
-def test_mmdet_confusion_matrix(root, det_run):
+def test_mmdet_confusion_matrix(root, det_predictions):
     """From tools/test.py's ``--out`` pickle; the figure has one row and column per class plus
     background, and mmdet sizes it by that count: 0.5 x 0.4 inches per row at 180 dpi."""
-    rc, out = mim(root, 'mmdet', 'confusion_matrix', DET_CFG, det_run[1], 'cm_det')
+    rc, out = mim(root, 'mmdet', 'confusion_matrix', DET_CFG, det_predictions, 'cm_det')
     assert_ran(rc, out, 'mmdet', 'analysis_tools/confusion_matrix.py')
     rows = len(Config.fromfile(DET_CFG).test_dataloader.dataset.metainfo.classes) + 1
     assert png_size(root / 'cm_det/confusion_matrix.png') == (round(0.5 * rows * 180),
