@@ -270,7 +270,6 @@ def test_writable_work_dir_passes_and_leaves_nothing(tmp_path):
 
 
 # ---------------------------------------------- 4. the preemption checkpoint in max_keep_ckpts
-# about 13 s (idle 2-core CPU): 5 + 3 toy iterations in two runs
 def test_ctrl_c_during_validation_stops_the_validation_there(toy_data, tmp_path, capfd):
     """A real SIGINT during the first batch of the validation after iteration 2: the line says the
     validation stops, and it does after that batch (not the whole validation, then one more
@@ -309,40 +308,41 @@ def test_ctrl_c_during_validation_stops_the_validation_there(toy_data, tmp_path,
     assert read_last_checkpoint(work) == str(work / 'iter_2.pth')
 
 
+# 3 + 1 toy iterations in two runs
 def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy_data, tmp_path):
-    """CheckpointHook every 2 iterations keeping 2; SIGTERM during iteration 5 (sent by a hook of
-    this test, so the iteration is certain): mmengine's rotation would keep iter_2 and iter_4, so
-    the iter_5 of the preemption must replace iter_2. The resumed run starts at 5 and rotates on
-    (iter_6, iter_8)."""
+    """CheckpointHook every 2 iterations keeping 1; SIGTERM during iteration 3 (sent by a hook of
+    this test, so the iteration is certain): mmengine's rotation alone would keep iter_2 beside
+    it, so the iter_3 of the preemption must replace iter_2. The resumed run starts at 3 and
+    rotates on (iter_4 replaces iter_3)."""
     from mmengine.registry import RUNNERS
 
     from mmlinattn.training.hooks import Preempted
     work = tmp_path / 'work'
     opts = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=2',
-                    'default_hooks.checkpoint.max_keep_ckpts=2')
+                           'default_hooks.checkpoint.max_keep_ckpts=1')
 
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--cfg-options', *opts,
                                   'train_cfg.max_iters=20'])
     cfg = train_tool.build_cfg(args)
     cfg.experiment_name = 'edges_preempted'
     runner = RUNNERS.build(cfg)
-    runner.register_hook(signal_after_iter(5), priority='NORMAL')
-    with pytest.raises(Preempted, match='SIGTERM received: finished iteration 5'):
+    runner.register_hook(signal_after_iter(3), priority='NORMAL')
+    with pytest.raises(Preempted, match='SIGTERM received: finished iteration 3'):
         runner.train()
-    assert _iter_files(work) == ['iter_4.pth', 'iter_5.pth']
-    assert read_last_checkpoint(work) == str(work / 'iter_5.pth')
+    assert _iter_files(work) == ['iter_3.pth']
+    assert read_last_checkpoint(work) == str(work / 'iter_3.pth')
 
-    saved = torch.load(work / 'iter_5.pth', map_location='cpu', weights_only=True)
-    assert saved['meta']['iter'] == 5
+    saved = torch.load(work / 'iter_3.pth', map_location='cpu', weights_only=True)
+    assert saved['meta']['iter'] == 3
     args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), '--resume', '--cfg-options',
-                                  *opts, 'train_cfg.max_iters=8'])
+                                  *opts, 'train_cfg.max_iters=4'])
     cfg = train_tool.build_cfg(args)
     cfg.experiment_name = 'edges_resumed'
     _, captured = train_resumed(cfg)
-    assert captured['iter'] == 5
+    assert captured['iter'] == 3
     assert_resumed_from(captured, saved)
-    assert _iter_files(work) == ['iter_6.pth', 'iter_8.pth']  # iter_5 rotated out on the way
-    assert read_last_checkpoint(work) == str(work / 'iter_8.pth')
+    assert _iter_files(work) == ['iter_4.pth']  # iter_3 rotated out on the way
+    assert read_last_checkpoint(work) == str(work / 'iter_4.pth')
 
 
 # about 12 s (idle 2-core CPU): 3 + 2 toy iterations in two runs

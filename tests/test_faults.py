@@ -15,7 +15,13 @@ from tools import test as test_tool
 from tools import train as train_tool
 from tools.misc import make_toy_datasets as toy
 
-from helpers import assert_resumed_from, run_checks, train_resumed, work_dir_files
+from helpers import (
+    assert_resumed_from,
+    run_checks,
+    toy_seg_options,
+    train_resumed,
+    work_dir_files,
+)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -271,17 +277,15 @@ def test_interrupted_generation_rerun_is_complete_and_identical(tmp_path, monkey
 @pytest.mark.slow
 def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(toy_data, tmp_path,
                                                                               monkeypatch):
-    """The write of iter_4.pth fails half-way (deterministically, in mmengine's storage backend): no
-    truncated iter_4.pth may appear, and --resume must restore iter_2's weights, optimizer state,
+    """The write of iter_2.pth fails half-way (deterministically, in mmengine's storage backend): no
+    truncated iter_2.pth may appear, and --resume must restore iter_1's weights, optimizer state,
     scheduler state and iteration exactly."""
     from mmengine.fileio.backends import LocalBackend
     from mmengine.registry import RUNNERS
 
     work = tmp_path / 'work'
-    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val',
-                                                                             'test')]
-    common = data + ['train_cfg.val_interval=1000', 'default_hooks.checkpoint.interval=2',
-                     'default_hooks.checkpoint.max_keep_ckpts=100', 'train_dataloader.batch_size=2']
+    common = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=1',
+                             'default_hooks.checkpoint.max_keep_ckpts=100')
 
     def cfg_for(name, *extra):
         args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), *extra,
@@ -293,7 +297,7 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
     real_put = LocalBackend.put
 
     def put_fails_half_way(self, obj, filepath):
-        if 'iter_4' in str(filepath):
+        if 'iter_2' in str(filepath):
             with open(filepath, 'wb') as f:
                 f.write(obj[:len(obj) // 2])
             raise OSError('simulated failure half-way through writing a checkpoint')
@@ -301,7 +305,7 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
 
     monkeypatch.setattr(LocalBackend, 'put', put_fails_half_way)
     cfg = cfg_for('interrupted')
-    cfg.train_cfg.max_iters = 6
+    cfg.train_cfg.max_iters = 3
     from mmlinattn.training.runner import RunRefused
     with pytest.raises(RunRefused, match='half-way') as stopped:  # one line, exit 2
         RUNNERS.build(cfg).train()
@@ -309,17 +313,17 @@ def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(t
     monkeypatch.setattr(LocalBackend, 'put', real_put)
 
     files = os.listdir(work)
-    assert 'iter_2.pth' in files and 'iter_4.pth' not in files, files
+    assert 'iter_1.pth' in files and 'iter_2.pth' not in files, files
     assert not [f for f in files if '.tmp' in f], files
-    saved = torch.load(work / 'iter_2.pth', map_location='cpu', weights_only=True)
-    assert saved['meta']['iter'] == 2
+    saved = torch.load(work / 'iter_1.pth', map_location='cpu', weights_only=True)
+    assert saved['meta']['iter'] == 1
 
     cfg = cfg_for('resumed', '--resume')
-    cfg.train_cfg.max_iters = 4
+    cfg.train_cfg.max_iters = 2
     _, captured = train_resumed(cfg)
 
-    assert captured['iter'] == 2
+    assert captured['iter'] == 1
     assert_resumed_from(captured, saved)
     assert captured['sched'] == saved['param_schedulers']
-    assert (work / 'iter_4.pth').exists()
-    torch.load(work / 'iter_4.pth', map_location='cpu', weights_only=True)
+    assert (work / 'iter_2.pth').exists()
+    torch.load(work / 'iter_2.pth', map_location='cpu', weights_only=True)
