@@ -1,16 +1,21 @@
-"""The multi-GPU path on the CPU, on any machine (the tools started here see no GPU): a detector
-with masks and a segmentor (two backbone families) train under DDP with 2 processes
-(tools/dist_train.sh -> torchrun -> tools/train.py --launcher pytorch) and save unwrapped weights
-from rank 0, and tools/dist_test.sh gives the same predictions and metrics as the single-process
-tools/test.py. The detector also resumes under DDP (see :data:`CYCLES` for why one family does).
+"""The multi-GPU path on the CPU, on any machine (the tools started here see no GPU): a Mask R-CNN
+with MAViT-T trains under DDP with 2 processes (tools/dist_train.sh -> torchrun -> tools/train.py
+--launcher pytorch), saves unwrapped weights from rank 0, resumes under DDP, and tools/dist_test.sh
+gives the same predictions and metrics as the single-process tools/test.py.
 
-What else DDP demands of a model - a gradient for every trainable parameter at each iteration - is
-checked for every model kind and backbone family in one process, by
-tests/test_configs.py::test_train_step_and_predict.
+One torchrun cycle, the detector's: its epoch-based loop is the one where DDP changes what is
+resumed (an epoch's iteration count depends on the world size, the DefaultSampler's shuffle on the
+epoch); MAViT is the family whose weights are channels-last (DDP's bucket views) and whose stem
+carries SyncBN (reverted on the CPU); the masks make it the model with the most heads. What else
+DDP demands of a model - a gradient for every trainable parameter at each iteration - is checked
+for every model kind and backbone family in one process, by
+tests/test_configs.py::test_train_step_and_predict; the iteration-based resume (the segmentor's)
+advances the dataloader the same way with one process or two, and is checked in one process by
+tests/test_stop_and_resume.py.
 
-Each case is a shipped config as it is (SyncBN, output norms, paramwise rules, heads), with only the
-data swapped to the generated toy sets at small size (and the heads' class count to theirs), the
-loop shortened and no pretrained file.
+The case is a shipped config as it is (SyncBN, paramwise rules, heads), with only the data swapped
+to the shared toy sets (and the heads' class count to theirs), the loop shortened and no
+pretrained file.
 """
 import os
 import os.path as osp
@@ -26,29 +31,11 @@ from mmlinattn.training.runs import read_metrics
 
 import compare
 import warm
-from helpers import make_toy_sets
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TOY = osp.join(ROOT, 'configs', 'toy', '_base_')
 
-#: (case, shipped config, resume): the cycles under torchrun. Each torchrun costs ~15 s of imports
-#: per rank on the 2-core machine, so resuming under DDP (a third torchrun) is checked for one
-#: family: the detector, whose epoch-based loop is the one where DDP changes what is resumed (an
-#: epoch's iteration count depends on the world size, the DefaultSampler's shuffle on the epoch).
-#: Loading a checkpoint into the DDP-wrapped model on every rank does not depend on the model or the
-#: loop; the iteration-based resume (the segmentor's) advances the dataloader the same way with one
-#: process or two, and is checked in one process by tests/test_stop_and_resume.py.
-CYCLES = [
-    ('mask-rcnn-1x', 'inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py', True),
-    ('semantic-fpn', 'mavit/fpn_mavit-t_80k_ade20k-512x512.py', False),
-]
-
-
-@pytest.fixture(scope='module')
-def toy_data(tmp_path_factory):
-    """4 training images (the detector's epoch: 2 iterations of 2 ranks x 1 image; the
-    segmentor's iteration: 2 ranks x 2 images), 4 test images (2 a rank)."""
-    return make_toy_sets(tmp_path_factory.mktemp('ddp_toy'), seed=11, size=96, train=4)
+SHIPPED = 'mavit/mask-rcnn_mavit-t_fpn_1x_coco.py'
 
 
 def _set_classes(model, n):
@@ -82,36 +69,26 @@ def _fewer_rois(model) -> None:
 
 def derived_config(shipped: str, data_root, out: str) -> Config:
     cfg = Config.fromfile(osp.join(ROOT, 'configs', shipped))
-    det = cfg.default_scope == 'mmdet'
-    toy_cfg = Config.fromfile(osp.join(TOY, 'toy_coco_instance.py' if det else 'toy_ade.py'))
-    sub = 'toy_coco' if det else 'toy_ade'
+    toy_cfg = Config.fromfile(osp.join(TOY, 'toy_coco_instance.py'))
     for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         loader = toy_cfg[key]
-        loader.dataset.data_root = f'{data_root}/{sub}/'
-        # training: 1 image a rank for the detector (the RoI heads' cost is per image), 2 for the
-        # segmentor; testing: 1 image a forward, so the two runs' sums go in the same order
-        loader.batch_size = (1 if det else 2) if key == 'train_dataloader' else 1
+        loader.dataset.data_root = f'{data_root}/toy_coco/'
+        # 1 image a rank (the RoI heads' cost is per image) and a forward: in testing the two
+        # runs' sums then go in the same order
+        loader.batch_size = 1
         cfg[key] = loader
-    if det:
-        ann = f'{data_root}/toy_coco/annotations/instances_val.json'
-        cfg.val_evaluator = cfg.test_evaluator = dict(toy_cfg.val_evaluator, ann_file=ann)
-        # no validation at the end of training (mmengine validates at the last epoch / iteration
-        # whatever val_interval says): tools/dist_test.sh tests the distributed loop below
-        cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=1, val_begin=100,
-                             val_interval=100)
-        # Keep every scored box: after two toy epochs a detector may score nothing above the
-        # shipped 0.05 (RetinaNet starts at the focal prior 0.01), and an empty result would make
-        # the distributed-vs-single comparison below compare two empty dicts.
-        test_cfg = cfg.model.test_cfg
-        (test_cfg.rcnn if 'rcnn' in test_cfg else test_cfg).score_thr = 0.0
-        _fewer_rois(cfg.model)
-    else:
-        cfg.val_evaluator = cfg.test_evaluator = toy_cfg.val_evaluator
-        cfg.model.data_preprocessor.size = tuple(toy_cfg.crop_size)
-        cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=2, val_begin=100,
-                             val_interval=100)
-        cfg.default_hooks.checkpoint.interval = 2
-    _set_classes(cfg.model, 3 if det else 4)
+    ann = f'{data_root}/toy_coco/annotations/instances_val.json'
+    cfg.val_evaluator = cfg.test_evaluator = dict(toy_cfg.val_evaluator, ann_file=ann)
+    # no validation at the end of training (mmengine validates at the last epoch whatever
+    # val_interval says): tools/dist_test.sh tests the distributed loop below
+    cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=1, val_begin=100,
+                         val_interval=100)
+    # Keep every scored box: after two toy epochs a detector may score nothing above the shipped
+    # 0.05, and an empty result would make the distributed-vs-single comparison below compare two
+    # empty dicts.
+    cfg.model.test_cfg.rcnn.score_thr = 0.0
+    _fewer_rois(cfg.model)
+    _set_classes(cfg.model, 3)
     cfg.model.backbone.init_cfg = None
     cfg.default_hooks.logger.interval = 1
     cfg.allow_cpu = True   # a CPU run by design (mmlinattn.training.gpu_guard), GPU or not
@@ -154,16 +131,9 @@ def _same_predictions(a, b, rules):
     assert len(a) == len(b)
     for pa, pb in zip(sorted(a, key=lambda p: p['img_path']),
                       sorted(b, key=lambda p: p['img_path'])):
-        if 'pred_instances' in pa:
-            assert len(pb['pred_instances']['scores']) > 0, 'no boxes to compare'
-            compare.assert_same_detections(pa['pred_instances'], pb['pred_instances'], **rules,
-                                           what=pa['img_path'])
-        elif 'seg_logits' in pb:
-            compare.assert_same_label_maps(pa['pred_sem_seg']['data'][0],
-                                           pb['seg_logits']['data'],
-                                           pb['pred_sem_seg']['data'][0])
-        else:
-            assert torch.equal(pa['pred_sem_seg']['data'], pb['pred_sem_seg']['data'])
+        assert len(pb['pred_instances']['scores']) > 0, 'no boxes to compare'
+        compare.assert_same_detections(pa['pred_instances'], pb['pred_instances'], **rules,
+                                       what=pa['img_path'])
 
 
 def test_tools_started_here_see_no_gpu(monkeypatch):
@@ -175,38 +145,32 @@ def test_tools_started_here_see_no_gpu(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('family,shipped,resume', CYCLES, ids=[c[0] for c in CYCLES])
-def test_ddp_train_resume_and_test(family, shipped, resume, toy_data, tmp_path):
+def test_ddp_train_resume_and_test(toy_data, tmp_path):
     """Train under DDP (two iterations in each torchrun: DDP's unfinished-reduction error shows at
-    the second), the checkpoint saved unwrapped; with ``resume``, a second torchrun resumes it and
-    trains one more epoch; dist_test.sh then scores the last checkpoint as tools/test.py does."""
+    the second), the checkpoint saved unwrapped; a second torchrun resumes it and trains one more
+    epoch; dist_test.sh then scores the last checkpoint as tools/test.py does."""
     cfg_path = str(tmp_path / 'cfg.py')
-    cfg = derived_config(shipped, toy_data, cfg_path)
+    cfg = derived_config(SHIPPED, toy_data, cfg_path)
     work = tmp_path / 'work'
-    det = cfg.default_scope == 'mmdet'
 
     out = _run(['bash', 'tools/dist_train.sh', cfg_path, '2', '--work-dir', str(work)],
                env=dict(PORT=str(_free_port())))
-    assert 'SyncBatchNorm layers reverted' in out or 'SyncBN' not in open(cfg_path).read()
+    assert 'SyncBN' in open(cfg_path).read() and 'SyncBatchNorm layers reverted' in out
     # every gradient in the layout of DDP's bucket views (MAViT's weights are channels-last as its
     # maps are): torch warns where it must copy one at each step
     assert 'Grad strides do not match bucket view strides' not in out, out[-3000:]
-    first = 'epoch_1.pth' if det else 'iter_2.pth'
-    assert (work / first).exists(), os.listdir(work)
-    ck = torch.load(work / first, map_location='cpu', weights_only=True)
+    assert (work / 'epoch_1.pth').exists(), os.listdir(work)
+    ck = torch.load(work / 'epoch_1.pth', map_location='cpu', weights_only=True)
     # saved unwrapped, from rank 0
     assert not any(k.startswith('module.') for k in ck['state_dict'])
 
-    last = work / first
-    if resume:
-        assert det, 'the resume below is the epoch-based one'
-        out = _run(['bash', 'tools/dist_train.sh', cfg_path, '2', '--work-dir', str(work),
-                    '--resume', '--cfg-options', 'train_cfg.max_epochs=2'],
-                   env=dict(PORT=str(_free_port())))
-        # 4 toy images, 2 ranks x batch 1: an epoch is 2 iterations under DDP (4 in one process)
-        assert 'resumed epoch: 1, iter: 2' in out, out[-3000:]
-        last = work / 'epoch_2.pth'
-        assert last.exists(), os.listdir(work)
+    out = _run(['bash', 'tools/dist_train.sh', cfg_path, '2', '--work-dir', str(work),
+                '--resume', '--cfg-options', 'train_cfg.max_epochs=2'],
+               env=dict(PORT=str(_free_port())))
+    # 4 toy images, 2 ranks x batch 1: an epoch is 2 iterations under DDP (4 in one process)
+    assert 'resumed epoch: 1, iter: 2' in out, out[-3000:]
+    last = work / 'epoch_2.pth'
+    assert last.exists(), os.listdir(work)
 
     dist_out = _run(['bash', 'tools/dist_test.sh', cfg_path, str(last), '2', '--work-dir',
                      str(tmp_path / 'dist_test'), '--out', str(tmp_path / 'dist.pkl')],
@@ -217,4 +181,4 @@ def test_ddp_train_resume_and_test(family, shipped, resume, toy_data, tmp_path):
     assert dist_metrics, dist_out[-2000:]
     assert dist_metrics == read_metrics(str(tmp_path / 'test')), single_out[-2000:]
     _same_predictions(_load(tmp_path / 'dist.pkl'), _load(tmp_path / 'single.pkl'),
-                      compare.detection_rules(cfg) if det else {})
+                      compare.detection_rules(cfg))
