@@ -54,7 +54,7 @@ test-all: install
 # resuming and testing a detector and a segmentor of every family.
 COMPAT_VENV ?= .venv-compat
 COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_guest.py tests/test_wheel.py \
-	tests/test_compare.py tests/test_mmengine_private.py \
+	tests/test_compare.py tests/test_mmengine_private.py tests/test_tools_build_our_runner.py \
 	tests/test_backbones.py::test_any_input_size tests/test_backbones.py::test_every_out_indices_subset \
 	tests/test_backbones.py::test_roi_align_reads_the_features_we_return \
 	tests/test_backbones.py::test_authors_file_loads_exactly tests/test_backbones.py::test_autocast_matches_fp32 \
