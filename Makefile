@@ -50,8 +50,8 @@ test-all: install
 # package that was there; then requirements/oldest.txt (mmengine 0.10.0, mmdet 3.2.0,
 # mmsegmentation 1.2.1, mmpretrain 1.1.1). A smoke subset runs:
 # backbones, config builds, toy trainings, resume, inference, the authors' files, the guest checks
-# (import changes nothing), the wheel, and mmdet's / mmseg's / mmpretrain's own tools training,
-# resuming and testing a detector and a segmentor of every family.
+# (import changes nothing), the wheel, and mmdet's / mmseg's / mmpretrain's own tools building our
+# Runner from the config they were given.
 COMPAT_VENV ?= .venv-compat
 COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_guest.py tests/test_wheel.py \
 	tests/test_compare.py tests/test_mmengine_private.py tests/test_tools_build_our_runner.py \
