@@ -1,88 +1,102 @@
-"""One config, one run, whichever tool runs it: ours (``tools/train.py``, ``tools/test.py``) and
-mmseg's own ``tools/train.py`` and ``test.py`` (from its installed package, as a user copies
-them); ``mim train`` / ``mim test`` run on the installed wheel in tests/test_wheel.py (mim finds a
-package's tools in its ``.mim`` folder, which an editable install does not have). Every behaviour
-is one test parametrized over the tools, with the same expected line for all: our runtimes name
-``LinAttnRunner``, which every tool builds.
+"""One run, whichever tool starts it: every tool (ours, mmdet's, mmseg's and mmpretrain's own
+train.py and test.py, ``mim train`` / ``mim test``) builds our Runner from the config it was given
+(tests/test_tools_build_our_runner.py, tests/test_wheel.py), so each behaviour of a run is tested
+here once, in-process, at the Runner.
 
-Where our Runner refuses a config, mmseg's own tool with mmengine's plain Runner
-(``--cfg-options runner_type=Runner``: what the run would be without us) is the oracle: it must
-fail too, or our check is wrong. Where upstream runs, ours runs.
-"""
+Where our Runner refuses a config, mmengine's plain Runner on the same config without us
+(``runner_type='Runner'``, the runtime's ``custom_hooks`` removed: what the run would be without
+mmlinattn's run layer) is the oracle: it must fail too, or our check is wrong."""
+import copy
 import json
 import os
 import os.path as osp
 import shutil
 import sys
+import traceback
 
 import pytest
 
-from mmlinattn.training.workdir_lock import lock_work_dir
+from tools import test as test_tool
+from tools import train as train_tool
 
-import warm
-from helpers import toy_coco_options, toy_seg_options, work_dir_files
+from helpers import run_checks, toy_coco_options, toy_seg_options, work_dir_files
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 DET_CFG = osp.join(ROOT, 'configs/toy/retinanet_mavit-t_fpn_toy-coco.py')
-TOOLS = ('ours', 'mmseg')
 
 
-def _upstream(script, pkg='mmseg'):
-    from mmengine.utils import get_installed_path
-    return osp.join(get_installed_path(pkg), '.mim', 'tools', script)
+def train_cfg(config, work, opts):
+    """The run's config as tools/train.py builds it (``--cfg-options opts``)."""
+    return train_tool.build_cfg(train_tool.parse_args(
+        [config, '--work-dir', str(work), '--cfg-options', *opts]))
 
 
-def command(tool, script, config, *args, checkpoint=None):
-    """The command line that runs ``script`` ('train.py' / 'test.py') on ``config`` with
-    ``tool`` ('ours', or the toolbox whose own script it is: 'mmseg', 'mmdet')."""
-    path = osp.join(ROOT, 'tools', script) if tool == 'ours' else _upstream(script, tool)
-    return [sys.executable, path, config] + ([checkpoint] if checkpoint else []) + list(args)
+def without_us(cfg, work):
+    """``cfg`` as mmengine's plain Runner runs it without our run layer: ``runner_type='Runner'``,
+    no ``custom_hooks``, and a logger, message hub and visualizer of its own in this process."""
+    cfg = copy.deepcopy(cfg)
+    cfg.runner_type, cfg.custom_hooks, cfg.work_dir = 'Runner', [], str(work)
+    cfg.experiment_name = cfg.visualizer.name = f'without_us_{osp.basename(osp.dirname(work))}'
+    return cfg
 
 
-def run(cmd, cwd, timeout=600):
-    return warm.run(cmd, cwd=cwd, timeout=timeout)
+def fails_without_us(cfg, work, early=True) -> str:
+    """mmengine's plain Runner trains ``cfg`` without us (:func:`without_us`) into ``work``: it
+    must fail (before its first checkpoint where ``early``). Its traceback, as text."""
+    from mmengine.runner import Runner
+    with pytest.raises(Exception) as e:
+        Runner.from_cfg(without_us(cfg, work)).train()
+    assert not early or not [p for p in os.listdir(work) if p.endswith('.pth')], os.listdir(work)
+    return ''.join(traceback.format_exception(e.type, e.value, e.tb))
 
 
-def error_lines(r):
-    return [line for line in r.stderr.splitlines() if ': error: ' in line]
+def upstream_cfg(config, opts):
+    """``config`` with ``--cfg-options opts`` as the toolboxes' own tools read them (mmengine's
+    ``DictAction``, ``Config.fromfile``, ``merge_from_dict``), no check of ours."""
+    import argparse
+
+    from mmengine.config import Config, DictAction
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    cfg = Config.fromfile(config)
+    cfg.merge_from_dict(parser.parse_args(['--cfg-options', *opts]).cfg_options)
+    return cfg
 
 
-@pytest.mark.slow  # one tool process each, to the refusal: 5-10 s on the 2-core machine
-@pytest.mark.parametrize('tool', TOOLS)
-def test_a_missing_data_folder_is_one_line_before_any_work(tool, toy_data, tmp_path):
-    """From mmseg's root or an empty folder (no checkout there): one line naming the key, exit 2,
-    and the work dir is left as it was (no config dump, no checkpoint; mmengine's log folder)."""
-    work = tmp_path / 'work'
-    cmd = command(tool, 'train.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
-                  *toy_seg_options(toy_data),
-                  f'train_dataloader.dataset.data_root={tmp_path / "nowhere"}')
-    r = run(cmd, tmp_path)
-    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
-    (line,) = error_lines(r)
-    prog, message = line.split(': error: ', 1)
-    assert prog.endswith('train.py') and message.startswith('dataset paths do not exist'), line
-    assert 'train_dataloader.dataset.data_root' in r.stderr and 'Traceback' not in r.stderr
+def refused_by_ours_and_upstream(config, opts, said, early, tmp_path) -> str:
+    """Our checks refuse ``config`` with ``opts`` saying ``said`` (tools/train.py's reading of the
+    options, then the Runner's checks); mmengine's plain Runner without us fails on it too
+    (:func:`fails_without_us`); its traceback."""
+    from mmlinattn.training.config import ConfigError
+    with pytest.raises(ConfigError) as e:
+        run_checks(train_cfg(config, tmp_path / 'ours', opts))
+    assert said in str(e.value)
+    return fails_without_us(upstream_cfg(config, opts), tmp_path / 'up', early)
+
+
+def test_a_refused_run_under_a_tool_started_by_its_path_is_one_line_naming_it(
+        toy_data, toy_checkpoints, tmp_path, monkeypatch, capsys):
+    """The toolboxes' own tools and mim start a script by its absolute path: a refusal is one
+    line ``test.py: error: ...`` on stderr, exit 2, no traceback, and the work dir holds nothing
+    but mmengine's log folder (no config dump). A test's checks run before it reads any data
+    (mmseg 1.2.2's test.py, which builds mmengine's plain Runner, reads the datasets first)."""
+    from mmengine.registry import RUNNERS
+
+    from mmlinattn.training import refusal
+    monkeypatch.setattr(refusal, 'PROG', None)  # what our tools set, in this process too
+    monkeypatch.setattr(sys, 'argv', ['/site-packages/mmdet/.mim/tools/test.py'])
+    work = tmp_path / 'never'
+    cfg = test_tool.build_cfg(test_tool.parse_args(
+        [SEG_CFG, toy_checkpoints.seg, '--work-dir', str(work), '--cfg-options',
+         f'test_dataloader.dataset.data_root={tmp_path / "nowhere"}']))
+    cfg.experiment_name = 'one_line_by_path'
+    with pytest.raises(SystemExit) as e:
+        RUNNERS.build(cfg).test()
+    assert e.value.code == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ': error: ' in ln]
+    assert lines == ['test.py: error: dataset paths do not exist:'], lines
     assert work_dir_files(work) == {}, os.listdir(work)
-
-
-@pytest.mark.slow  # one tool process each, to the refusal: 5-10 s on the 2-core machine
-@pytest.mark.parametrize('tool', TOOLS)
-def test_a_busy_work_dir_is_refused_naming_the_run_in_it(tool, toy_data, tmp_path):
-    work = tmp_path / 'work'
-    work.mkdir()
-    lock = lock_work_dir(str(work))  # a live run: this test's process
-    try:
-        r = run(command(tool, 'train.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
-                        *toy_seg_options(toy_data)), tmp_path)
-    finally:
-        lock.release()
-    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
-    (line,) = error_lines(r)
-    prog, message = line.split(': error: ', 1)
-    assert prog.endswith('train.py') and message.startswith(
-        f'work dir {work} is in use by another run (pid {os.getpid()}'), line
-    assert set(work_dir_files(work)) <= {'.mmlinattn-run.lock'}, os.listdir(work)
 
 
 def _short_schedule_config(tmp_path):
@@ -99,43 +113,30 @@ def _short_schedule_config(tmp_path):
     return str(cfg)
 
 
-@pytest.mark.slow  # a test of 2 toy images per tool with pictures: 10-20 s each on 2 cores
-@pytest.mark.parametrize('tool', TOOLS + ('upstream-runner',))
-def test_testing_checks_what_a_test_builds(tool, toy_data, toy_checkpoints, tmp_path):
+@pytest.mark.slow  # a test of 2 toy images with pictures: 5-10 s on 2 cores
+def test_testing_checks_what_a_test_builds(toy_data, toy_checkpoints, tmp_path):
     """A test builds no optimizer and no scheduler: a schedule that a training could not run is
-    no reason to refuse it (mmseg's own tool with mmengine's Runner, the oracle, runs it). The
-    pictures land where mmseg's visualizer saves them: DIR/vis_data/vis_image."""
+    no reason to refuse it. The pictures land where mmseg's visualizer saves them:
+    DIR/vis_data/vis_image."""
     config = _short_schedule_config(tmp_path)
     show = tmp_path / 'show'
     opts = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val',
                                                                             'test')]
-    if tool == 'upstream-runner':
-        tool, opts = 'mmseg', opts + ['runner_type=Runner']
-    r = run(command(tool, 'test.py', config, '--work-dir', str(tmp_path / 'w'), '--show-dir',
-                    str(show), '--cfg-options', *opts, checkpoint=toy_checkpoints.seg), tmp_path)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert test_tool.main([config, toy_checkpoints.seg, '--work-dir', str(tmp_path / 'w'),
+                           '--show-dir', str(show), '--cfg-options', *opts]) == 0
     drawn = sorted(os.listdir(show / 'vis_data' / 'vis_image'))
     tested = sorted(os.listdir(toy_data / 'toy_ade' / 'images' / 'validation'))
     # mmseg's SegVisualizationHook names each picture test_<image file>_<iteration>.png
     assert drawn == [f'test_{f}_0.png' for f in tested], drawn
 
 
-@pytest.mark.slow  # the oracle's training until it fails: 10-20 s on 2 cores
+@pytest.mark.slow  # the oracle's training until it fails: 5-10 s on 2 cores
 def test_a_schedule_that_cannot_run_fails_upstream_too(toy_data, tmp_path):
     """Our Runner refuses to train the short config before any data is read; mmengine's plain
-    Runner (mmseg's own tool, runner_type=Runner) fails on it too, later."""
-    config = _short_schedule_config(tmp_path)
-    base = ['--cfg-options', *toy_seg_options(toy_data)]
-    ours = run(command('ours', 'train.py', config, '--work-dir', str(tmp_path / 'a'), *base),
-               tmp_path)
-    assert ours.returncode == 2 and error_lines(ours) == [
-        'tools/train.py: error: the learning-rate schedule does not fit this run:'], \
-        ours.stdout[-2000:] + ours.stderr[-2000:]
-    assert 'param_scheduler.1 (PolyLR, by_epoch=False) begins at iteration 50' in ours.stderr
-    upstream = run(command('mmseg', 'train.py', config, '--work-dir', str(tmp_path / 'b'), *base,
-                           'runner_type=Runner'), tmp_path)
-    assert upstream.returncode != 0, upstream.stdout[-2000:]
-    assert not (tmp_path / 'b' / 'iter_2.pth').exists()
+    Runner fails on it too, later."""
+    refused_by_ours_and_upstream(
+        _short_schedule_config(tmp_path), toy_seg_options(toy_data),
+        'param_scheduler.1 (PolyLR, by_epoch=False) begins at iteration 50', True, tmp_path)
 
 
 def _narrower_label_map(data):
@@ -186,12 +187,12 @@ REFUSALS = {
 }
 
 
-@pytest.mark.slow  # the oracle's run until it fails: 10-30 s each on 2 cores
+@pytest.mark.slow  # the oracle's run until it fails: 3-10 s each on 2 cores
 @pytest.mark.parametrize('case', list(REFUSALS))
 def test_every_refusal_fails_upstream_too(case, toy_data, tmp_path):
-    """Where our Runner refuses a training before any work, mmengine's plain Runner under mmseg's
-    own tool (``runner_type=Runner``: the same config without us) fails too - later, and without
-    a line naming the key - so the check refuses nothing that would have run."""
+    """Where our Runner refuses a training before any work, mmengine's plain Runner without us
+    fails too - later, and without a line naming the key - so the check refuses nothing that would
+    have run."""
     extra, change, said, early = REFUSALS[case]
     data = toy_data
     if change is not None:
@@ -199,8 +200,8 @@ def test_every_refusal_fails_upstream_too(case, toy_data, tmp_path):
         shutil.copytree(toy_data / 'toy_ade', data / 'toy_ade')
         change(data)
     opts = toy_seg_options(data, 'train_cfg.max_iters=2', *extra)
-    upstream = _refused_by_ours_and_upstream('mmseg', SEG_CFG, opts, said, early, tmp_path)
-    assert UPSTREAM_SAYS.get(case, '') in upstream.stderr, upstream.stderr[-2000:]
+    upstream = refused_by_ours_and_upstream(SEG_CFG, opts, said, early, tmp_path)
+    assert UPSTREAM_SAYS.get(case, '') in upstream, upstream[-2000:]
 
 
 #: what mmseg's run ends with, where it names the cause (the other cases end in other tracebacks)
@@ -213,59 +214,33 @@ UPSTREAM_SAYS = {'dataset args': "unexpected keyword argument 'split'",
 @pytest.mark.heavy  # upstream compiles for minutes: 10 min on 2 cores
 def test_the_compile_warning_stands_where_upstream_trains(toy_data, tmp_path):
     """``compile=True`` where the training inputs change size (the toy pipeline's RandomResize and
-    a crop that can be smaller than its size, the preprocessor's fixed-size pad removed): mmseg's
-    own train.py with mmengine's plain Runner trains it, compiled, through inputs of several sizes
-    (measured 2026-11-28, torch 2.14.1, CPU: 279 s and 281 s for the first two sizes, then seconds),
-    so our pre-flight warns and does not refuse. The plain Runner gets PlainParamGroupsHook, which
-    our Runner adds to every compiled run: without it mmengine's compiled optimizer step fails at
-    the first iteration on torch 2.14, whatever the sizes, and this oracle would say nothing."""
-    from mmlinattn.training.preflight.compile import check_compile
-    from tools import train as train_tool
+    a crop that can be smaller than its size, the preprocessor's fixed-size pad removed):
+    mmengine's plain Runner trains it, compiled, through inputs of several sizes (measured
+    2026-11-28, torch 2.14.1, CPU: 279 s and 281 s for the first two sizes, then seconds), so our
+    pre-flight warns and does not refuse. The plain Runner gets PlainParamGroupsHook, which our
+    Runner adds to every compiled run: without it mmengine's compiled optimizer step fails at the
+    first iteration on torch 2.14, whatever the sizes, and this oracle would say nothing."""
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
+    from mmseg.registry import DATASETS
 
-    from helpers import run_checks
-    config = tmp_path / 'compiled.py'
-    config.write_text(f"_base_ = [{SEG_CFG!r}]\n"
-                      "custom_hooks = [dict(type='RunChecksHook'), "
-                      "dict(type='PlainParamGroupsHook')]\n")
+    from mmlinattn.training.preflight.compile import check_compile
     opts = toy_seg_options(toy_data, 'train_cfg.max_iters=4', 'model.data_preprocessor.size=None',
                            'model.data_preprocessor.size_divisor=1', 'compile=True')
-    cfg = train_tool.build_cfg(train_tool.parse_args(
-        [str(config), '--work-dir', str(tmp_path / 'ours'), '--cfg-options', *opts]))
+    cfg = train_cfg(SEG_CFG, tmp_path / 'ours', opts)
     assert check_compile(cfg).startswith('compile: the training inputs change size (Random')
     run_checks(cfg)  # no refusal
-    upstream = run(command('mmseg', 'train.py', str(config), '--work-dir', str(tmp_path / 'up'),
-                           '--cfg-options', *opts, 'runner_type=Runner'), tmp_path, timeout=3600)
-    out = upstream.stdout + upstream.stderr
-    assert upstream.returncode == 0 and 'Iter(train) [4/4]' in out, out[-3000:]
+    plain = without_us(cfg, tmp_path / 'up')
+    plain.custom_hooks = [dict(type='PlainParamGroupsHook')]
+    runner = Runner.from_cfg(plain)
+    runner.train()
+    assert runner.iter == 4
     sizes = set()  # the batches' sizes, as the data preprocessor stacks them (no fixed pad)
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import DATASETS
     init_default_scope('mmseg')
-    ds = DATASETS.build(Config.fromfile(str(tmp_path / 'up' / 'compiled.py')).train_dataloader
-                        .dataset)
+    ds = DATASETS.build(cfg.train_dataloader.dataset)
     for _ in range(8):
         sizes.add(tuple(ds[0]['inputs'].shape[-2:]))
     assert len(sizes) > 1, sizes
-
-
-def _refused_by_ours_and_upstream(pkg, config, opts, said, early, tmp_path):
-    """Our checks refuse ``config`` with ``opts`` saying ``said``; ``pkg``'s own train.py with
-    mmengine's plain Runner fails on it too (before its first checkpoint where ``early``); the
-    upstream run."""
-    from mmlinattn.training.config import ConfigError
-    from tools import train as train_tool
-
-    from helpers import run_checks
-    with pytest.raises(ConfigError) as e:
-        run_checks(train_tool.build_cfg(train_tool.parse_args(
-            [config, '--work-dir', str(tmp_path / 'ours'), '--cfg-options', *opts])))
-    assert said in str(e.value)
-    upstream = run(command(pkg, 'train.py', config, '--work-dir', str(tmp_path / 'up'),
-                           '--cfg-options', *opts, 'runner_type=Runner'), tmp_path)
-    assert upstream.returncode != 0, upstream.stdout[-2000:]
-    assert not early or not list((tmp_path / 'up').glob('*.pth')), upstream.stdout[-2000:]
-    return upstream
 
 
 def _coco_edit(edit):
@@ -309,18 +284,18 @@ COCO_REFUSALS = {
 }
 
 
-@pytest.mark.slow  # the oracle's run until it fails: about 5 s each on 2 cores (warm)
+@pytest.mark.slow  # the oracle's run until it fails: 2-5 s each on 2 cores
 @pytest.mark.parametrize('case', list(COCO_REFUSALS))
 def test_every_coco_refusal_fails_upstream_too(case, toy_data, tmp_path):
-    """As above, for the checks of a COCO annotation file, with mmdet's own train.py."""
+    """As above, for the checks of a COCO annotation file, on the toy RetinaNet."""
     change, extra, said = COCO_REFUSALS[case]
     root = tmp_path / 'toy_coco'
     shutil.copytree(toy_data / 'toy_coco', root)
     if change is not None:
         change(root)
     opts = toy_coco_options(root, 'train_cfg.max_epochs=1', *extra)
-    upstream = _refused_by_ours_and_upstream('mmdet', DET_CFG, opts, said, True, tmp_path)
-    assert COCO_UPSTREAM_SAYS.get(case, '') in upstream.stderr, upstream.stderr[-2000:]
+    upstream = refused_by_ours_and_upstream(DET_CFG, opts, said, True, tmp_path)
+    assert COCO_UPSTREAM_SAYS.get(case, '') in upstream, upstream[-2000:]
 
 
 #: how mmdet's run ends where our line names a cause it does not: the empty dataset is
@@ -339,13 +314,17 @@ def _diverged(checkpoint, path):
     return str(path), key
 
 
-@pytest.mark.slow  # two tool processes per case: 10-20 s on the 2-core machine
+@pytest.mark.slow  # a Runner of each kind per case: 5-10 s on 2 cores
 @pytest.mark.parametrize('case', ['diverged weights', 'trained as another attention'])
-def test_a_test_checks_its_checkpoint_under_every_tool(case, toy_data, toy_checkpoints, tmp_path):
-    """The same one line and exit 2 from our test.py and mmseg's own (which builds mmengine's
-    plain Runner whatever the config's runner_type: the runtime's RunChecksHook checks there,
-    after the datasets and before the weights); no checkpoint. Ours, which checks before it
-    reads any data, leaves no config dump either."""
+def test_a_test_checks_its_checkpoint_under_either_runner(case, toy_data, toy_checkpoints,
+                                                          tmp_path, capsys):
+    """The same one line and exit 2 from our Runner and from mmengine's plain one with the
+    runtime's hooks (what mmseg 1.2.2's test.py builds whatever the config's runner_type: the
+    runtime's RunChecksHook checks there, after the datasets and before the weights); no
+    checkpoint loaded, nothing scored. Ours, which checks before it reads any data, leaves no
+    config dump either."""
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
     opts = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('val', 'test')]
     checkpoint = toy_checkpoints.seg
     if case == 'diverged weights':
@@ -357,30 +336,22 @@ def test_a_test_checks_its_checkpoint_under_every_tool(case, toy_data, toy_check
         said = f'checkpoint {checkpoint} was trained as another attention function'
         also = ('(checkpoint)', '(config)')
     messages = {}
-    for tool in TOOLS:
-        work = tmp_path / tool
-        r = run(command(tool, 'test.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
-                        *opts, checkpoint=checkpoint), tmp_path)
-        assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout[-2000:] + r.stderr[-2000:]
-        messages[tool] = error_lines(r)[0].split(': error: ', 1)[1]
-        assert messages[tool].startswith(said), messages[tool]
-        assert all(a in messages[tool] for a in also), messages[tool]
-        assert 'Traceback' not in r.stderr and 'aAcc' not in r.stdout  # nothing scored
+    for kind in ('ours', 'plain'):
+        work = tmp_path / kind
+        cfg = test_tool.build_cfg(test_tool.parse_args(
+            [SEG_CFG, checkpoint, '--work-dir', str(work), '--cfg-options', *opts]))
+        cfg.experiment_name = cfg.visualizer.name = f'checks_{kind}_{tmp_path.name}'
+        runner = RUNNERS.build(cfg) if kind == 'ours' else Runner.from_cfg(cfg)
+        assert type(runner).__name__ == ('LinAttnRunner' if kind == 'ours' else 'Runner')
+        with pytest.raises(SystemExit) as e:
+            runner.test()
+        assert e.value.code == 2
+        lines = [ln for ln in capsys.readouterr().err.splitlines() if ': error: ' in ln]
+        assert len(lines) == 1, lines
+        messages[kind] = lines[0].split(': error: ', 1)[1]
+        assert messages[kind] == str(e.value) and messages[kind].startswith(said), messages
+        assert all(a in messages[kind] for a in also), messages[kind]
         left = sorted(work_dir_files(work))
         # mmengine's plain Runner dumps the config at its construction, before any hook runs
-        assert left == ([] if tool == 'ours' else [osp.basename(SEG_CFG)]), left
-    assert messages['ours'] == messages['mmseg']
-
-
-@pytest.mark.slow  # one tool process: 5-10 s on the 2-core machine
-def test_a_refused_test_leaves_no_work_dir(toy_data, toy_checkpoints, tmp_path):
-    """Our test.py checks the data before it reads any: nothing but mmengine's log folder made
-    (its log says why). (mmseg 1.2.2's test.py
-    builds mmengine's plain Runner, which reads the datasets first: a missing folder is the
-    dataset's own traceback there.)"""
-    work = tmp_path / 'never'
-    r = run(command('ours', 'test.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
-                    f'test_dataloader.dataset.data_root={tmp_path / "nowhere"}',
-                    checkpoint=toy_checkpoints.seg), tmp_path)
-    assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout[-2000:] + r.stderr[-2000:]
-    assert work_dir_files(work) == {}, os.listdir(work)
+        assert left == ([] if kind == 'ours' else [osp.basename(SEG_CFG)]), left
+    assert messages['ours'] == messages['plain']
