@@ -216,32 +216,34 @@ def test_mim_search_lists_the_zoo_of_the_installed_package(installed):
 
 
 @pytest.mark.skipif(MIM is None, reason='openmim (requirements/tests.txt) is not installed')
-@pytest.mark.slow  # two toy iterations and a test in mim's processes: 30-60 s on 2 cores
-def test_mim_train_and_test_a_toy_config_of_the_installed_package(installed, toy_data, tmp_path):
+@pytest.mark.slow  # two mim processes to the Runner's start: 20-40 s on 2 cores
+def test_mim_train_and_test_build_our_runner_from_the_installed_package(installed, tmp_path):
     """``mim train mmlinattn CONFIG`` and ``mim test mmlinattn CONFIG --checkpoint ...`` (the
     user guide's commands) from an empty folder: mim finds the config by name in the wheel's
-    ``.mim/configs`` and runs its ``.mim/tools``; the run is LinAttnRunner's, as under our tools -
-    a refusal is the same one line."""
+    ``.mim/configs`` and runs its ``.mim/tools``, which build the wheel's LinAttnRunner from that
+    config and the flags given. The test-only probe (tests/probe_runner.py, on the path beside the
+    wheel's folder) records what the Runner got and exits before any data is read; what a run
+    then does is the Runner's, tested once in-process (tests/test_one_run.py and others)."""
     site, empty = installed
-    env = dict(os.environ, PYTHONPATH=str(site))
-    work = tmp_path / 'work'
-    data = [f'{k}_dataloader.dataset.data_root={toy_data}/toy_ade' for k in ('train', 'val',
-                                                                           'test')]
-    opts = ['--cfg-options', *data, 'train_cfg.max_iters=2', 'train_cfg.val_interval=1000',
-            'train_dataloader.batch_size=2', 'default_hooks.checkpoint.interval=2']
-
-    def mim(*args):
-        return subprocess.run([MIM, *args], cwd=str(empty), env=env, capture_output=True,
-                              text=True, timeout=600, stdin=subprocess.DEVNULL)
-
-    r = mim('train', 'mmlinattn', 'fpn_mavit-t_toy-ade.py', '--work-dir', str(work), *opts)
-    assert r.returncode == 0 and (work / 'iter_2.pth').is_file(), r.stdout[-3000:] + r.stderr
-    assert 'LinAttnRunner' in (work / 'fpn_mavit-t_toy-ade.py').read_text()
-    r = mim('test', 'mmlinattn', 'fpn_mavit-t_toy-ade.py', '--checkpoint',
-            str(work / 'iter_2.pth'), '--work-dir', str(work), *opts)
-    assert r.returncode == 0 and 'mIoU' in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
-    r = mim('train', 'mmlinattn', 'fpn_mavit-t_toy-ade.py', '--work-dir', str(tmp_path / 'w2'),
-            *opts, f'train_dataloader.dataset.data_root={tmp_path / "nowhere"}')
-    lines = [line for line in r.stderr.splitlines() if ': error: ' in line]
-    assert r.returncode != 0 and len(lines) == 1, r.stdout[-2000:] + r.stderr[-2000:]
-    assert lines[0] == 'tools/train.py: error: dataset paths do not exist:', lines
+    probe = tmp_path / 'probe'
+    probe.mkdir()
+    shutil.copy(osp.join(ROOT, 'tests', 'probe_runner.py'), probe)
+    got = tmp_path / 'got.json'
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(probe)]),
+               PROBE_RUNNER_OUT=str(got))
+    work, checkpoint = tmp_path / 'work', str(tmp_path / 'given.pth')
+    opts = ['--cfg-options', 'runner_type=probe_runner.ProbeRunner',
+            'default_hooks.logger.interval=7']
+    for run, args in (('train', ['--resume']), ('test', ['--checkpoint', checkpoint])):
+        r = subprocess.run([MIM, run, 'mmlinattn', 'fpn_mavit-t_toy-ade.py', *args, '--work-dir',
+                            str(work), *opts], cwd=str(empty), env=env, capture_output=True,
+                           text=True, timeout=600, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0 and got.is_file(), r.stdout[-3000:] + r.stderr[-3000:]
+        out = json.loads(got.read_text())
+        got.unlink()
+        assert out['run'] == run and out['runner'][:2] == ['ProbeRunner', 'LinAttnRunner'], out
+        assert out['package'] == str(site / 'mmlinattn' / '__init__.py')
+        assert out['work_dir'] == str(work)
+        assert out['cfg']['default_hooks']['logger']['interval'] == 7
+        assert (out['resume'], out['load_from']) == ((True, None) if run == 'train' else
+                                                      (False, checkpoint)), out
