@@ -105,13 +105,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # finished: about 100 s of the 19 min on 2 cores (xdist's queue replayed with the durations of a
 # --durations=0 run, 2026-11-28). The files below go first instead, longest first (their seconds
 # in that run, rounded); the others follow in collection order. Only the order changes: every file
-# still runs whole on one worker.
+# still runs whole on one worker. test_distributed.py and test_upstream_tools.py: that run's
+# seconds scaled by their own before/after ratio when the shared finished runs came (one torchrun
+# cycle, conftest's finished_det / finished_seg; both versions side by side, 2026-11-29).
 LONGEST_FIRST = {
-    'test_distributed.py': 154, 'test_configs.py': 136, 'test_compile.py': 123,
-    'test_deploy.py': 120, 'test_flops.py': 99, 'test_inference.py': 94,
+    'test_configs.py': 136, 'test_compile.py': 123, 'test_deploy.py': 120,
+    'test_distributed.py': 102, 'test_flops.py': 99, 'test_inference.py': 94,
     'test_end_to_end.py': 90, 'test_upstream_train.py': 87, 'test_wheel.py': 86,
-    'test_backbones.py': 77, 'test_workdir_lock.py': 71, 'test_upstream_tools.py': 65,
-    'test_tool_parity.py': 63, 'test_guest.py': 57, 'test_custom_dataset.py': 54,
+    'test_backbones.py': 77, 'test_workdir_lock.py': 71, 'test_tool_parity.py': 63,
+    'test_upstream_tools.py': 58, 'test_guest.py': 57, 'test_custom_dataset.py': 54,
     'test_deploy_jit.py': 53, 'test_stop_and_resume.py': 52, 'test_benchmarking.py': 51,
     'test_read_once.py': 50, 'test_edges.py': 45, 'test_one_run.py': 44,
     'test_faults.py': 42, 'test_recipes.py': 38, 'test_finetune_chain.py': 34,
@@ -138,8 +140,8 @@ def _seed():
     yield
 
 
-def _stale_visualizers():
-    """(class, name) of the mmengine visualizers whose save dir is gone."""
+def _visualizers(where):
+    """(class, name) of the mmengine visualizers with a save dir for which ``where(dir)`` holds."""
     import sys
     if 'mmengine.visualization' not in sys.modules:
         return []
@@ -154,7 +156,7 @@ def _stale_visualizers():
         for name, vis in list(cls.__dict__.get('_instance_dict', {}).items()):
             backends = getattr(vis, '_vis_backends', {}).values()
             dirs = [getattr(b, '_save_dir', None) for b in backends]
-            if any(d and not os.path.isdir(d) for d in dirs):
+            if any(d and where(str(d)) for d in dirs):
                 stale.append((cls, name))
     return stale
 
@@ -168,7 +170,7 @@ def _no_visualizer_into_a_removed_dir():
     (pytest.ini). After each test (and after its tmp_path is gone: autouse fixtures are torn down
     last), visualizers pointing into a removed folder are dropped, as a fresh process has none."""
     yield
-    for cls, name in _stale_visualizers():
+    for cls, name in _visualizers(lambda d: not os.path.isdir(d)):  # the removed ones
         cls._instance_dict.pop(name, None)
 
 
@@ -247,16 +249,8 @@ def _let_go_of(root):
             if str(getattr(handler, 'baseFilename', '')).startswith(str(root)):
                 logger.removeHandler(handler)
                 handler.close()
-    from mmengine.visualization import Visualizer
-    classes, todo = [], [Visualizer]
-    while todo:
-        classes.append(todo.pop())
-        todo.extend(classes[-1].__subclasses__())
-    for cls in classes:
-        for name, vis in list(cls.__dict__.get('_instance_dict', {}).items()):
-            dirs = [str(getattr(b, '_save_dir', '')) for b in vis._vis_backends.values()]
-            if any(d.startswith(str(root)) for d in dirs):
-                cls._instance_dict.pop(name, None)
+    for cls, name in _visualizers(lambda d: d.startswith(str(root))):
+        cls._instance_dict.pop(name, None)
 
 
 def _finished_run(tmp_path_factory, toy_data, kind):
