@@ -4,14 +4,13 @@ checkpoint the stop left, with exactly its weights, optimizer moments and schedu
 
 - ``ctrl-c``: SIGINT to the process group, as a terminal sends it. The finished iteration is saved,
   the process exits with the shell's code for Ctrl-C (130) and prints no traceback.
-- ``sigterm``: a scheduler's preemption. The finished iteration is saved and the process exits 75
-  (``EX_TEMPFAIL``: requeue the job with ``--resume``); also under mmseg's own tools/train.py.
 - ``sigkill``: killed without warning (out of memory, a node lost). Nothing is written at the
   stop; ``--resume`` takes the last interval checkpoint.
 
 Other stops have their own tests, for what is particular to them: a failed checkpoint write
-(test_faults.py), a half-written file (test_bad_input.py), a preemption checkpoint against
-``max_keep_ckpts`` (test_edges.py), a second Ctrl-C (test_edges.py), a non-finite loss
+(test_faults_more.py), a half-written file (test_bad_input.py), a scheduler's SIGTERM (exit 75,
+``EX_TEMPFAIL``: requeue with ``--resume``) and its checkpoint against ``max_keep_ckpts``
+(test_edges.py), a second Ctrl-C (test_edges.py), a non-finite loss
 (test_faults_more.py), the ranks' vote on a stop under DDP (test_hook_cost.py).
 """
 import os
@@ -37,9 +36,6 @@ MAX_ITERS = 200
 #: what the tool says it received)
 STOPS = {
     'ctrl-c': (signal.SIGINT, 1, 1000, 128 + signal.SIGINT, 'SIGINT (Ctrl-C) received'),
-    'sigterm': (signal.SIGTERM, 1, 1000, 75, 'SIGTERM received'),
-    # the same stop under mmseg's own tools/train.py (it builds the runtime's LinAttnRunner)
-    'sigterm-mmseg-tool': (signal.SIGTERM, 1, 1000, 75, 'SIGTERM received'),
     # after iteration 3 is logged, the interval checkpoint of iteration 2 is complete on disk (a
     # late kill may find iteration 4's: the last intact one is where --resume goes)
     'sigkill': (signal.SIGKILL, 3, 2, -signal.SIGKILL, None),
@@ -56,11 +52,7 @@ def test_a_stopped_run_resumes_where_its_checkpoint_is(how, toy_data, tmp_path):
     sig, trigger, interval, code, said = STOPS[how]
     work = tmp_path / 'work'
     opts = toy_seg_options(toy_data, f'default_hooks.checkpoint.interval={interval}')
-    script = osp.join(ROOT, 'tools/train.py')
-    if how.endswith('-mmseg-tool'):
-        from mmengine.utils import get_installed_path
-        script = osp.join(get_installed_path('mmseg'), '.mim', 'tools', 'train.py')
-    cmd = [sys.executable, script, SEG_CFG, '--work-dir', str(work),
+    cmd = [sys.executable, osp.join(ROOT, 'tools/train.py'), SEG_CFG, '--work-dir', str(work),
            '--cfg-options', *opts, f'train_cfg.max_iters={MAX_ITERS}']
     # a session of its own: a terminal's Ctrl-C (and a scheduler's kill) reach the whole group
     proc = warm.start(cmd, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED='1'),
