@@ -6,7 +6,6 @@ import errno
 import os
 import os.path as osp
 import re
-import sys
 
 import pytest
 import torch
@@ -14,7 +13,6 @@ import torch
 from mmlinattn.training.resume import latest_intact_checkpoint
 from tools import train as train_tool
 
-import warm
 from helpers import (
     read_last_checkpoint,
     toy_seg_options,
@@ -26,25 +24,16 @@ SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 
 # --------------------------------------------------------------------------- 1. non-finite loss
 @pytest.mark.slow
-@pytest.mark.parametrize('tool', ['ours', 'mmseg'])
-def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(tool, toy_data, tmp_path,
-                                                                     capsys):
-    """Our train.py and mmseg's own (which builds the LinAttnRunner the runtime names): one line,
-    exit 2, the broken iteration not saved. (A test of a diverged checkpoint: test_one_run.py.)"""
+def test_nan_loss_stops_at_its_iteration_and_saves_no_broken_weights(toy_data, tmp_path, capsys):
+    """One line, exit 2, the broken iteration not saved. (Under mmengine's plain Runner:
+    test_runner_seams.py; a test of a diverged checkpoint: test_one_run.py.)"""
     work = tmp_path / 'work'
-    args = [SEG_CFG, '--work-dir', str(work), '--cfg-options', *toy_seg_options(
+    rc = train_tool.main([SEG_CFG, '--work-dir', str(work), '--cfg-options', *toy_seg_options(
         toy_data, 'optim_wrapper.optimizer.lr=1000.0', 'param_scheduler=[]',
         'train_cfg.max_iters=6',
         'default_hooks.checkpoint.interval=1', 'default_hooks.checkpoint.max_keep_ckpts=100',
-        'experiment_name=nan_run')]
-    if tool == 'ours':
-        rc, prog = train_tool.main(args), 'tools/train.py'
-        err = capsys.readouterr().err
-    else:
-        from mmengine.utils import get_installed_path
-        script = osp.join(get_installed_path('mmseg'), '.mim', 'tools', 'train.py')
-        r = warm.run([sys.executable, script] + args, cwd=tmp_path, timeout=600)
-        rc, prog, err = r.returncode, 'train.py', r.stderr
+        'experiment_name=nan_run')])
+    err, prog = capsys.readouterr().err, 'tools/train.py'
     assert rc == 2, err[-2000:]
     line = [ln for ln in err.splitlines() if ln.startswith(f'{prog}: error: non-finite')]
     assert len(line) == 1 and err.strip().splitlines()[-1] == line[0], err[-2000:]
