@@ -11,17 +11,10 @@ from mmlinattn.core.weights import CheckpointError, read_checkpoint
 from mmlinattn.training.config import ConfigError
 from mmlinattn.training.preflight import check_coco_annotations
 from mmlinattn.training.runs import ToolFailed, run_script
-from tools import test as test_tool
 from tools import train as train_tool
 from tools.misc import make_toy_datasets as toy
 
-from helpers import (
-    assert_resumed_from,
-    run_checks,
-    toy_seg_options,
-    train_resumed,
-    work_dir_files,
-)
+from helpers import run_checks, work_dir_files
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -93,12 +86,6 @@ def test_truncated_coco_json(toy_data, tmp_path):
         check_coco_annotations(path)
 
 
-def test_coco_without_images(tmp_path):
-    path = _coco(tmp_path, dict(annotations=[], categories=[]))
-    with pytest.raises(ConfigError, match='no "images" list'):
-        check_coco_annotations(path)
-
-
 def test_bad_records_are_reported_and_skipped(tmp_path):
     data = dict(images=[dict(id=1, file_name='a.jpg', width=64, height=64)],
                 categories=[dict(id=1, name='x')],
@@ -124,10 +111,8 @@ def test_annotation_without_bbox_is_an_error(tmp_path):
 
 
 # -------------------- images
-@pytest.mark.parametrize('kind,reason', [('missing', 'file not found'),
-                                         ('corrupt',
-                                          'UnidentifiedImageError: cannot identify image file')])
-def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
+def test_missing_image_names_the_file(toy_data, tmp_path):
+    """(An image that does not decode: test_data_faults.py.)"""
     import shutil
 
     from mmengine.config import Config
@@ -135,10 +120,7 @@ def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
     root = tmp_path / 'toy_coco'
     shutil.copytree(toy_data / 'toy_coco', root)
     victim = root / 'train' / 'train_00000.jpg'
-    if kind == 'missing':
-        victim.unlink()
-    else:
-        victim.write_bytes(b'not a jpeg at all')
+    victim.unlink()
     cfg = Config.fromfile(DET_CFG)
     init_default_scope('mmdet')
     from mmdet.registry import DATASETS
@@ -149,25 +131,15 @@ def test_unreadable_image_names_the_file(toy_data, tmp_path, kind, reason):
     name_unreadable_files_in(ds)  # what the runner of our tools does to its datasets
     idx = next(i for i in range(len(ds))
                if ds.get_data_info(i)['img_path'].endswith('train_00000.jpg'))
-    # mmcv's LoadImageFromFile raises FileNotFoundError for a missing file and "failed to load
-    # image" otherwise; our tools' datasets turn both into one message with the dataset key and
-    # the reason
+    # mmcv's LoadImageFromFile raises FileNotFoundError: one message with the dataset key
     from mmlinattn.training.datafaults import DataFileError
     with pytest.raises(DataFileError, match=r'train_dataloader\.dataset \(CocoDataset, sample '
-                       r'\d+\): '
-                                            r'cannot read the image .*train_00000\.jpg: '
-                                            + reason) as e:
+                       r'\d+\): cannot read the image .*train_00000\.jpg: file not found') as e:
         ds.prepare_data(idx)
-    assert isinstance(e.value.__cause__, FileNotFoundError if kind == 'missing' else AssertionError)
+    assert isinstance(e.value.__cause__, FileNotFoundError)
 
 
 # -------------------- checkpoints
-def test_test_tool_missing_checkpoint(toy_data, tmp_path, capsys):
-    rc = test_tool.main([DET_CFG, str(tmp_path / 'nope.pth'),
-                         '--cfg-options'] + _det_overrides(toy_data))
-    assert rc == 2 and 'nope.pth' in capsys.readouterr().err
-
-
 def test_untrusted_checkpoint_runs_no_code(tmp_path):
     marker = tmp_path / 'pwned'
 
@@ -271,59 +243,3 @@ def test_interrupted_generation_rerun_is_complete_and_identical(tmp_path, monkey
     toy.make_toy_ade(str(target), seed=5, train=6, val=3, size=48)
     assert toy.is_complete(str(target))
     assert _tree_hash(target) == _tree_hash(clean)
-
-
-# -------------------- interrupted save, resume
-@pytest.mark.slow
-def test_failed_checkpoint_write_keeps_previous_and_resume_restores_everything(toy_data, tmp_path,
-                                                                              monkeypatch):
-    """The write of iter_2.pth fails half-way (deterministically, in mmengine's storage backend): no
-    truncated iter_2.pth may appear, and --resume must restore iter_1's weights, optimizer state,
-    scheduler state and iteration exactly."""
-    from mmengine.fileio.backends import LocalBackend
-    from mmengine.registry import RUNNERS
-
-    work = tmp_path / 'work'
-    common = toy_seg_options(toy_data, 'default_hooks.checkpoint.interval=1',
-                             'default_hooks.checkpoint.max_keep_ckpts=100')
-
-    def cfg_for(name, *extra):
-        args = train_tool.parse_args([SEG_CFG, '--work-dir', str(work), *extra,
-                                      '--cfg-options'] + common)
-        cfg = train_tool.build_cfg(args)
-        cfg.experiment_name = name  # two runners in one process: distinct logger names
-        return cfg
-
-    real_put = LocalBackend.put
-
-    def put_fails_half_way(self, obj, filepath):
-        if 'iter_2' in str(filepath):
-            with open(filepath, 'wb') as f:
-                f.write(obj[:len(obj) // 2])
-            raise OSError('simulated failure half-way through writing a checkpoint')
-        return real_put(self, obj, filepath)
-
-    monkeypatch.setattr(LocalBackend, 'put', put_fails_half_way)
-    cfg = cfg_for('interrupted')
-    cfg.train_cfg.max_iters = 3
-    from mmlinattn.training.runner import RunRefused
-    with pytest.raises(RunRefused, match='half-way') as stopped:  # one line, exit 2
-        RUNNERS.build(cfg).train()
-    assert stopped.value.code == 2
-    monkeypatch.setattr(LocalBackend, 'put', real_put)
-
-    files = os.listdir(work)
-    assert 'iter_1.pth' in files and 'iter_2.pth' not in files, files
-    assert not [f for f in files if '.tmp' in f], files
-    saved = torch.load(work / 'iter_1.pth', map_location='cpu', weights_only=True)
-    assert saved['meta']['iter'] == 1
-
-    cfg = cfg_for('resumed', '--resume')
-    cfg.train_cfg.max_iters = 2
-    _, captured = train_resumed(cfg)
-
-    assert captured['iter'] == 1
-    assert_resumed_from(captured, saved)
-    assert captured['sched'] == saved['param_schedulers']
-    assert (work / 'iter_2.pth').exists()
-    torch.load(work / 'iter_2.pth', map_location='cpu', weights_only=True)

@@ -13,11 +13,7 @@ import torch
 
 from tools import train as train_tool
 
-from helpers import (
-    run_checks,
-    save_authors_file,
-    toy_seg_options,
-)
+from helpers import run_checks, save_authors_file, toy_seg_options
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -42,9 +38,6 @@ class Reads:
 
     def __getitem__(self, path):
         return self.counts[osp.realpath(str(path))]
-
-
-
 
 
 # --------------------------------------------------------------------------- the exporter
@@ -81,32 +74,19 @@ def _counting_backbone_builds(monkeypatch):
     return built
 
 
-@pytest.mark.parametrize('how', ['init_cfg', 'load_from'])
-def test_preflight_builds_the_backbone_once(how, toy_data, tmp_path, monkeypatch):
+def test_preflight_builds_the_backbone_once(toy_data, tmp_path, monkeypatch):
     """The channels check and the checkpoint fit share one backbone on the meta device (was two
-    builds before the Runner's own)."""
+    builds before the Runner's own). (A backbone-only load_from, read once and refused:
+    test_preflight.py.)"""
     authors = tmp_path / 'mavit_t.pth'
     save_authors_file(str(authors), 'mavit', 'tiny')
     cfg_file = tmp_path / 'cfg.py'
-    if how == 'init_cfg':
-        extra = (f"model = dict(backbone=dict(init_cfg=dict(type='Pretrained', "
-                 f"checkpoint={str(authors)!r})))\n")
-    else:  # backbone weights only: fitted, then refused with the init_cfg to write
-        backbone_only = tmp_path / 'backbone.pth'
-        from mmlinattn.core.weights import extract_state_dict, read_checkpoint
-        state = {k: v for k, v in extract_state_dict(read_checkpoint(str(authors))).items()
-                 if not k.startswith(('head.', 'proj.', 'norm.'))}
-        torch.save(state, backbone_only)
-        extra = f'load_from = {str(backbone_only)!r}\n'
-    cfg_file.write_text(f'_base_ = [{SEG_CFG!r}]\n' + extra)
+    cfg_file.write_text(f'_base_ = [{SEG_CFG!r}]\n'
+                        f"model = dict(backbone=dict(init_cfg=dict(type='Pretrained', "
+                        f"checkpoint={str(authors)!r})))\n")
     built = _counting_backbone_builds(monkeypatch)
     args = train_tool.parse_args([str(cfg_file), '--work-dir', str(tmp_path / 'w'),
                                   '--cfg-options', *toy_seg_options(toy_data)])
-    if how == 'init_cfg':
-        cfg = run_checks(train_tool.build_cfg(args))
-        assert cfg.model.backbone.init_cfg['checkpoint'] == str(authors)
-    else:
-        from mmlinattn.core.weights import CheckpointError
-        with pytest.raises(CheckpointError, match='holds backbone weights only'):
-            run_checks(train_tool.build_cfg(args))
+    cfg = run_checks(train_tool.build_cfg(args))
+    assert cfg.model.backbone.init_cfg['checkpoint'] == str(authors)
     assert built == ['meta', 'cpu']  # the checks' one, and the Runner's model
