@@ -1,7 +1,7 @@
 """One run per work dir at a time: a second tools/train.py into a work dir where a run is
 alive stops in one line before any work; a lock whose owner is gone (killed: same host, dead pid or
 a reused one; another host: not refreshed) never blocks; other work dirs, a later run and the ranks
-of one DDP run are unaffected."""
+of one DDP run are unaffected. (A finished training gives the lock back: test_runner_seams.py.)"""
 import json
 import os
 import socket
@@ -13,7 +13,6 @@ import pytest
 
 from mmlinattn.training.workdir_lock import LOCK_NAME, WorkDirBusy, lock_work_dir
 
-import warm
 from helpers import make_toy_sets, toy_seg_options, work_dir_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,16 +30,35 @@ def _other_process():
     return subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
 
 
-def test_a_live_owner_blocks_and_is_named(tmp_path):
+def test_a_live_owner_blocks_and_is_named(toy_data, tmp_path, capsys):
+    """A training into a work dir whose run is alive: the Runner stops in one line (exit 2)
+    before any data is read, and the work dir's contents are as it found them."""
+    from mmengine.registry import RUNNERS
+
+    from tools import train as train_tool
     p = _other_process()
     try:
         with open(f'/proc/{p.pid}/stat') as f:
             started = f.read().rsplit(')', 1)[1].split()[19]
-        _write_lock(tmp_path / 'w', host=socket.gethostname(), pid=p.pid, started=started,
+        work = tmp_path / 'w'
+        _write_lock(work, host=socket.gethostname(), pid=p.pid, started=started,
                     since='2026-01-01 00:00:00', command='tools/train.py cfg.py')
-        with pytest.raises(WorkDirBusy, match=rf'work dir .*w is in use by another run \(pid '
-                           rf'{p.pid} on host {socket.gethostname()}.*tools/train.py cfg.py'):
-            lock_work_dir(str(tmp_path / 'w'))
+        (work / 'iter_12.pth').write_bytes(b'the running run\'s checkpoint')
+        (work / 'last_checkpoint').write_text(str(work / 'iter_12.pth'))
+        before = work_dir_files(work)
+        busy = (rf'work dir .*w is in use by another run \(pid {p.pid} on host '
+                rf'{socket.gethostname()}.*tools/train.py cfg.py')
+        with pytest.raises(WorkDirBusy, match=busy):
+            lock_work_dir(str(work))
+        cfg = train_tool.build_cfg(train_tool.parse_args(
+            [SEG_CFG, '--work-dir', str(work), '--cfg-options', *toy_seg_options(toy_data)]))
+        cfg.experiment_name = 'lock_busy'
+        capsys.readouterr()
+        with pytest.raises(WorkDirBusy, match=busy) as e:
+            RUNNERS.build(cfg).train()
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ': error: ' in ln]
+        assert e.value.code == 2 and len(err) == 1 and f'pid {p.pid}' in err[0], err
+        assert work_dir_files(work) == before
         # another work dir is not affected
         lock = lock_work_dir(str(tmp_path / 'other'))
         assert (tmp_path / 'other' / LOCK_NAME).is_file()
@@ -144,44 +162,6 @@ def test_a_refusal_keeps_the_log_folder_of_a_run_started_in_the_same_second(tmp_
         run_checks(cfg)
     assert not any(p.name.endswith('.py') for p in work.iterdir())  # its own things: gone
     assert (running / '20260102_030405.log').read_text().startswith('the first run logs here')
-
-
-@pytest.mark.slow  # two short toy trainings side by side, ~40 s on 2 cores
-def test_two_train_runs_in_one_work_dir(tmp_path):
-    """Two tools/train.py started into one work dir: the second stops in one line (exit 2) while
-    the first is alive, before it writes anything; the first run's checkpoints and log are its own;
-    a third run after the first ended resumes there."""
-    data = make_toy_sets(tmp_path / 'data', seed=4, size=64, train=4, val=2)
-    work = tmp_path / 'work'
-    # 24 iterations (~15 s at 64x64): the first run is still training when the second, started
-    # once the lock exists, reaches its check (a few seconds in the warm interpreter)
-    opts = toy_seg_options(data, 'train_cfg.max_iters=24',
-                           'default_hooks.checkpoint.interval=12')
-    cmd = [sys.executable, 'tools/train.py', SEG_CFG, '--work-dir', str(work), '--cfg-options',
-           *opts]
-    first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-    deadline = time.time() + 300
-    while not (work / LOCK_NAME).exists() and first.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    second = warm.run(cmd, cwd=ROOT, timeout=600)
-    out_first, _ = first.communicate(timeout=600)
-    assert first.returncode == 0, out_first[-3000:]
-    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
-    err = second.stderr.strip().splitlines()
-    assert err[-1].startswith('tools/train.py: error: work dir ') and \
-        f'pid {first.pid} on host' in err[-1], err[-3:]
-    # mmengine's timestamped log folders: the refused run's too (its log says why)
-    logs = [d for d in os.listdir(work) if d[:2].isdigit()]
-    assert len(logs) in (1, 2), sorted(os.listdir(work))
-    assert sorted(p for p in os.listdir(work) if p.endswith('.pth')) == ['iter_12.pth',
-                                                                       'iter_24.pth']
-    assert not (work / LOCK_NAME).exists()  # released at the end of the run
-    resumed = warm.run(cmd + ['train_cfg.max_iters=25', '--resume'], cwd=ROOT, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert 'resumed' in (resumed.stdout + resumed.stderr).lower()
-    assert (work / 'iter_25.pth').is_file() and not (work / LOCK_NAME).exists()
-
 
 
 # -------------------- what a killed run leaves behind
