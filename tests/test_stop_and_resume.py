@@ -8,10 +8,10 @@ checkpoint the stop left, with exactly its weights, optimizer moments and schedu
   stop; ``--resume`` takes the last interval checkpoint.
 
 Other stops have their own tests, for what is particular to them: a failed checkpoint write
-(test_faults_more.py), a half-written file (test_bad_input.py), a scheduler's SIGTERM (exit 75,
+(test_faults.py), a half-written file (test_bad_input.py), a scheduler's SIGTERM (exit 75,
 ``EX_TEMPFAIL``: requeue with ``--resume``) and its checkpoint against ``max_keep_ckpts``
 (test_edges.py), a second Ctrl-C (test_edges.py), a non-finite loss
-(test_faults_more.py), the ranks' vote on a stop under DDP (test_hook_cost.py).
+(test_faults.py), the ranks' vote on a stop under DDP (test_hook_cost.py).
 """
 import os
 import os.path as osp
