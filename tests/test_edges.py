@@ -337,6 +337,9 @@ def test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues(toy
     assert_resumed_from(captured, saved)
     assert _iter_files(work) == ['iter_4.pth']  # iter_3 rotated out on the way
     assert read_last_checkpoint(work) == str(work / 'iter_4.pth')
+    # in one process (a notebook, a script): a finished training gives the work dir's lock back
+    from mmlinattn.training.workdir_lock import LOCK_NAME
+    assert not (work / LOCK_NAME).exists()
 
 
 # about 12 s (idle 2-core CPU): 3 + 2 toy iterations in two runs

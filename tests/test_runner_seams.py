@@ -38,8 +38,9 @@ def _log(runner) -> str:
 
 
 def test_the_checks_run_before_the_loop_builds_its_dataloader(toy_data, tmp_path, monkeypatch):
-    """A missing data folder stops train() at build_train_loop: no dataloader was built, and the
-    work dir holds nothing but mmengine's log folder (no config dump)."""
+    """A missing data folder stops train() at build_train_loop, naming its config key and path:
+    no dataloader was built, and the work dir holds nothing but mmengine's log folder (no config
+    dump)."""
     from mmengine.registry import RUNNERS
 
     from mmlinattn.training.config import ConfigError
@@ -48,13 +49,14 @@ def test_the_checks_run_before_the_loop_builds_its_dataloader(toy_data, tmp_path
     real = LinAttnRunner.build_dataloader
     monkeypatch.setattr(LinAttnRunner, 'build_dataloader',
                         staticmethod(lambda *a, **k: built.append(1) or real(*a, **k)))
-    cfg = _cfg(toy_data, tmp_path, 'seams_missing',
-               f'train_dataloader.dataset.data_root={tmp_path / "nowhere"}')
+    nowhere = tmp_path / 'nowhere'
+    cfg = _cfg(toy_data, tmp_path, 'seams_missing', f'train_dataloader.dataset.data_root={nowhere}')
     runner = RUNNERS.build(cfg)
     assert type(runner) is LinAttnRunner
     with pytest.raises(ConfigError, match='dataset paths do not exist') as e:
         runner.train()
     assert e.value.code == 2 and built == []
+    assert 'train_dataloader.dataset.data_root' in str(e.value) and str(nowhere) in str(e.value)
     assert work_dir_files(cfg.work_dir) == {}
 
 
@@ -170,18 +172,6 @@ def test_a_training_config_mmengine_would_fail_deep_in_is_one_line(key, value, s
         RUNNERS.build(cfg).train()
     err = [ln for ln in capsys.readouterr().err.splitlines() if ': error: ' in ln]
     assert e.value.code == 2 and len(err) == 1 and said in err[0], err
-
-
-def test_a_finished_training_gives_the_work_dir_lock_back(toy_data, tmp_path):
-    """In one process (a notebook, a script): once train() returns, another run may use the work
-    dir (the lock is not held until the interpreter exits)."""
-    from mmengine.registry import RUNNERS
-
-    from mmlinattn.training.workdir_lock import LOCK_NAME
-    cfg = _cfg(toy_data, tmp_path, 'seams_lock')
-    runner = RUNNERS.build(cfg)
-    runner.train()
-    assert not osp.exists(osp.join(cfg.work_dir, LOCK_NAME))
 
 
 @pytest.mark.parametrize('key', ['check_non_finite', 'preemption_signals'])
