@@ -17,28 +17,11 @@ from mmlinattn.training.runs import ToolFailed, run_script
 from tools import train as train_tool
 from tools.misc import make_toy_datasets as toy
 
-from helpers import read_last_checkpoint, run_checks, toy_seg_options
+from helpers import read_last_checkpoint, toy_seg_options
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SEG_CFG = osp.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
 DET_CFG = osp.join(ROOT, 'configs/toy/mask-rcnn_mavit-t_fpn_toy-coco.py')
-
-
-def _det_overrides(root):
-    return [f'train_dataloader.dataset.data_root={root}/toy_coco/',
-            f'val_dataloader.dataset.data_root={root}/toy_coco/',
-            f'test_dataloader.dataset.data_root={root}/toy_coco/',
-            f'val_evaluator.ann_file={root}/toy_coco/annotations/instances_val.json',
-            f'test_evaluator.ann_file={root}/toy_coco/annotations/instances_val.json']
-
-
-# -------------------- dataset paths
-def test_missing_annotation_file_is_named(toy_data, tmp_path):
-    args = train_tool.parse_args([DET_CFG, '--work-dir', str(tmp_path), '--cfg-options'] +
-                                 _det_overrides(toy_data) +
-                                 ['train_dataloader.dataset.ann_file=annotations/nope.json'])
-    with pytest.raises(ConfigError, match=r'train_dataloader\.dataset\.ann_file.*nope\.json'):
-        run_checks(train_tool.build_cfg(args))
 
 
 # -------------------- a tool that fails
@@ -67,17 +50,10 @@ def test_failing_tool_run_names_command_exit_code_and_the_end_of_its_output(tmp_
 
 
 # -------------------- malformed COCO
-def _coco(tmp_path, data, name='ann.json', raw=None):
-    path = tmp_path / name
-    path.write_text(raw if raw is not None else json.dumps(data))
+def _coco(tmp_path, data):
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(data))
     return str(path)
-
-
-def test_truncated_coco_json(toy_data, tmp_path):
-    text = open(toy_data / 'toy_coco/annotations/instances_train.json').read()
-    path = _coco(tmp_path, None, raw=text[:len(text) // 2])
-    with pytest.raises(ConfigError, match=r'ann\.json: not valid JSON .*line 1'):
-        check_coco_annotations(path)
 
 
 def test_bad_records_are_reported_and_skipped(tmp_path):

@@ -96,7 +96,7 @@ def test_file_contents_are_read_once_every_path_exists(toy_data, tmp_path):
     root = tmp_path / 'toy_coco'
     shutil.copytree(toy_data / 'toy_coco', root)
     (root / 'annotations' / 'instances_train.json').write_text('{"images": [')
-    with pytest.raises(ConfigError, match=r'instances_train\.json: not valid JSON'):
+    with pytest.raises(ConfigError, match=r'instances_train\.json: not valid JSON .*line 1'):
         preflight(_cfg(DET_CFG, root), LOADERS)
 
 
