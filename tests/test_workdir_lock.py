@@ -13,7 +13,7 @@ import pytest
 
 from mmlinattn.training.workdir_lock import LOCK_NAME, WorkDirBusy, lock_work_dir
 
-from helpers import make_toy_sets, toy_seg_options, work_dir_files
+from helpers import toy_seg_options, work_dir_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEG_CFG = os.path.join(ROOT, 'configs/toy/fpn_mavit-t_toy-ade.py')
@@ -327,20 +327,19 @@ def test_resume_in_a_copied_work_dir_takes_its_own_checkpoint(tmp_path):
         latest_intact_contents(str(copy), logger)
 
 
-def test_resuming_a_finished_run_says_so(tmp_path, capsys):
+def test_resuming_a_finished_run_says_so(toy_data, tmp_path, capsys):
     """mmengine builds everything and trains nothing (exit 0, no word); here one line, exit 0,
     before any data is read."""
     import torch
 
     from tools import train
-    data = make_toy_sets(tmp_path / 'data', seed=1, size=64, train=2, val=2)
     work = tmp_path / 'w'
     work.mkdir()
     ckpt = work / 'iter_4.pth'
     torch.save({'state_dict': {}, 'meta': {'epoch': 0, 'iter': 4}}, ckpt)
     (before,) = work_dir_files(work).values()
     rc = train.main([SEG_CFG, '--work-dir', str(work), '--resume', str(ckpt),
-                     '--cfg-options', *toy_seg_options(data, 'train_cfg.max_iters=4')])
+                     '--cfg-options', *toy_seg_options(toy_data, 'train_cfg.max_iters=4')])
     out = capsys.readouterr().out
     assert rc == 0
     assert f'{ckpt} is at iter 4 of train_cfg.max_iters=4: nothing left to train' in out
