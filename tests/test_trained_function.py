@@ -30,7 +30,8 @@ def _opts(root, *extra):
 
 @pytest.mark.parametrize('override, refused', [
     ("model.backbone.attn_type='MMSS'", False),  # the default, written out: the same function
-    ('model.backbone.attn_type=MMMM', True),
+    # (attn_type=MMMM: test_a_value_elsewhere_in_the_model_does_not_switch_the_check_off and
+    # test_one_run.py's test under either Runner)
     ('model.backbone.attn_cfg.core_options.beta=False', True),  # MALA's ablation: same keys
 ])
 def test_test_tool_refuses_another_function(trained, override, refused, tmp_path, capsys):
@@ -82,19 +83,21 @@ def test_load_from_and_image_demo_check_it_too(trained, tmp_path, capsys):
     "import os\nos.system('touch {marker}')\nmodel = dict(backbone=dict(type='MAViT'))\n",
     "model = dict(backbone=__import__('os').system('touch {marker}'))\n",
 ])
-def test_the_recorded_config_is_read_not_run(payload, trained, tmp_path, capsys):
-    """The config a checkpoint records is text inside a weights-only file: it is parsed, never
-    executed (mmengine's Config.fromstring would run it)."""
+def test_the_recorded_config_is_read_not_run(payload, trained, tmp_path):
+    """The config a checkpoint records is text inside a weights-only file: the test's checks parse
+    it, never execute it (mmengine's Config.fromstring would run it), and pass."""
     from tools import test as test_tool
+
+    from helpers import run_checks
     root, ckpt = trained
     marker = tmp_path / 'ran'
     obj = torch.load(ckpt, weights_only=True)
     obj['meta']['cfg'] = payload.format(marker=marker)
     evil = tmp_path / 'evil.pth'
     torch.save(obj, evil)
-    rc = test_tool.main([SEG, str(evil), '--work-dir', str(tmp_path / 'w'), *_opts(root)])
-    capsys.readouterr()
-    assert rc == 0 and not marker.exists()
+    run_checks(test_tool.build_cfg(test_tool.parse_args(
+        [SEG, str(evil), '--work-dir', str(tmp_path / 'w'), *_opts(root)])), 'test')
+    assert not marker.exists()
 
 
 def _with_cfg(ckpt, tmp_path, cfg_text):
