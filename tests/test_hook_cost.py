@@ -182,7 +182,8 @@ def _vote(rank, port, out):
                             world_size=2)
     try:
         got = (H.rank_max([rank, 5 - rank, 0]), H._any_rank_each([rank == 1, False]),
-               _any_rank_code(0 if rank == 0 else None), _any_rank_code(None))
+               _any_rank_code(0 if rank == 0 else None), _any_rank_code(None),
+               _any_rank_code(2 if rank == 0 else None))
         torch.save(got, f'{out}.{rank}')
     finally:
         dist.destroy_process_group()
@@ -190,7 +191,9 @@ def _vote(rank, port, out):
 
 def test_the_rank_votes_take_every_ranks_value(tmp_path):
     """The one all-reduce the stop conditions and the refusals share, over two real gloo ranks:
-    the maximum of each value (an exit code 0 on one rank counts as a refusal on both)."""
+    the maximum of each value. A refusal on one rank stops both with its exit code (no rank goes
+    on into the run to wait for the other in a collective): 0 (nothing left to train) counts, and
+    so does rank 0's alone (the busy work dir: rank 0 alone takes the lock)."""
     import socket
 
     import torch.multiprocessing as mp
@@ -199,4 +202,4 @@ def test_the_rank_votes_take_every_ranks_value(tmp_path):
         port = s.getsockname()[1]
     mp.start_processes(_vote, args=(port, str(tmp_path / 'votes')), nprocs=2, start_method='spawn')
     for rank in (0, 1):
-        assert torch.load(tmp_path / f'votes.{rank}') == ([1, 5, 0], [True, False], 0, None)
+        assert torch.load(tmp_path / f'votes.{rank}') == ([1, 5, 0], [True, False], 0, None, 2)

@@ -1,7 +1,8 @@
-"""One run per work dir at a time: a second tools/train.py into a work dir where a run is
-alive stops in one line before any work; a lock whose owner is gone (killed: same host, dead pid or
-a reused one; another host: not refreshed) never blocks; other work dirs, a later run and the ranks
-of one DDP run are unaffected. (A finished training gives the lock back: test_runner_seams.py.)"""
+"""One run per work dir at a time: a second training into a work dir where a run is alive stops
+in one line before any work; a lock whose owner is gone (killed: same host, dead pid or a reused
+one; another host: not refreshed) never blocks; other work dirs, a later run and the ranks of one
+DDP run are unaffected. (A finished training gives the lock back: test_edges.py; a refusal on one
+rank stops every rank: test_hook_cost.py.)"""
 import json
 import os
 import socket
@@ -107,35 +108,6 @@ def test_only_rank_0_of_a_ddp_run_takes_the_lock(tmp_path, monkeypatch):
     monkeypatch.setenv('RANK', '1')
     assert lock_work_dir(str(tmp_path / 'w')) is None
     assert not (tmp_path / 'w' / LOCK_NAME).exists()
-
-
-def _ranks_agree(rank, world, port, codes, out):
-    import torch.distributed as dist
-
-    from mmlinattn.training.runner import _any_rank_code
-    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
-                            world_size=world)
-    try:
-        out[rank] = _any_rank_code(codes[rank])
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.mark.parametrize('codes, agreed', [
-    ((2, None), 2),  # rank 0 alone refused (the busy work dir: rank 0 alone takes the lock)
-    ((None, 0), 0),  # nothing left to train: exit 0, on every rank
-    ((None, None), None),
-])
-def test_a_refusal_on_one_rank_stops_every_rank(codes, agreed):
-    """Two gloo ranks: where one refuses the run before any work, both end with its exit code
-    (no rank goes on into the run to wait for the other in a collective)."""
-    import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    out = mp.Manager().dict()
-    mp.spawn(_ranks_agree, args=(2, port, codes, out), nprocs=2, join=True)
-    assert dict(out) == {0: agreed, 1: agreed}
 
 
 def test_a_refusal_keeps_the_log_folder_of_a_run_started_in_the_same_second(tmp_path,
