@@ -63,6 +63,7 @@ COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_gues
 	tests/test_custom_dataset.py::test_guide_config_trains_and_evaluates \
 	tests/test_faults.py::test_untrusted_checkpoint_runs_no_code tests/test_faults.py::test_not_a_checkpoint \
 	tests/test_stop_and_resume.py \
+	tests/test_edges.py::test_preemption_checkpoint_counts_in_max_keep_ckpts_and_resume_continues \
 	tests/test_classification.py tests/test_inference.py::test_inferencer_runs_config \
 	tests/test_ops.py tests/test_core_grads.py tests/test_deploy_jit.py
 test-compat: install
