@@ -130,9 +130,9 @@ def run(sizes, inferencer, scope, out_dir, args):
     groups, by_file = {}, {}
     for f, size in sizes.items():
         groups.setdefault(1 if args.batch_size == 1 else size, []).append(f)
-    for group in groups.values():
+    for group in groups.values():  # (class labels are drawn by default; mmseg 1.2.1 has no flag)
         out = inferencer(group, return_datasamples=True, out_dir=out_dir if draw else '',
-                         img_out_dir='vis', pred_out_dir='', with_labels=True, **extra, **shown)
+                         img_out_dir='vis', pred_out_dir='', **extra, **shown)
         by_file.update(zip(group, out if isinstance(out, list) else [out]))
     records = seg_predictions([by_file[f] for f in files], files,
                               inferencer.model.dataset_meta['classes'],
