@@ -68,7 +68,7 @@ COMPAT_TESTS ?= tests/test_install_ranges.py tests/test_stack.py tests/test_gues
 	tests/test_ops.py tests/test_core_grads.py tests/test_deploy_jit.py
 test-compat: install
 	@MMLINATTN_COMPAT_VENV=$(COMPAT_VENV) bash tools/install_compat.sh
-	@$(COMPAT_VENV)/bin/python -m pytest -m "not heavy or upstream" $(PYTEST_ARGS) $(COMPAT_TESTS) \
+	@$(COMPAT_VENV)/bin/python -m pytest -m "not heavy" $(PYTEST_ARGS) $(COMPAT_TESTS) \
 	  tests/test_upstream_train.py \
 	  --deselect tests/test_stack.py::test_versions_are_the_measured_stack; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-compat: pytest collected no tests - failing" >&2; exit 1; fi; \

@@ -224,8 +224,8 @@ def _build(my_data, tmp_path, name, *options):
     (UPERNET, 'model.auxiliary_head.num_classes=3', r'model\.auxiliary_head\.num_classes=3'),
 ], ids=['mask-rcnn-mask-head', 'cascade-stage-2', 'retinanet', 'semantic-fpn', 'upernet-auxiliary'])
 def test_a_head_with_fewer_classes_stops_before_work(my_data, tmp_path, name, option, expected):
-    """The labels above the head's range would fail its loss, later (test_one_run.py: mmseg's own
-    tool fails on it too); here, one error before any work."""
+    """The labels above the head's range would fail its loss, later (test_one_run.py: mmengine's
+    plain Runner fails on it too); here, one error before any work."""
     with pytest.raises(ConfigError) as e:
         _build(my_data, tmp_path, name, option)
     msg = str(e.value)
