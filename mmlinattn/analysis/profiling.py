@@ -68,7 +68,8 @@ def detector_part(name: str, module: nn.Module):
     parts = name.split('.')
     if name in _HEADS:
         return name
-    if len(parts) == 2 and parts[0] == 'roi_head':  # its loss() calls these, never roi_head itself
+    # its loss() calls these, never roi_head itself; a cascade's are each stage's (bbox_head.0, ...)
+    if parts[0] == 'roi_head' and (len(parts) == 2 or len(parts) == 3 and parts[2].isdigit()):
         return 'roi_head'
     return None
 
