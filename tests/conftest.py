@@ -103,20 +103,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # queue by the number of tests in a file, which put the files with few but long tests (the DDP
 # cycles, the end-to-end training) last, where one worker ran them alone while the other had
 # finished: about 100 s of the 19 min on 2 cores (xdist's queue replayed with the durations of a
-# --durations=0 run, 2026-11-28). The files below go first instead, longest first (their seconds
-# in that run, rounded); the others follow in collection order. Only the order changes: every file
-# still runs whole on one worker. test_distributed.py and test_upstream_tools.py: that run's
-# seconds scaled by their own before/after ratio when the shared finished runs came (one torchrun
-# cycle, conftest's finished_det / finished_seg; both versions side by side, 2026-11-29).
+# --durations=0 run, 2026-11-28). The files below go first instead, longest first (their seconds,
+# rounded, in `make test PYTEST_ARGS=--durations=0` on 2 idle cores, 2026-11-29); the others
+# follow in collection order. Only the order changes: every file still runs whole on one worker.
 LONGEST_FIRST = {
-    'test_configs.py': 136, 'test_compile.py': 123, 'test_deploy.py': 120,
-    'test_distributed.py': 102, 'test_flops.py': 99, 'test_inference.py': 94,
-    'test_end_to_end.py': 90, 'test_upstream_train.py': 87, 'test_wheel.py': 86,
-    'test_backbones.py': 77, 'test_workdir_lock.py': 71, 'test_tool_parity.py': 63,
-    'test_upstream_tools.py': 58, 'test_guest.py': 57, 'test_custom_dataset.py': 54,
-    'test_deploy_jit.py': 53, 'test_stop_and_resume.py': 52, 'test_benchmarking.py': 51,
-    'test_read_once.py': 50, 'test_edges.py': 45, 'test_one_run.py': 44,
-    'test_faults.py': 42, 'test_recipes.py': 38, 'test_finetune_chain.py': 34,
+    'test_wheel.py': 128, 'test_deploy.py': 101, 'test_distributed.py': 91,
+    'test_backbones.py': 76, 'test_end_to_end.py': 60, 'test_compile.py': 60,
+    'test_one_run.py': 58, 'test_guest.py': 57, 'test_flops.py': 53, 'test_upstream_tools.py': 50,
+    'test_tool_parity.py': 48, 'test_benchmarking.py': 45, 'test_configs.py': 43,
+    'test_inference.py': 40, 'test_deploy_jit.py': 37, 'test_custom_dataset.py': 35,
+    'test_edges.py': 34, 'test_faults.py': 31, 'test_upstream_train.py': 26,
+    'test_stop_and_resume.py': 20, 'test_data_faults.py': 18, 'test_extras.py': 18,
+    'test_runner_seams.py': 15, 'test_trained_function.py': 14,
 }
 
 
