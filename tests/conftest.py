@@ -244,10 +244,10 @@ def _let_go_of(root):
     from mmengine.logging import MMLogger
     for logger in list(MMLogger._instance_dict.values()):
         for handler in list(logger.handlers):
-            if str(getattr(handler, 'baseFilename', '')).startswith(str(root)):
+            if str(getattr(handler, 'baseFilename', '')).startswith(str(root) + os.sep):
                 logger.removeHandler(handler)
                 handler.close()
-    for cls, name in _visualizers(lambda d: d.startswith(str(root))):
+    for cls, name in _visualizers(lambda d: d.startswith(str(root) + os.sep)):
         cls._instance_dict.pop(name, None)
 
 

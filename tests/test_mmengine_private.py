@@ -84,7 +84,9 @@ def _tiny_runner(work_dir, **kwargs):
             out = self.w(torch.ones(1, 2))
             return {'loss': out.sum()} if mode == 'loss' else out
 
-    return Runner(model=Model(), work_dir=str(work_dir), **kwargs)
+    name = f'private_{osp.basename(str(work_dir))}_{id(kwargs)}'
+    return Runner(model=Model(), work_dir=str(work_dir), experiment_name=name,
+                  visualizer=dict(type='Visualizer', name=name), **kwargs)
 
 
 def test_runner_has_loaded_marks_a_load_the_caller_made(tmp_path):
@@ -102,10 +104,18 @@ def test_runner_has_loaded_marks_a_load_the_caller_made(tmp_path):
     assert not runner.model.w.weight.any()
 
 
-def test_checkpoint_hook_saves_through_the_private_steps(tmp_path):
+def test_checkpoint_hook_saves_through_the_private_steps(tmp_path, monkeypatch):
     """SafeCheckpointHook's overrides of the two private save steps: an iteration's checkpoint with
-    the rotation of max_keep_ckpts, and the best one, as mmengine names and keeps them."""
+    the rotation of max_keep_ckpts, and the best one, as mmengine names and keeps them, each
+    written through the hook's atomic save (mmengine calls our overrides)."""
     from mmlinattn.training.safe_checkpoint import SafeCheckpointHook
+    saved = []
+    atomic = SafeCheckpointHook.save_atomically
+
+    def counted(self, runner, out_dir, filename, *args, **kwargs):
+        saved.append(filename)
+        return atomic(self, runner, out_dir, filename, *args, **kwargs)
+    monkeypatch.setattr(SafeCheckpointHook, 'save_atomically', counted)
     runner = _tiny_runner(
         tmp_path, train_dataloader=dict(dataset=[dict(x=0)] * 4, batch_size=1, collate_fn=dict(
             type='default_collate'), sampler=dict(type='DefaultSampler', shuffle=False)),
@@ -115,11 +125,13 @@ def test_checkpoint_hook_saves_through_the_private_steps(tmp_path):
                                            max_keep_ckpts=1, save_best='acc', rule='greater')))
     runner.train()
     assert sorted(p.name for p in tmp_path.glob('*.pth')) == ['iter_3.pth']
+    assert saved == ['iter_1.pth', 'iter_2.pth', 'iter_3.pth'], saved
     hook = next(h for h in runner.hooks if isinstance(h, SafeCheckpointHook))
     runner.message_hub.update_info('test', 0)
     hook._save_best_checkpoint(runner, {'acc': 0.5})
     best = sorted(p.name for p in tmp_path.glob('best_*.pth'))
     assert best == ['best_acc_iter_3.pth'], best
+    assert 'best_acc_iter_3.pth' in saved[3:], saved
     assert not list(tmp_path.glob('*.tmp*'))
 
 

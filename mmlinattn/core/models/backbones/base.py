@@ -241,7 +241,7 @@ class LinAttnBackbone(BaseModule):
             self._post_init()
         else:
             return super().init_weights()
-        self._is_init = True
+        self.is_init = True
 
     def _post_init(self):
         """Hook for inits that must follow the generic one (e.g. layer-scale values)."""
