@@ -17,12 +17,18 @@ from mmengine.hooks import Hook
 from mmlinattn.training.runner import LinAttnRunner
 
 OUT = 'PROBE_RUNNER_OUT'
+#: set: the probe refuses the run as our checks do (one line, exit 2) instead of recording it
+REFUSE = 'PROBE_RUNNER_REFUSE'
 #: the config's keys recorded (those the tools' flags set)
 KEYS = ('default_hooks', 'optim_wrapper', 'auto_scale_lr', 'visualizer', 'runner_type')
 
 
 def record(runner, run: str) -> None:
-    """What ``runner`` got from its tool, into ``$PROBE_RUNNER_OUT``; then exit 0."""
+    """What ``runner`` got from its tool, into ``$PROBE_RUNNER_OUT``; then exit 0 (or, with
+    ``$PROBE_RUNNER_REFUSE``, refuse the run as a check of ours does)."""
+    if os.environ.get(REFUSE):
+        from mmlinattn.training.refusal import refuse
+        raise refuse(ValueError(os.environ[REFUSE]))
     cfg = runner.cfg
     got = dict(run=run, runner=[c.__name__ for c in type(runner).__mro__],
                hooks=[type(h).__name__ for h in runner.hooks], work_dir=runner.work_dir,

@@ -34,9 +34,11 @@ def train_cfg(config, work, opts):
 
 def without_us(cfg, work):
     """``cfg`` as mmengine's plain Runner runs it without our run layer: ``runner_type='Runner'``,
-    no ``custom_hooks``, and a logger, message hub and visualizer of its own in this process."""
+    no ``custom_hooks``, mmengine's own CheckpointHook, and a logger, message hub and visualizer of
+    its own in this process."""
     cfg = copy.deepcopy(cfg)
     cfg.runner_type, cfg.custom_hooks, cfg.work_dir = 'Runner', [], str(work)
+    cfg.default_hooks.checkpoint.type = 'CheckpointHook'
     cfg.experiment_name = cfg.visualizer.name = f'without_us_{osp.basename(osp.dirname(work))}'
     return cfg
 
@@ -49,6 +51,22 @@ def fails_without_us(cfg, work, early=True) -> str:
         Runner.from_cfg(without_us(cfg, work)).train()
     assert not early or not [p for p in os.listdir(work) if p.endswith('.pth')], os.listdir(work)
     return ''.join(traceback.format_exception(e.type, e.value, e.tb))
+
+
+@pytest.mark.slow  # two short trainings of the plain Runner: 5-10 s on 2 cores
+@pytest.mark.parametrize('config, options', [(SEG_CFG, toy_seg_options),
+                                             (DET_CFG, toy_coco_options)], ids=['seg', 'det'])
+def test_the_oracle_trains_the_unchanged_toy_configs(config, options, toy_data, tmp_path):
+    """The oracle's control: mmengine's plain Runner without us trains each toy config as it is,
+    so where it fails on a changed one (the tests below), the change is the cause."""
+    from mmengine.runner import Runner
+    root = toy_data / 'toy_coco' if config == DET_CFG else toy_data
+    limit = 'train_cfg.max_epochs=1' if config == DET_CFG else 'train_cfg.max_iters=2'
+    runner = Runner.from_cfg(without_us(train_cfg(config, tmp_path / 'ours', options(root, limit)),
+                                        tmp_path / 'work'))
+    runner.train()  # to its end: the det config's epoch, the seg config's 2 iterations
+    assert type(runner) is Runner and runner.iter == runner.train_loop.max_iters > 0
+    assert not any('mmlinattn' in type(h).__module__ for h in runner.hooks), runner.hooks
 
 
 def upstream_cfg(config, opts):
@@ -212,6 +230,9 @@ UPSTREAM_SAYS = {'dataset args': "unexpected keyword argument 'split'",
 
 
 @pytest.mark.heavy  # upstream compiles for minutes: 10 min on 2 cores
+@pytest.mark.xfail(strict=False, reason='torch 2.14.1 inductor: the recompilation at a new size '
+                   'trained on 2026-11-28 and failed on 2026-11-29 (cannot determine truth value '
+                   'of Relational), the same config: docs/benchmarks.md section 11')
 def test_the_compile_warning_stands_where_upstream_trains(toy_data, tmp_path):
     """``compile=True`` where the training inputs change size (the toy pipeline's RandomResize and
     a crop that can be smaller than its size, the preprocessor's fixed-size pad removed):

@@ -87,6 +87,7 @@ def test_the_tool_builds_our_runner_from_the_config_it_was_given(tool, name, con
     r = warm.run([sys.executable, script(tool, name), *args, '--cfg-options', *opts], cwd=empty,
                  env=env, timeout=600)
     assert r.returncode == 0 and out.is_file(), r.stdout[-3000:] + r.stderr[-3000:]
+    assert 'Traceback' not in r.stderr, r.stderr[-3000:]
     got = json.loads(out.read_text())
     safety = ('NonFiniteLossHook', 'PreemptionHook', 'RunChecksHook')
     assert all(h in got['hooks'] for h in safety), got['hooks']
@@ -109,3 +110,22 @@ def test_the_tool_builds_our_runner_from_the_config_it_was_given(tool, name, con
     else:
         assert got['load_from'] == checkpoint and not got['resume'], got
     assert not os.listdir(empty)  # nothing written where the tool was started
+
+
+@pytest.mark.parametrize('tool', ['mmdet', 'mmseg'])
+def test_a_refusal_under_a_toolboxs_own_tool_is_one_line_and_exit_2(tool, tmp_path):
+    """Our Runner's refusal (here the probe's, raised as every check of ours raises it) inside
+    another toolbox's train.py, in a fresh interpreter as a user starts it: one line naming that
+    script, exit 2, no traceback."""
+    empty = tmp_path / 'empty'
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    env.update(PYTHONPATH=probe_path(tmp_path), PROBE_RUNNER_OUT=str(tmp_path / 'got.json'),
+               PROBE_RUNNER_REFUSE='the probe refuses this run', MPLBACKEND='Agg')
+    config = DET if tool == 'mmdet' else SEG
+    r = warm.run([sys.executable, script(tool, 'train'), config, '--work-dir', tmp_path / 'work',
+                  '--cfg-options', PROBE], cwd=empty, env=env, timeout=600, fresh=True)
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-3000:]
+    errors = [ln for ln in r.stderr.splitlines() if ': error: ' in ln]
+    assert errors == ['train.py: error: the probe refuses this run'], r.stderr[-3000:]
+    assert 'Traceback' not in r.stderr, r.stderr[-3000:]

@@ -7,7 +7,8 @@ Measured on torch 2.14.1 (CPU, docs/benchmarks.md section 11): ``torch.compile(b
 new input size for every T backbone here (InLine-PVT-T and InLine-Swin-T at the second size, MAViT-T
 once height and width had both changed), each after a first compilation of minutes; and mmseg's own
 train.py with mmengine's ``compile=True`` (the whole ``train_step``) trained the toy MAViT-T
-Semantic FPN through four square inputs of changing size, recompiling once
+Semantic FPN through four square inputs of changing size, recompiling once, on one day and failed
+inside inductor at that recompilation on the next
 (tests/test_one_run.py::test_the_compile_warning_stands_where_upstream_trains). A ``compile`` dict
 that sets ``dynamic`` or another backend than inductor is the user's choice: no warning.
 """
