@@ -32,23 +32,24 @@ def _other_process():
 
 
 def test_a_live_owner_blocks_and_is_named(toy_data, tmp_path, capsys):
-    """A training into a work dir whose run is alive: the Runner stops in one line (exit 2)
-    before any data is read, and the work dir's contents are as it found them."""
+    """A training into a work dir whose run is alive (another process holds the lock, taken by
+    lock_work_dir as a training takes it): the Runner stops in one line (exit 2) before any data is
+    read, naming that process, and the work dir's contents are as it found them."""
     from mmengine.registry import RUNNERS
 
     from tools import train as train_tool
-    p = _other_process()
+    work = tmp_path / 'w'
+    work.mkdir()
+    (work / 'iter_12.pth').write_bytes(b'the running run\'s checkpoint')
+    (work / 'last_checkpoint').write_text(str(work / 'iter_12.pth'))
+    holder = ('import sys, time\nfrom mmlinattn.training.workdir_lock import lock_work_dir\n'
+              f'lock_work_dir({str(work)!r})\nprint("locked", flush=True)\ntime.sleep(120)\n')
+    p = subprocess.Popen([sys.executable, '-c', holder], stdout=subprocess.PIPE, text=True)
     try:
-        with open(f'/proc/{p.pid}/stat') as f:
-            started = f.read().rsplit(')', 1)[1].split()[19]
-        work = tmp_path / 'w'
-        _write_lock(work, host=socket.gethostname(), pid=p.pid, started=started,
-                    since='2026-01-01 00:00:00', command='tools/train.py cfg.py')
-        (work / 'iter_12.pth').write_bytes(b'the running run\'s checkpoint')
-        (work / 'last_checkpoint').write_text(str(work / 'iter_12.pth'))
+        assert p.stdout.readline().strip() == 'locked'
         before = work_dir_files(work)
-        busy = (rf'work dir .*w is in use by another run \(pid {p.pid} on host '
-                rf'{socket.gethostname()}.*tools/train.py cfg.py')
+        host = socket.gethostname()
+        busy = rf'work dir .*w is in use by another run \(pid {p.pid} on host {host}'
         with pytest.raises(WorkDirBusy, match=busy):
             lock_work_dir(str(work))
         cfg = train_tool.build_cfg(train_tool.parse_args(
