@@ -172,6 +172,28 @@ def _no_visualizer_into_a_removed_dir():
         cls._instance_dict.pop(name, None)
 
 
+@pytest.fixture(autouse=True)
+def _no_log_handler_on_a_closed_stream():
+    """A logger mmengine made during a test (a plain Runner's, or mmengine's own first one) writes
+    to ``sys.stdout`` as it was then: a test's capture, closed when the test ends, so that a later
+    ``print_log`` of the current logger in this process printed '--- Logging error ---'. Our
+    Runner's loggers follow the streams of the moment (LinAttnRunner.build_logger); after each
+    test, a handler left on a closed stream does too, as a fresh process has none."""
+    yield
+    import logging
+    import sys
+    if 'mmengine.logging' not in sys.modules:
+        return
+    from mmengine.logging import MMLogger
+
+    from mmlinattn.training.runner import _CurrentStream
+    for logger in list(MMLogger._instance_dict.values()):
+        for handler in logger.handlers:
+            if type(handler) is logging.StreamHandler and \
+                    getattr(handler.stream, 'closed', False):
+                handler.stream = _CurrentStream('stdout')  # (setStream would flush the closed)
+
+
 def _tree_digest(root):
     import hashlib
     h = hashlib.sha256()
